@@ -1,0 +1,160 @@
+// Loom: collective communication for CPU processes over pluggable transports.
+//
+// Public API. This header includes only the standard library: transports, logging and kernels stay
+// behind the Communicator's pimpl.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace loom {
+
+class Store;
+
+enum class DataType : std::uint8_t { f32, f64, f16, bf16, i8, u8, i32, u32, i64, u64 };
+enum class ReduceOp : std::uint8_t { sum, prod, min, max, avg };
+
+std::size_t size_of(DataType dtype);
+std::string_view to_string(DataType dtype);
+std::string_view to_string(ReduceOp op);
+// Accepts short and long names: "f32", "float32", "float", "bf16", "bfloat16", "i32", "int32", ...
+std::optional<DataType> parse_data_type(std::string_view name);
+std::optional<ReduceOp> parse_reduce_op(std::string_view name);
+
+// ---- Errors -------------------------------------------------------------------------------------
+// Every message names the operation, the rank, the peer (where one is involved) and the cause.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// Bad arguments; raised before any communication, the communicator stays usable.
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+// A wait passed its deadline (LOOM_TIMEOUT or the timeout given to Work::wait).
+class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+// A peer closed its connection, died or sent something that breaks the protocol.
+class PeerError : public Error {
+ public:
+  using Error::Error;
+};
+// Ranks issued different collectives at the same position in their sequence.
+class CollectiveMismatch : public Error {
+ public:
+  using Error::Error;
+};
+// Rendezvous store failures (connection, protocol).
+class StoreError : public Error {
+ public:
+  using Error::Error;
+};
+
+// ---- Options ------------------------------------------------------------------------------------
+// Every field left unset takes its value from the LOOM_* environment, then from the default.
+struct Options {
+  std::optional<std::chrono::milliseconds> timeout;  // LOOM_TIMEOUT (seconds), default 300 s
+  std::optional<std::string> socket_ifname;          // LOOM_SOCKET_IFNAME
+  std::optional<int> sockets_per_peer;               // LOOM_NSOCKS, default 2
+  std::optional<std::size_t> buffer_bytes;           // LOOM_BUFFSIZE per connection, default 4 MiB
+  std::optional<int> slots;                          // LOOM_SLOTS per connection, default 8
+  std::optional<std::string> algorithm;              // LOOM_ALGO: force an algorithm ("ring", ...)
+  std::string store_prefix = "loom";                 // key namespace of this communicator
+};
+
+// ---- Work ---------------------------------------------------------------------------------------
+// Handle on an asynchronous operation. Operations of one communicator complete in issue order.
+class Work {
+ public:
+  struct State;
+  Work() = default;
+  explicit Work(std::shared_ptr<State> state);
+
+  // True when finished; rethrows the operation's error if it failed.
+  bool test() const;
+  // Blocks until finished; rethrows its error. Raises TimeoutError if `timeout` passes first (the
+  // operation itself continues and can be waited for again).
+  void wait(std::chrono::milliseconds timeout = std::chrono::hours(24 * 365)) const;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// ---- Communicator -------------------------------------------------------------------------------
+// A group of `size` ranks. Collectives must be issued by every rank in the same order.
+// Buffers passed to an _async call must stay valid until its Work completes.
+class Communicator {
+ public:
+  // Joins the group through `store`; returns when every rank has joined or raises TimeoutError
+  // naming the ranks that did not.
+  Communicator(std::shared_ptr<Store> store, int rank, int size, Options options = {});
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  ~Communicator();
+
+  int rank() const;
+  int size() const;
+
+  // out[i] = op over ranks of in[i]; in == out is in place.
+  void all_reduce(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op);
+  void all_reduce(void* buf, std::size_t count, DataType dtype, ReduceOp op) {
+    all_reduce(buf, buf, count, dtype, op);
+  }
+  // in holds size()*count elements; rank r receives the reduction of block r into out (count).
+  // In place when out == in + rank*count*size_of(dtype).
+  void reduce_scatter(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op);
+  // in holds count elements; out receives size()*count, block r from rank r.
+  // In place when in == out + rank*count*size_of(dtype).
+  void all_gather(const void* in, void* out, std::size_t count, DataType dtype);
+  // Root's in is copied to every rank's out (in is read on the root only).
+  void broadcast(const void* in, void* out, std::size_t count, DataType dtype, int root);
+  void broadcast(void* buf, std::size_t count, DataType dtype, int root) {
+    broadcast(buf, buf, count, dtype, root);
+  }
+  // The reduction lands in root's out; out is ignored on other ranks.
+  void reduce(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op, int root);
+  void barrier();
+  void send(const void* buf, std::size_t count, DataType dtype, int peer);
+  void recv(void* buf, std::size_t count, DataType dtype, int peer);
+
+  Work all_reduce_async(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op);
+  Work reduce_scatter_async(const void* in, void* out, std::size_t count, DataType dtype,
+                            ReduceOp op);
+  Work all_gather_async(const void* in, void* out, std::size_t count, DataType dtype);
+  Work broadcast_async(const void* in, void* out, std::size_t count, DataType dtype, int root);
+  Work reduce_async(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op,
+                    int root);
+  Work barrier_async();
+  Work send_async(const void* buf, std::size_t count, DataType dtype, int peer);
+  Work recv_async(void* buf, std::size_t count, DataType dtype, int peer);
+
+  // Waits for pending work, closes connections. Later calls raise InvalidArgument.
+  void destroy();
+
+  // Host name, transport and settings, for logs and tools.
+  std::string describe() const;
+
+  class Impl;
+
+ private:
+  friend Communicator init(Options options);
+  std::shared_ptr<Impl> impl_;
+};
+
+// Builds a communicator from the launcher's environment: loomrun and torchrun-style variables
+// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK, LOCAL_WORLD_SIZE), or LOOM_INIT_METHOD
+// (env://, tcp://host:port, file:///path) with RANK and WORLD_SIZE.
+Communicator init(Options options = {});
+
+}  // namespace loom

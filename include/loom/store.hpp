@@ -1,0 +1,123 @@
+// Rendezvous key-value store: how ranks find each other.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+using Bytes = std::vector<std::uint8_t>;
+
+// Every call takes a timeout and raises TimeoutError when it passes, StoreError on failure.
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual void set(const std::string& key, const Bytes& value) = 0;
+  // Waits until the key exists, then returns its value.
+  virtual Bytes get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  // Adds delta to the integer stored at key (0 when absent) and returns the new value.
+  virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
+  // Sets key to desired if its value equals expected (an empty expected means "absent");
+  // returns the value stored afterwards.
+  virtual Bytes compare_set(const std::string& key, const Bytes& expected,
+                            const Bytes& desired) = 0;
+  // Returns whether the key existed.
+  virtual bool remove(const std::string& key) = 0;
+  // Waits until every key exists.
+  virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  // Which of the keys exist now, without waiting.
+  virtual std::vector<bool> check(const std::vector<std::string>& keys) = 0;
+
+  void set(const std::string& key, const std::string& value) {
+    set(key, Bytes(value.begin(), value.end()));
+  }
+  std::string get_string(const std::string& key, std::chrono::milliseconds timeout) {
+    Bytes b = get(key, timeout);
+    return std::string(b.begin(), b.end());
+  }
+};
+
+// Client of a StoreServer over TCP. Thread-safe. Retries the connection until `timeout` passes,
+// so clients may start before the server.
+class TcpStore : public Store {
+ public:
+  TcpStore(const std::string& host, std::uint16_t port,
+           std::chrono::milliseconds timeout = std::chrono::seconds(300));
+  ~TcpStore() override;
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
+  std::int64_t add(const std::string& key, std::int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool remove(const std::string& key) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  std::vector<bool> check(const std::vector<std::string>& keys) override;
+  using Store::set;
+  const std::string& host() const;
+  std::uint16_t port() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// A store in a shared file (file:///path): for launches where ranks share a file system but no
+// rank can host a server. Uses advisory locks; waits poll the file.
+class FileStore : public Store {
+ public:
+  explicit FileStore(std::string path);
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
+  std::int64_t add(const std::string& key, std::int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool remove(const std::string& key) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  std::vector<bool> check(const std::vector<std::string>& keys) override;
+  using Store::set;
+
+ private:
+  std::string path_;
+};
+
+// Every key is seen through `prefix + "/"`; lets several communicators share one store.
+class PrefixStore : public Store {
+ public:
+  PrefixStore(std::string prefix, std::shared_ptr<Store> base);
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
+  std::int64_t add(const std::string& key, std::int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool remove(const std::string& key) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  std::vector<bool> check(const std::vector<std::string>& keys) override;
+  using Store::set;
+
+ private:
+  std::string key(const std::string& k) const { return prefix_ + "/" + k; }
+  std::string prefix_;
+  std::shared_ptr<Store> base_;
+};
+
+// The store server, serving on its own thread until destroyed.
+class StoreServer {
+ public:
+  // Binds host:port (port 0 picks a free one).
+  StoreServer(const std::string& host, std::uint16_t port);
+  // Serves on an already listening socket (ownership moves to the server).
+  explicit StoreServer(int listening_fd);
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+  std::uint16_t port() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace loom

@@ -1,0 +1,124 @@
+// Per-element operations shared by the reference and the vectorised kernels, so both compute
+// bit-identical results.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "half.hpp"
+#include "loom/loom.hpp"
+
+namespace loom::kernels::detail {
+
+// Storage types that compute in float32.
+struct Half {
+  std::uint16_t bits;
+};
+struct BFloat16 {
+  std::uint16_t bits;
+};
+
+template <typename T>
+struct Compute {
+  using type = T;
+  static T widen(T v) { return v; }
+  static T narrow(T v) { return v; }
+};
+template <>
+struct Compute<Half> {
+  using type = float;
+  static float widen(Half v) { return f16_to_f32(v.bits); }
+  static Half narrow(float v) { return Half{f32_to_f16(v)}; }
+};
+template <>
+struct Compute<BFloat16> {
+  using type = float;
+  static float widen(BFloat16 v) { return bf16_to_f32(v.bits); }
+  static BFloat16 narrow(float v) { return BFloat16{f32_to_bf16(v)}; }
+};
+
+template <typename T>
+inline T load(const void* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+template <typename T>
+inline void store(void* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+
+template <typename C>
+inline C apply(C x, C y, ReduceOp op) {
+  if constexpr (std::is_floating_point_v<C>) {
+    switch (op) {
+      case ReduceOp::sum:
+      case ReduceOp::avg:
+        return x + y;
+      case ReduceOp::prod:
+        return x * y;
+      case ReduceOp::min:
+        if (x != x) return x;
+        if (y != y) return y;
+        if (x == y) return std::signbit(x) ? x : y;
+        return x < y ? x : y;
+      case ReduceOp::max:
+        if (x != x) return x;
+        if (y != y) return y;
+        if (x == y) return std::signbit(x) ? y : x;
+        return x > y ? x : y;
+    }
+    return x;
+  } else {
+    using U = std::make_unsigned_t<C>;
+    switch (op) {
+      case ReduceOp::sum:
+      case ReduceOp::avg:
+        return static_cast<C>(static_cast<U>(static_cast<U>(x) + static_cast<U>(y)));
+      case ReduceOp::prod:
+        // Promote through unsigned int so narrow types do not multiply as signed int.
+        return static_cast<C>(static_cast<U>(static_cast<std::common_type_t<U, unsigned>>(static_cast<U>(x)) *
+                                             static_cast<std::common_type_t<U, unsigned>>(static_cast<U>(y))));
+      case ReduceOp::min:
+        return x < y ? x : y;
+      case ReduceOp::max:
+        return x > y ? x : y;
+    }
+    return x;
+  }
+}
+
+template <typename C>
+inline C divide_by(C x, int divisor) {
+  if constexpr (std::is_floating_point_v<C>) {
+    return x / static_cast<C>(divisor);
+  } else {
+    if constexpr (std::is_signed_v<C>) {
+      return static_cast<C>(static_cast<long long>(x) / divisor);
+    } else {
+      return static_cast<C>(static_cast<unsigned long long>(x) / static_cast<unsigned>(divisor));
+    }
+  }
+}
+
+// Calls f.template operator()<StorageType>() for the dtype.
+template <typename F>
+decltype(auto) dispatch(DataType dtype, F&& f) {
+  switch (dtype) {
+    case DataType::f32: return f.template operator()<float>();
+    case DataType::f64: return f.template operator()<double>();
+    case DataType::f16: return f.template operator()<Half>();
+    case DataType::bf16: return f.template operator()<BFloat16>();
+    case DataType::i8: return f.template operator()<std::int8_t>();
+    case DataType::u8: return f.template operator()<std::uint8_t>();
+    case DataType::i32: return f.template operator()<std::int32_t>();
+    case DataType::u32: return f.template operator()<std::uint32_t>();
+    case DataType::i64: return f.template operator()<std::int64_t>();
+    case DataType::u64: return f.template operator()<std::uint64_t>();
+  }
+  return f.template operator()<std::uint8_t>();
+}
+
+}  // namespace loom::kernels::detail

@@ -1,0 +1,62 @@
+// One call as the engine sees it, and the context an algorithm runs in.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+
+#include "core/config.hpp"
+#include "core/deadline.hpp"
+#include "loom/loom.hpp"
+#include "transports/transport.hpp"
+
+namespace loom::algorithms {
+
+enum class Kind : std::uint8_t { all_reduce = 1, reduce_scatter, all_gather, broadcast, reduce, barrier, send, recv };
+std::string_view to_string(Kind kind);
+
+struct Collective {
+  Kind kind;
+  std::uint64_t seq;  // position in this rank's sequence of collectives (per peer for send/recv)
+  DataType dtype = DataType::u8;
+  ReduceOp op = ReduceOp::sum;
+  std::size_t count = 0;
+  int root = 0;  // root, or peer for send/recv
+  const void* in = nullptr;
+  void* out = nullptr;
+
+  // Carried with every slot: sequence number and a signature of (kind, dtype, op, count, root),
+  // so a rank that receives bytes of another call raises CollectiveMismatch instead of using them.
+  std::uint64_t tag() const;
+  std::string describe() const;  // "all_reduce #3 (f32 x 1024, sum)"
+};
+
+// What an algorithm may use: its rank, the group size, connections and the call's deadline.
+class Engine {
+ public:
+  Engine(int rank, int size, transport::Transport& transport, const core::Config& config)
+      : rank_(rank), size_(size), transport_(transport), config_(config) {}
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const core::Config& config() const { return config_; }
+  const Collective& call() const { return *call_; }
+  const core::Deadline& deadline() const { return deadline_; }
+  int ring_next(int k = 1) const { return (rank_ + k) % size_; }
+  int ring_prev(int k = 1) const { return ((rank_ - k) % size_ + size_) % size_; }
+
+  // The connection to peer; remembered so that finish() can flush it.
+  transport::Connection& connection(int peer);
+  // Runs one call to completion: the algorithm, then a flush of every connection it used.
+  void run(const Collective& call);
+
+ private:
+  int rank_;
+  int size_;
+  transport::Transport& transport_;
+  core::Config config_;
+  const Collective* call_ = nullptr;
+  core::Deadline deadline_{std::chrono::milliseconds(0)};
+  std::set<transport::Connection*> used_;
+};
+
+}  // namespace loom::algorithms

@@ -1,0 +1,63 @@
+#include "algorithms/waiter.hpp"
+
+#include <sched.h>
+
+#include <cerrno>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace loom::algorithms {
+
+namespace {
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+}  // namespace
+
+Waiter::Waiter(const Engine& engine, std::initializer_list<transport::Connection*> connections)
+    : engine_(engine) {
+  for (auto* c : connections)
+    if (c != nullptr) connections_.push_back(c);
+  oversubscribed_ = engine.config().local_world_size >
+                    static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+void Waiter::begin() {
+  spin_until_ = core::Clock::now() + std::chrono::microseconds(engine_.config().spin_us);
+}
+
+void Waiter::step(int peer, const char* what) {
+  bool moved = false;
+  for (auto* c : connections_) moved |= c->progress();
+  if (moved) {
+    begin();  // the peer is active: keep spinning, the next bytes are likely close behind
+    return;
+  }
+  const auto now = core::Clock::now();
+  if (now < spin_until_) {
+    if (oversubscribed_) sched_yield();
+    else cpu_relax();
+    return;
+  }
+  if (engine_.deadline().expired()) {
+    std::string via;
+    for (auto* c : connections_)
+      if (c->peer() == peer) via = c->describe();
+    throw TimeoutError(fmt::format("{}: rank {} timed out after {} s waiting for {} rank {}{}{}",
+                                   engine_.call().describe(), engine_.rank(),
+                                   engine_.config().timeout.count() / 1000.0, what, peer,
+                                   via.empty() ? "" : " over ", via));
+  }
+  fds_.clear();
+  for (auto* c : connections_) c->add_poll_fds(fds_);
+  // Short sleeps when nothing can be polled (e.g. waiting for the engine's own slot release).
+  int timeout_ms = fds_.empty() ? 1 : engine_.deadline().remaining_ms(100);
+  if (::poll(fds_.data(), fds_.size(), timeout_ms) > 0) begin();
+}
+
+}  // namespace loom::algorithms

@@ -1,0 +1,386 @@
+// Communicator lifecycle: join through the store, validate calls, run them in issue order on the
+// engine (inline for a blocking call when nothing is queued, else on the worker thread).
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "algorithms/collective.hpp"
+#include "core/config.hpp"
+#include "core/logging.hpp"
+#include "core/work.hpp"
+#include "loom/store.hpp"
+#include "transports/tcp/tcp_transport.hpp"
+
+namespace loom {
+
+using algorithms::Collective;
+using algorithms::Kind;
+
+namespace {
+
+std::string host_name() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+std::uint64_t random_token() {
+  std::random_device rd;
+  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid());
+}
+
+// Errors from below the engine name the peer and cause; this adds which call was running.
+[[noreturn]] void rethrow_in_context(const Collective& call) {
+  const std::string prefix = call.describe();
+  auto with = [&](const std::exception& e) {
+    std::string what = e.what();
+    return what.rfind(prefix, 0) == 0 ? what : prefix + ": " + what;
+  };
+  try {
+    throw;
+  } catch (const CollectiveMismatch& e) {
+    throw CollectiveMismatch(with(e));
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(with(e));
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(with(e));
+  } catch (const StoreError& e) {
+    throw StoreError(with(e));
+  } catch (const PeerError& e) {
+    throw PeerError(with(e));
+  } catch (const Error& e) {
+    throw Error(with(e));
+  } catch (const std::exception& e) {
+    throw Error(with(e));
+  }
+}
+
+}  // namespace
+
+class Communicator::Impl {
+ public:
+  Impl(std::shared_ptr<Store> store, int rank, int size, const Options& options,
+       const std::string& route_hint)
+      : rank_(rank), size_(size) {
+    if (size < 1) throw InvalidArgument(fmt::format("init: world size {} must be at least 1", size));
+    if (rank < 0 || rank >= size)
+      throw InvalidArgument(fmt::format("init: rank {} is outside [0, {})", rank, size));
+    if (!store) throw InvalidArgument(fmt::format("init: rank {}: store is null", rank));
+    config_ = core::Config::resolve(options, size);
+    core::set_log_rank(rank, size);
+    // Each communicator built on the same store and prefix gets a fresh key space, so a second
+    // communicator never reads the first one's addresses.
+    auto base = std::make_shared<PrefixStore>(options.store_prefix, store);
+    std::int64_t generation = base->add(fmt::format("generation/{}", rank), 1);
+    store_ = std::make_shared<PrefixStore>(fmt::format("g{}", generation), base);
+
+    std::uint64_t token = random_token();
+    Bytes mine(reinterpret_cast<std::uint8_t*>(&token), reinterpret_cast<std::uint8_t*>(&token) + 8);
+    Bytes agreed = store_->compare_set("job_token", {}, mine);
+    if (agreed.size() != 8) throw StoreError("init: the job token in the store is malformed");
+    std::memcpy(&token, agreed.data(), 8);
+
+    transport_ = std::make_unique<transport::tcp::TcpTransport>(*store_, rank, size, token, config_, route_hint);
+    join();
+    engine_ = std::make_unique<algorithms::Engine>(rank, size, *transport_, config_);
+    core::log().info("rank {}/{} on {}: transport tcp at {}, {} sockets per peer, {} slots of {} KiB, timeout {} s",
+                     rank, size, host_name(), transport_->listen_address(), config_.sockets_per_peer,
+                     config_.slots, config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10,
+                     config_.timeout.count() / 1000);
+    if (rank == 0)
+      core::log().info("algorithms: all_reduce ring, reduce_scatter ring, all_gather ring, broadcast chain, reduce chain, barrier dissemination{}",
+                       config_.algorithm.empty() ? "" : " (LOOM_ALGO=" + config_.algorithm + ")");
+    worker_ = std::thread([this] { work_loop(); });
+  }
+
+  ~Impl() { shutdown(); }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  std::string describe() const {
+    return fmt::format("rank {}/{} on {}, tcp at {}, {} sockets per peer, {} x {} KiB slots", rank_,
+                       size_, host_name(), transport_->listen_address(), config_.sockets_per_peer,
+                       config_.slots, config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10);
+  }
+
+  // Validates, numbers and runs (or queues) one call.
+  Work submit(Collective call, bool blocking) {
+    validate(call);
+    auto state = std::make_shared<Work::State>();
+    std::unique_lock lock(mu_);
+    if (destroyed_)
+      throw InvalidArgument(fmt::format("{}: rank {}: the communicator was destroyed",
+                                        algorithms::to_string(call.kind), rank_));
+    if (!broken_.empty())
+      throw PeerError(fmt::format("{}: rank {}: the communicator is unusable after an earlier failure: {}",
+                                  algorithms::to_string(call.kind), rank_, broken_));
+    if (call.kind == Kind::send) call.seq = sent_[call.root]++;
+    else if (call.kind == Kind::recv) call.seq = received_[call.root]++;
+    else call.seq = next_seq_++;
+    state->run = [this, call] { execute(call); };
+    if (blocking && queue_.empty() && !busy_) {
+      // Nothing ahead of it: run on the caller's thread and skip two thread wake-ups.
+      busy_ = true;
+      lock.unlock();
+      state->execute();
+      lock.lock();
+      busy_ = false;
+      wake_.notify_one();  // calls queued meanwhile by other threads
+      lock.unlock();
+      Work(state).wait();
+      return Work(state);
+    }
+    queue_.push_back(state);
+    wake_.notify_one();
+    lock.unlock();
+    Work work(state);
+    if (blocking) work.wait();
+    return work;
+  }
+
+  void shutdown() {
+    std::unique_lock lock(mu_);
+    if (destroyed_) return;
+    destroyed_ = true;
+    wake_.notify_all();
+    lock.unlock();
+    if (worker_.joinable()) worker_.join();
+    engine_.reset();
+    transport_.reset();
+  }
+
+ private:
+  void join() {
+    std::vector<std::string> keys;
+    for (int r = 0; r < size_; ++r) keys.push_back(fmt::format("tcp/{}", r));
+    try {
+      store_->wait(keys, config_.timeout);
+    } catch (const TimeoutError&) {
+      std::vector<int> missing;
+      auto present = store_->check(keys);
+      for (int r = 0; r < size_; ++r)
+        if (!present[r]) missing.push_back(r);
+      throw TimeoutError(fmt::format(
+          "init: rank {} timed out after {} s waiting for rank(s) {} to join (world size {})", rank_,
+          config_.timeout.count() / 1000.0, fmt::join(missing, ", "), size_));
+    }
+  }
+
+  void validate(const Collective& c) const {
+    const std::string_view op = algorithms::to_string(c.kind);
+    auto bad = [&](const std::string& why) {
+      return InvalidArgument(fmt::format("{}: rank {}: {}", op, rank_, why));
+    };
+    if (size_of(c.dtype) == 0) throw bad(fmt::format("unknown data type {}", static_cast<int>(c.dtype)));
+    if (static_cast<int>(c.op) > static_cast<int>(ReduceOp::avg))
+      throw bad(fmt::format("unknown reduce op {}", static_cast<int>(c.op)));
+    const std::size_t elem = size_of(c.dtype);
+    std::size_t blocks = (c.kind == Kind::all_gather || c.kind == Kind::reduce_scatter) ? size_ : 1;
+    if (c.count > (SIZE_MAX / 4) / elem / blocks)
+      throw bad(fmt::format("count {} x {} bytes{} overflows the address space", c.count, elem,
+                            blocks > 1 ? fmt::format(" x {} ranks", blocks) : ""));
+    const bool rooted = c.kind == Kind::broadcast || c.kind == Kind::reduce;
+    const bool p2p = c.kind == Kind::send || c.kind == Kind::recv;
+    if ((rooted || p2p) && (c.root < 0 || c.root >= size_))
+      throw bad(fmt::format("{} {} is outside [0, {})", p2p ? "peer" : "root", c.root, size_));
+    if (p2p && c.root == rank_) throw bad(fmt::format("peer {} is this rank itself", c.root));
+    if (c.count > 0 && c.kind != Kind::barrier) {
+      // What each rank actually reads and writes: the root alone reads broadcast's input and
+      // writes reduce's output.
+      bool reads = c.kind != Kind::recv && !(c.kind == Kind::broadcast && c.root != rank_);
+      bool writes = c.kind != Kind::send && !(c.kind == Kind::reduce && c.root != rank_);
+      if (reads && c.in == nullptr) throw bad(fmt::format("argument 'in' is null with count {} > 0", c.count));
+      if (writes && c.out == nullptr) throw bad(fmt::format("argument 'out' is null with count {} > 0", c.count));
+    }
+  }
+
+  void execute(const Collective& call) {
+    if (call.count == 0 && call.kind != Kind::barrier) return;
+    try {
+      engine_->run(call);
+    } catch (...) {
+      try {
+        rethrow_in_context(call);
+      } catch (const Error& e) {
+        std::lock_guard lock(mu_);
+        if (broken_.empty()) broken_ = e.what();
+        core::log().error("{}", e.what());
+        throw;
+      }
+    }
+  }
+
+  void work_loop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      wake_.wait_for(lock, std::chrono::milliseconds(200),
+                     [&] { return (!queue_.empty() && !busy_) || destroyed_; });
+      if (queue_.empty()) {
+        if (destroyed_) return;
+        continue;
+      }
+      if (busy_) continue;
+      auto state = queue_.front();
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      state->execute();
+      lock.lock();
+      busy_ = false;
+    }
+  }
+
+  int rank_;
+  int size_;
+  core::Config config_;
+  std::shared_ptr<Store> store_;
+  std::unique_ptr<transport::tcp::TcpTransport> transport_;
+  std::unique_ptr<algorithms::Engine> engine_;
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Work::State>> queue_;
+  bool busy_ = false;  // the engine is running a call (on the worker or a caller's thread)
+  bool destroyed_ = false;
+  std::string broken_;
+  std::uint64_t next_seq_ = 0;
+  std::map<int, std::uint64_t> sent_;
+  std::map<int, std::uint64_t> received_;
+  std::thread worker_;
+
+ public:
+  std::unique_ptr<StoreServer> hosted_server;  // when this rank hosts the store (init())
+};
+
+// ---- Communicator ---------------------------------------------------------------------------------
+
+namespace {
+std::string route_hint_of(const std::shared_ptr<Store>& store) {
+  if (auto* tcp = dynamic_cast<TcpStore*>(store.get())) return tcp->host();
+  return {};
+}
+}  // namespace
+
+Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Options options)
+    : impl_(std::make_shared<Impl>(store, rank, size, options, route_hint_of(store))) {}
+Communicator::Communicator(Communicator&&) noexcept = default;
+Communicator& Communicator::operator=(Communicator&&) noexcept = default;
+Communicator::~Communicator() {
+  if (impl_) impl_->shutdown();
+}
+
+#define LOOM_REQUIRE_IMPL(opname)                                                                 \
+  if (!impl_) throw InvalidArgument(opname ": the communicator was destroyed or moved from")
+
+int Communicator::rank() const {
+  LOOM_REQUIRE_IMPL("rank");
+  return impl_->rank();
+}
+int Communicator::size() const {
+  LOOM_REQUIRE_IMPL("size");
+  return impl_->size();
+}
+std::string Communicator::describe() const {
+  LOOM_REQUIRE_IMPL("describe");
+  return impl_->describe();
+}
+void Communicator::destroy() {
+  if (impl_) impl_->shutdown();
+}
+
+namespace {
+Collective make(Kind kind, const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op,
+                int root) {
+  Collective c{};
+  c.kind = kind;
+  c.in = in;
+  c.out = out;
+  c.count = count;
+  c.dtype = dtype;
+  c.op = op;
+  c.root = root;
+  return c;
+}
+}  // namespace
+
+Work Communicator::all_reduce_async(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op) {
+  LOOM_REQUIRE_IMPL("all_reduce");
+  return impl_->submit(make(Kind::all_reduce, in, out, count, dtype, op, 0), false);
+}
+Work Communicator::reduce_scatter_async(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op) {
+  LOOM_REQUIRE_IMPL("reduce_scatter");
+  return impl_->submit(make(Kind::reduce_scatter, in, out, count, dtype, op, 0), false);
+}
+Work Communicator::all_gather_async(const void* in, void* out, std::size_t count, DataType dtype) {
+  LOOM_REQUIRE_IMPL("all_gather");
+  return impl_->submit(make(Kind::all_gather, in, out, count, dtype, ReduceOp::sum, 0), false);
+}
+Work Communicator::broadcast_async(const void* in, void* out, std::size_t count, DataType dtype, int root) {
+  LOOM_REQUIRE_IMPL("broadcast");
+  return impl_->submit(make(Kind::broadcast, in, out, count, dtype, ReduceOp::sum, root), false);
+}
+Work Communicator::reduce_async(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op, int root) {
+  LOOM_REQUIRE_IMPL("reduce");
+  return impl_->submit(make(Kind::reduce, in, out, count, dtype, op, root), false);
+}
+Work Communicator::barrier_async() {
+  LOOM_REQUIRE_IMPL("barrier");
+  return impl_->submit(make(Kind::barrier, nullptr, nullptr, 0, DataType::u8, ReduceOp::sum, 0), false);
+}
+Work Communicator::send_async(const void* buf, std::size_t count, DataType dtype, int peer) {
+  LOOM_REQUIRE_IMPL("send");
+  return impl_->submit(make(Kind::send, buf, nullptr, count, dtype, ReduceOp::sum, peer), false);
+}
+Work Communicator::recv_async(void* buf, std::size_t count, DataType dtype, int peer) {
+  LOOM_REQUIRE_IMPL("recv");
+  return impl_->submit(make(Kind::recv, nullptr, buf, count, dtype, ReduceOp::sum, peer), false);
+}
+
+void Communicator::all_reduce(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op) {
+  LOOM_REQUIRE_IMPL("all_reduce");
+  impl_->submit(make(Kind::all_reduce, in, out, count, dtype, op, 0), true);
+}
+void Communicator::reduce_scatter(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op) {
+  LOOM_REQUIRE_IMPL("reduce_scatter");
+  impl_->submit(make(Kind::reduce_scatter, in, out, count, dtype, op, 0), true);
+}
+void Communicator::all_gather(const void* in, void* out, std::size_t count, DataType dtype) {
+  LOOM_REQUIRE_IMPL("all_gather");
+  impl_->submit(make(Kind::all_gather, in, out, count, dtype, ReduceOp::sum, 0), true);
+}
+void Communicator::broadcast(const void* in, void* out, std::size_t count, DataType dtype, int root) {
+  LOOM_REQUIRE_IMPL("broadcast");
+  impl_->submit(make(Kind::broadcast, in, out, count, dtype, ReduceOp::sum, root), true);
+}
+void Communicator::reduce(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op, int root) {
+  LOOM_REQUIRE_IMPL("reduce");
+  impl_->submit(make(Kind::reduce, in, out, count, dtype, op, root), true);
+}
+void Communicator::barrier() {
+  LOOM_REQUIRE_IMPL("barrier");
+  impl_->submit(make(Kind::barrier, nullptr, nullptr, 0, DataType::u8, ReduceOp::sum, 0), true);
+}
+void Communicator::send(const void* buf, std::size_t count, DataType dtype, int peer) {
+  LOOM_REQUIRE_IMPL("send");
+  impl_->submit(make(Kind::send, buf, nullptr, count, dtype, ReduceOp::sum, peer), true);
+}
+void Communicator::recv(void* buf, std::size_t count, DataType dtype, int peer) {
+  LOOM_REQUIRE_IMPL("recv");
+  impl_->submit(make(Kind::recv, nullptr, buf, count, dtype, ReduceOp::sum, peer), true);
+}
+
+// Used by init() to keep the store server alive as long as the communicator.
+void attach_store_server(Communicator::Impl& impl, std::unique_ptr<StoreServer> server) {
+  impl.hosted_server = std::move(server);
+}
+
+}  // namespace loom

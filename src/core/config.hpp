@@ -1,0 +1,35 @@
+// LOOM_* environment variables, read once into plain values.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "loom/loom.hpp"
+
+namespace loom::core {
+
+std::optional<std::string> env_string(const char* name);
+// Raises InvalidArgument naming the variable when the value is not an integer in [lo, hi].
+std::optional<long long> env_int(const char* name, long long lo, long long hi);
+// Sizes accept K, M, G suffixes (powers of two): "4M" = 4 MiB.
+std::optional<std::size_t> parse_size(const std::string& text);
+
+struct Config {
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  std::string socket_ifname;
+  int sockets_per_peer = 2;
+  std::size_t buffer_bytes = 4u << 20;
+  int slots = 8;
+  std::size_t socket_buffer_bytes = 4u << 20;
+  std::string algorithm;
+  // Bounded spinning before blocking, in microseconds; 0 blocks at once.
+  int spin_us = 50;
+  int local_world_size = 1;
+
+  // Options win over environment, environment over defaults.
+  static Config resolve(const Options& options, int world_size);
+};
+
+}  // namespace loom::core

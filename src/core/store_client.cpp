@@ -1,0 +1,211 @@
+// TcpStore client: synchronous requests over one connection, guarded by a mutex.
+#include <unistd.h>
+
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "core/socket_io.hpp"
+#include "core/store_protocol.hpp"
+#include "core/tcp_connect.hpp"
+#include "core/wire.hpp"
+#include "loom/store.hpp"
+
+namespace loom {
+
+using namespace core::store_protocol;
+using core::Deadline;
+using core::IoResult;
+using core::WireReader;
+using core::WireWriter;
+
+namespace {
+// Requests that do not wait still get a bound, so a hung server cannot hang a rank.
+constexpr std::chrono::milliseconds kRequestTimeout = std::chrono::seconds(60);
+// Server-side waits answer before the client gives up on the connection.
+constexpr std::chrono::milliseconds kReplyGrace = std::chrono::seconds(10);
+}  // namespace
+
+class TcpStore::Impl {
+ public:
+  Impl(std::string host, std::uint16_t port, std::chrono::milliseconds timeout)
+      : host_(std::move(host)), port_(port) {
+    connect(Deadline(timeout));
+  }
+  ~Impl() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  const std::string& host() const { return host_; }
+  std::uint16_t port() const { return port_; }
+
+  // Sends one request and returns the reply's payload; raises TimeoutError on a timeout status.
+  std::vector<std::uint8_t> call(const char* what, const std::string& key, WireWriter& request,
+                                 std::chrono::milliseconds reply_timeout) {
+    std::lock_guard lock(mu_);
+    if (fd_ < 0) connect(Deadline(kRequestTimeout));
+    auto& body = request.buffer();
+    std::uint32_t len = static_cast<std::uint32_t>(body.size());
+    std::vector<std::uint8_t> frame(4 + body.size());
+    std::memcpy(frame.data(), &len, 4);
+    std::memcpy(frame.data() + 4, body.data(), body.size());
+    Deadline deadline(reply_timeout);
+    IoResult r = core::write_exact(fd_, frame.data(), frame.size(), deadline);
+    std::uint32_t reply_len = 0;
+    if (r == IoResult::ok) r = core::read_exact(fd_, &reply_len, 4, deadline);
+    if (r == IoResult::ok && (reply_len == 0 || reply_len > kMaxMessageBytes)) {
+      drop();
+      throw StoreError(fmt::format("store {}('{}'): reply length {} from {}:{} is invalid", what,
+                                   key, reply_len, host_, port_));
+    }
+    std::vector<std::uint8_t> reply(reply_len);
+    if (r == IoResult::ok) r = core::read_exact(fd_, reply.data(), reply_len, deadline);
+    if (r != IoResult::ok) {
+      drop();  // the reply may still arrive later: this connection can no longer be trusted
+      std::string msg = fmt::format("store {}('{}') on {}:{}: {}", what, key, host_, port_,
+                                    core::describe(r));
+      if (r == IoResult::timeout) throw TimeoutError(msg);
+      throw StoreError(msg);
+    }
+    auto status = static_cast<Status>(reply[0]);
+    reply.erase(reply.begin());
+    if (status == Status::timeout)
+      throw TimeoutError(fmt::format("store {}('{}') on {}:{}: timed out", what, key, host_, port_));
+    if (status == Status::error) {
+      WireReader er(reply.data(), reply.size());
+      std::string why = er.str();
+      drop();
+      throw StoreError(fmt::format("store {}('{}') on {}:{}: server refused: {}", what, key, host_,
+                                   port_, why));
+    }
+    return reply;
+  }
+
+ private:
+  void connect(const Deadline& deadline) {
+    std::string error;
+    fd_ = core::connect_tcp(host_, port_, deadline, error);
+    if (fd_ < 0)
+      throw TimeoutError(fmt::format("store: cannot connect to {}:{}: {}", host_, port_, error));
+  }
+  void drop() {
+    ::close(fd_);
+    fd_ = -1;
+  }
+
+  std::mutex mu_;
+  std::string host_;
+  std::uint16_t port_;
+  int fd_ = -1;
+};
+
+namespace {
+void put_key(WireWriter& w, const std::string& key) {
+  if (key.size() > kMaxKeyBytes)
+    throw InvalidArgument(fmt::format("store: key of {} bytes exceeds {}", key.size(), kMaxKeyBytes));
+  w.str(key);
+}
+std::uint32_t clamp_ms(std::chrono::milliseconds t) {
+  return static_cast<std::uint32_t>(std::clamp<long long>(t.count(), 0, 0x7fffffff));
+}
+}  // namespace
+
+TcpStore::TcpStore(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<Impl>(host, port, timeout)) {}
+TcpStore::~TcpStore() = default;
+const std::string& TcpStore::host() const { return impl_->host(); }
+std::uint16_t TcpStore::port() const { return impl_->port(); }
+
+void TcpStore::set(const std::string& key, const Bytes& value) {
+  WireWriter w;
+  w.u8(static_cast<std::uint8_t>(Op::set));
+  put_key(w, key);
+  w.blob(value);
+  impl_->call("set", key, w, kRequestTimeout);
+}
+
+Bytes TcpStore::get(const std::string& key, std::chrono::milliseconds timeout) {
+  WireWriter w;
+  w.u8(static_cast<std::uint8_t>(Op::get));
+  put_key(w, key);
+  w.u32(clamp_ms(timeout));
+  auto reply = impl_->call("get", key, w, timeout + kReplyGrace);
+  WireReader r(reply.data(), reply.size());
+  return r.blob();
+}
+
+std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
+  WireWriter w;
+  w.u8(static_cast<std::uint8_t>(Op::add));
+  put_key(w, key);
+  w.i64(delta);
+  auto reply = impl_->call("add", key, w, kRequestTimeout);
+  WireReader r(reply.data(), reply.size());
+  return r.i64();
+}
+
+Bytes TcpStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
+  WireWriter w;
+  w.u8(static_cast<std::uint8_t>(Op::compare_set));
+  put_key(w, key);
+  w.blob(expected);
+  w.blob(desired);
+  auto reply = impl_->call("compare_set", key, w, kRequestTimeout);
+  WireReader r(reply.data(), reply.size());
+  return r.blob();
+}
+
+bool TcpStore::remove(const std::string& key) {
+  WireWriter w;
+  w.u8(static_cast<std::uint8_t>(Op::remove));
+  put_key(w, key);
+  auto reply = impl_->call("remove", key, w, kRequestTimeout);
+  WireReader r(reply.data(), reply.size());
+  return r.u8() != 0;
+}
+
+void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  WireWriter w;
+  w.u8(static_cast<std::uint8_t>(Op::wait));
+  w.u32(static_cast<std::uint32_t>(keys.size()));
+  for (const auto& k : keys) put_key(w, k);
+  w.u32(clamp_ms(timeout));
+  impl_->call("wait", keys.empty() ? "" : keys[0], w, timeout + kReplyGrace);
+}
+
+std::vector<bool> TcpStore::check(const std::vector<std::string>& keys) {
+  WireWriter w;
+  w.u8(static_cast<std::uint8_t>(Op::check));
+  w.u32(static_cast<std::uint32_t>(keys.size()));
+  for (const auto& k : keys) put_key(w, k);
+  auto reply = impl_->call("check", keys.empty() ? "" : keys[0], w, kRequestTimeout);
+  WireReader r(reply.data(), reply.size());
+  std::vector<bool> out;
+  for (std::size_t i = 0; i < keys.size(); ++i) out.push_back(r.u8() != 0);
+  return out;
+}
+
+// ---- PrefixStore --------------------------------------------------------------------------------
+
+PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
+    : prefix_(std::move(prefix)), base_(std::move(base)) {}
+void PrefixStore::set(const std::string& k, const Bytes& v) { base_->set(key(k), v); }
+Bytes PrefixStore::get(const std::string& k, std::chrono::milliseconds t) {
+  return base_->get(key(k), t);
+}
+std::int64_t PrefixStore::add(const std::string& k, std::int64_t d) { return base_->add(key(k), d); }
+Bytes PrefixStore::compare_set(const std::string& k, const Bytes& e, const Bytes& d) {
+  return base_->compare_set(key(k), e, d);
+}
+bool PrefixStore::remove(const std::string& k) { return base_->remove(key(k)); }
+void PrefixStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds t) {
+  std::vector<std::string> full;
+  for (const auto& k : keys) full.push_back(key(k));
+  base_->wait(full, t);
+}
+std::vector<bool> PrefixStore::check(const std::vector<std::string>& keys) {
+  std::vector<std::string> full;
+  for (const auto& k : keys) full.push_back(key(k));
+  return base_->check(full);
+}
+
+}  // namespace loom

@@ -1,0 +1,50 @@
+#include "core/work.hpp"
+
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/deadline.hpp"
+#include "core/futex.hpp"
+
+namespace loom {
+
+void Work::State::execute() {
+  try {
+    run();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  run = nullptr;
+  done.store(1, std::memory_order_release);
+  core::futex_wake_all(done);
+}
+
+Work::Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+bool Work::test() const {
+  if (!state_) throw InvalidArgument("Work::test: empty Work handle");
+  if (state_->done.load(std::memory_order_acquire) == 0) return false;
+  if (state_->error) std::rethrow_exception(state_->error);
+  return true;
+}
+
+void Work::wait(std::chrono::milliseconds timeout) const {
+  if (!state_) throw InvalidArgument("Work::wait: empty Work handle");
+  core::Deadline deadline(timeout);
+  // A short spin catches operations that are about to finish without a sleep and wake-up.
+  const auto spin_until = core::Clock::now() + std::chrono::microseconds(20);
+  while (state_->done.load(std::memory_order_acquire) == 0) {
+    if (core::Clock::now() < spin_until) {
+      std::this_thread::yield();
+      continue;
+    }
+    if (deadline.expired())
+      throw TimeoutError(fmt::format("Work::wait: the operation did not finish within {} ms",
+                                     timeout.count()));
+    core::futex_wait(state_->done, 0, deadline.remaining_ms(100));
+  }
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+}  // namespace loom

@@ -1,0 +1,19 @@
+#pragma once
+
+#include <atomic>
+#include <exception>
+#include <functional>
+
+#include "loom/loom.hpp"
+
+namespace loom {
+
+struct Work::State {
+  std::function<void()> run;
+  std::exception_ptr error;
+  std::atomic<std::uint32_t> done{0};  // futex word: 1 once run has finished
+  // Runs the operation, records its error, and wakes waiters.
+  void execute();
+};
+
+}  // namespace loom

@@ -1,0 +1,175 @@
+#include "transports/tcp/tcp_connection.hpp"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "loom/loom.hpp"
+
+namespace loom::transport::tcp {
+
+TcpConnection::TcpConnection(int self, int peer, std::vector<int> fds, std::size_t slot_bytes,
+                             int slots, std::string peer_address)
+    : self_(self),
+      peer_(peer),
+      slot_bytes_(slot_bytes),
+      slots_(static_cast<std::uint64_t>(slots)),
+      peer_address_(std::move(peer_address)),
+      send_buffer_(new std::byte[slot_bytes * static_cast<std::size_t>(slots)]),
+      recv_buffer_(new std::byte[slot_bytes * static_cast<std::size_t>(slots)]),
+      send_slots_(static_cast<std::size_t>(slots)),
+      recv_slots_(static_cast<std::size_t>(slots)) {
+  for (std::size_t k = 0; k < fds.size(); ++k) {
+    Socket s{};
+    s.fd = fds[k];
+    s.next_send = k;
+    s.next_recv = k;
+    sockets_.push_back(s);
+  }
+}
+
+TcpConnection::~TcpConnection() {
+  for (auto& s : sockets_) ::close(s.fd);
+}
+
+std::byte* TcpConnection::try_acquire_send_slot() {
+  if (send_posted_ >= send_done_ + slots_) return nullptr;
+  return send_buffer_.get() + (send_posted_ % slots_) * slot_bytes_;
+}
+
+void TcpConnection::post_send(std::size_t bytes, std::uint64_t tag) {
+  SlotInfo& info = send_slots_[send_posted_ % slots_];
+  info = SlotInfo{bytes, tag, false};
+  ++send_posted_;
+}
+
+std::optional<RecvSlot> TcpConnection::try_recv_slot() {
+  const SlotInfo& info = recv_slots_[recv_consumed_ % slots_];
+  if (!info.ready) return std::nullopt;
+  return RecvSlot{recv_buffer_.get() + (recv_consumed_ % slots_) * slot_bytes_, info.bytes, info.tag};
+}
+
+void TcpConnection::release_recv_slot() {
+  recv_slots_[recv_consumed_ % slots_].ready = false;
+  ++recv_consumed_;
+}
+
+bool TcpConnection::progress() {
+  bool moved = false;
+  for (auto& s : sockets_) {
+    moved |= write_some(s);
+    moved |= read_some(s);
+  }
+  while (send_done_ < send_posted_ && send_slots_[send_done_ % slots_].ready) {
+    send_slots_[send_done_ % slots_].ready = false;
+    ++send_done_;
+  }
+  return moved;
+}
+
+bool TcpConnection::write_some(Socket& s) {
+  bool moved = false;
+  while (s.next_send < send_posted_) {
+    const std::uint64_t slot = s.next_send % slots_;
+    SlotInfo& info = send_slots_[slot];
+    if (s.send_offset == 0)
+      s.send_header = FrameHeader{static_cast<std::uint32_t>(info.bytes),
+                                  static_cast<std::uint32_t>(info.bytes) ^ kFrameMagic, info.tag};
+    const std::size_t total = sizeof(FrameHeader) + info.bytes;
+    iovec iov[2];
+    int iovcnt = 0;
+    std::byte* payload = send_buffer_.get() + slot * slot_bytes_;
+    if (s.send_offset < sizeof(FrameHeader)) {
+      iov[iovcnt++] = {reinterpret_cast<char*>(&s.send_header) + s.send_offset,
+                       sizeof(FrameHeader) - s.send_offset};
+      if (info.bytes) iov[iovcnt++] = {payload, info.bytes};
+    } else {
+      std::size_t done = s.send_offset - sizeof(FrameHeader);
+      iov[iovcnt++] = {payload + done, info.bytes - done};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<std::size_t>(iovcnt);
+    ssize_t n = ::sendmsg(s.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
+      fail("send", errno);
+    }
+    moved = true;
+    s.send_offset += static_cast<std::size_t>(n);
+    if (s.send_offset == total) {
+      info.ready = true;
+      s.send_offset = 0;
+      s.next_send += sockets_.size();
+    }
+  }
+  return moved;
+}
+
+bool TcpConnection::read_some(Socket& s) {
+  bool moved = false;
+  while (s.next_recv < recv_consumed_ + slots_) {
+    const std::uint64_t slot = s.next_recv % slots_;
+    ssize_t n;
+    if (s.recv_offset < sizeof(FrameHeader)) {
+      n = ::recv(s.fd, reinterpret_cast<char*>(&s.recv_header) + s.recv_offset,
+                 sizeof(FrameHeader) - s.recv_offset, MSG_DONTWAIT);
+    } else {
+      std::size_t done = s.recv_offset - sizeof(FrameHeader);
+      n = ::recv(s.fd, recv_buffer_.get() + slot * slot_bytes_ + done, s.recv_header.bytes - done,
+                 MSG_DONTWAIT);
+    }
+    if (n == 0) fail("receive", 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
+      fail("receive", errno);
+    }
+    moved = true;
+    s.recv_offset += static_cast<std::size_t>(n);
+    if (s.recv_offset == sizeof(FrameHeader)) {
+      const FrameHeader& h = s.recv_header;
+      if ((h.bytes ^ kFrameMagic) != h.check || h.bytes > slot_bytes_)
+        throw PeerError(fmt::format(
+            "rank {} <- rank {} ({}): corrupt frame header (length {}, slot holds {}): the peer "
+            "runs a different configuration (LOOM_BUFFSIZE, LOOM_SLOTS) or is not a Loom peer",
+            self_, peer_, peer_address_, h.bytes, slot_bytes_));
+    }
+    if (s.recv_offset == sizeof(FrameHeader) + s.recv_header.bytes) {
+      recv_slots_[slot] = SlotInfo{s.recv_header.bytes, s.recv_header.tag, true};
+      s.recv_offset = 0;
+      s.next_recv += sockets_.size();
+    }
+  }
+  return moved;
+}
+
+void TcpConnection::add_poll_fds(std::vector<pollfd>& fds) const {
+  for (const auto& s : sockets_) {
+    short events = 0;
+    if (s.next_send < send_posted_) events |= POLLOUT;
+    if (s.next_recv < recv_consumed_ + slots_) events |= POLLIN;
+    if (events) fds.push_back(pollfd{s.fd, events, 0});
+  }
+}
+
+std::string TcpConnection::describe() const {
+  return fmt::format("tcp to rank {} at {} ({} sockets, {} slots of {} KiB)", peer_, peer_address_,
+                     sockets_.size(), slots_, slot_bytes_ >> 10);
+}
+
+void TcpConnection::fail(const std::string& what, int err) const {
+  std::string cause = err == 0 || err == ECONNRESET || err == EPIPE
+                          ? "connection closed by the peer (it exited, crashed or aborted)"
+                          : std::string(std::strerror(err));
+  throw PeerError(
+      fmt::format("rank {} {} rank {} ({}): {}", self_, what == "send" ? "->" : "<-", peer_, peer_address_, cause));
+}
+
+}  // namespace loom::transport::tcp

@@ -1,0 +1,70 @@
+// A TCP connection to one peer over several sockets. Slot sequence number s travels on socket
+// s % nsocks as one frame (16-byte header + payload); each socket carries its frames in order.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "transports/transport.hpp"
+
+namespace loom::transport::tcp {
+
+struct FrameHeader {
+  std::uint32_t bytes;
+  std::uint32_t check;  // bytes ^ kFrameMagic: catches a desynchronised stream early
+  std::uint64_t tag;
+};
+inline constexpr std::uint32_t kFrameMagic = 0x4c4f4f4d;  // "LOOM"
+
+class TcpConnection final : public Connection {
+ public:
+  TcpConnection(int self, int peer, std::vector<int> fds, std::size_t slot_bytes, int slots,
+                std::string peer_address);
+  ~TcpConnection() override;
+
+  int peer() const override { return peer_; }
+  std::size_t slot_bytes() const override { return slot_bytes_; }
+  std::byte* try_acquire_send_slot() override;
+  void post_send(std::size_t bytes, std::uint64_t tag) override;
+  std::optional<RecvSlot> try_recv_slot() override;
+  void release_recv_slot() override;
+  bool progress() override;
+  bool send_idle() const override { return send_done_ == send_posted_; }
+  void add_poll_fds(std::vector<pollfd>& fds) const override;
+  std::string describe() const override;
+
+ private:
+  struct SlotInfo {
+    std::size_t bytes = 0;
+    std::uint64_t tag = 0;
+    bool ready = false;  // send: fully written; recv: fully received
+  };
+  struct Socket {
+    int fd;
+    std::uint64_t next_send;  // sequence number this socket writes next
+    std::size_t send_offset = 0;
+    FrameHeader send_header{};
+    std::uint64_t next_recv;
+    std::size_t recv_offset = 0;  // bytes of header + payload read for next_recv
+    FrameHeader recv_header{};
+  };
+  bool write_some(Socket& s);
+  bool read_some(Socket& s);
+  [[noreturn]] void fail(const std::string& what, int err) const;
+
+  int self_;
+  int peer_;
+  std::size_t slot_bytes_;
+  std::uint64_t slots_;
+  std::string peer_address_;
+  std::vector<Socket> sockets_;
+  std::unique_ptr<std::byte[]> send_buffer_;
+  std::unique_ptr<std::byte[]> recv_buffer_;
+  std::vector<SlotInfo> send_slots_;
+  std::vector<SlotInfo> recv_slots_;
+  std::uint64_t send_posted_ = 0;    // slots < this are posted
+  std::uint64_t send_done_ = 0;      // slots < this are written to the kernel
+  std::uint64_t recv_consumed_ = 0;  // slots < this are released by the engine
+};
+
+}  // namespace loom::transport::tcp

@@ -1,0 +1,45 @@
+// TCP transport: each rank listens on one socket, publishes "ip:port" in the store, and sets up
+// connections to peers on first use. The lower rank connects, the higher accepts; a hello
+// message carrying the job token and both ranks authenticates each socket's purpose.
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include "core/config.hpp"
+#include "loom/store.hpp"
+#include "transports/tcp/tcp_connection.hpp"
+
+namespace loom::transport::tcp {
+
+class TcpTransport final : public Transport {
+ public:
+  // Binds the listener and publishes its address under "tcp/<rank>".
+  TcpTransport(Store& store, int rank, int size, std::uint64_t job_token,
+               const core::Config& config, const std::string& route_hint);
+  ~TcpTransport() override;
+
+  std::string_view name() const override { return "tcp"; }
+  Connection& connect(int peer, const core::Deadline& deadline) override;
+  const std::string& listen_address() const { return listen_address_; }
+
+ private:
+  int dial(int peer, int index, const std::string& address, const core::Deadline& deadline);
+  void accept_until(int peer, const core::Deadline& deadline);
+
+  Store& store_;
+  int rank_;
+  int size_;
+  std::uint64_t job_token_;
+  core::Config config_;
+  int listen_fd_ = -1;
+  std::string listen_address_;
+  std::map<int, std::unique_ptr<TcpConnection>> connections_;
+  std::map<int, std::vector<int>> accepted_;  // peer -> fds by socket index (-1: not yet)
+};
+
+// The local IPv4 address to listen on: the interface named by `ifname` (exact name or prefix),
+// else the one that routes to `route_hint`, else the first non-loopback interface, else loopback.
+std::string choose_local_address(const std::string& ifname, const std::string& route_hint);
+
+}  // namespace loom::transport::tcp

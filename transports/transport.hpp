@@ -1,0 +1,64 @@
+// The transport interface: a connection to a peer is a FIFO of fixed-size slots in each
+// direction, not a message API. The engine writes (or reduces) straight into a send slot and
+// reads straight from a receive slot, so a transport that shares memory moves no extra copy.
+//
+// A connection is used by one thread at a time (the communicator's engine) and never blocks:
+// the engine waits through Waiter, which drives progress() of the connections it needs and
+// sleeps in poll() on their descriptors after a bounded spin.
+#pragma once
+
+#include <poll.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/deadline.hpp"
+
+namespace loom::transport {
+
+struct RecvSlot {
+  const std::byte* data;
+  std::size_t bytes;
+  std::uint64_t tag;  // set by the sender: identifies the collective the bytes belong to
+};
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  virtual int peer() const = 0;
+  // Capacity of every slot, in bytes.
+  virtual std::size_t slot_bytes() const = 0;
+
+  // Sender side. The next free slot, or nullptr while every slot is in flight. Calling it again
+  // before post_send returns the same slot.
+  virtual std::byte* try_acquire_send_slot() = 0;
+  virtual void post_send(std::size_t bytes, std::uint64_t tag) = 0;
+
+  // Receiver side. The oldest filled slot, or nullopt. Stays valid until release_recv_slot().
+  virtual std::optional<RecvSlot> try_recv_slot() = 0;
+  virtual void release_recv_slot() = 0;
+
+  // Moves bytes without blocking; returns whether anything moved. Raises PeerError when the
+  // peer is gone or breaks the protocol.
+  virtual bool progress() = 0;
+  // True once every posted slot has been handed over (to the kernel or the peer's memory), so
+  // the peer receives it without further progress() calls.
+  virtual bool send_idle() const = 0;
+  // Descriptors and events whose readiness means progress() can move something.
+  virtual void add_poll_fds(std::vector<pollfd>& fds) const = 0;
+  virtual std::string describe() const = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string_view name() const = 0;
+  // The connection to `peer`, set up on first use; both ranks must ask for it.
+  virtual Connection& connect(int peer, const core::Deadline& deadline) = 0;
+};
+
+}  // namespace loom::transport
