@@ -1,5 +1,7 @@
 #include "algorithms/collective.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "algorithms/waiter.hpp"
@@ -56,7 +58,7 @@ std::string Collective::describe() const {
 
 transport::Connection& Engine::connection(int peer) {
   transport::Connection& c = transport_.connect(peer, deadline_);
-  used_.insert(&c);
+  if (std::find(used_.begin(), used_.end(), &c) == used_.end()) used_.push_back(&c);
   return c;
 }
 
@@ -68,10 +70,9 @@ void Engine::run(const Collective& call) {
   used_.clear();
   select_and_run(*this, call);
   // Slots still queued in user space would otherwise wait for this rank's next call.
-  for (transport::Connection* c : used_) {
-    Waiter waiter(*this, {c});
+  Waiter waiter(*this);
+  for (transport::Connection* c : used_)
     waiter.until([c] { return c->send_idle(); }, c->peer(), "the send queue to drain to");
-  }
 }
 
 }  // namespace loom::algorithms

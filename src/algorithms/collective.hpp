@@ -2,7 +2,7 @@
 #pragma once
 
 #include <cstdint>
-#include <set>
+#include <vector>
 #include <string>
 
 #include "core/config.hpp"
@@ -44,8 +44,10 @@ class Engine {
   int ring_next(int k = 1) const { return (rank_ + k) % size_; }
   int ring_prev(int k = 1) const { return ((rank_ - k) % size_ + size_) % size_; }
 
-  // The connection to peer; remembered so that finish() can flush it.
+  // The connection to peer; remembered so that waits keep it moving and run() flushes it.
   transport::Connection& connection(int peer);
+  // Every connection this call has used so far.
+  const std::vector<transport::Connection*>& used() const { return used_; }
   // Runs one call to completion: the algorithm, then a flush of every connection it used.
   void run(const Collective& call);
 
@@ -56,7 +58,7 @@ class Engine {
   core::Config config_;
   const Collective* call_ = nullptr;
   core::Deadline deadline_{std::chrono::milliseconds(0)};
-  std::set<transport::Connection*> used_;
+  std::vector<transport::Connection*> used_;
 };
 
 }  // namespace loom::algorithms

@@ -14,7 +14,7 @@ Primitives::Primitives(Engine& engine, transport::Connection* recv_from,
     : engine_(engine),
       recv_from_(recv_from),
       send_to_(send_to),
-      waiter_(engine, {recv_from, send_to}),
+      waiter_(engine),
       elem_(size_of(engine.call().dtype)) {
   std::size_t slot = std::min(recv_from ? recv_from->slot_bytes() : SIZE_MAX,
                               send_to ? send_to->slot_bytes() : SIZE_MAX);

@@ -19,10 +19,7 @@ inline void cpu_relax() {
 }
 }  // namespace
 
-Waiter::Waiter(const Engine& engine, std::initializer_list<transport::Connection*> connections)
-    : engine_(engine) {
-  for (auto* c : connections)
-    if (c != nullptr) connections_.push_back(c);
+Waiter::Waiter(const Engine& engine) : engine_(engine) {
   oversubscribed_ = engine.config().local_world_size >
                     static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
@@ -33,7 +30,7 @@ void Waiter::begin() {
 
 void Waiter::step(int peer, const char* what) {
   bool moved = false;
-  for (auto* c : connections_) moved |= c->progress();
+  for (auto* c : engine_.used()) moved |= c->progress();
   if (moved) {
     begin();  // the peer is active: keep spinning, the next bytes are likely close behind
     return;
@@ -46,7 +43,7 @@ void Waiter::step(int peer, const char* what) {
   }
   if (engine_.deadline().expired()) {
     std::string via;
-    for (auto* c : connections_)
+    for (auto* c : engine_.used())
       if (c->peer() == peer) via = c->describe();
     throw TimeoutError(fmt::format("{}: rank {} timed out after {} s waiting for {} rank {}{}{}",
                                    engine_.call().describe(), engine_.rank(),
@@ -54,7 +51,7 @@ void Waiter::step(int peer, const char* what) {
                                    via.empty() ? "" : " over ", via));
   }
   fds_.clear();
-  for (auto* c : connections_) c->add_poll_fds(fds_);
+  for (auto* c : engine_.used()) c->add_poll_fds(fds_);
   // Short sleeps when nothing can be polled (e.g. waiting for the engine's own slot release).
   int timeout_ms = fds_.empty() ? 1 : engine_.deadline().remaining_ms(100);
   if (::poll(fds_.data(), fds_.size(), timeout_ms) > 0) begin();

@@ -3,7 +3,6 @@
 // wait ends at the call's deadline with a TimeoutError naming the call, the rank and the peer.
 #pragma once
 
-#include <initializer_list>
 #include <vector>
 
 #include "algorithms/collective.hpp"
@@ -12,7 +11,9 @@ namespace loom::algorithms {
 
 class Waiter {
  public:
-  Waiter(const Engine& engine, std::initializer_list<transport::Connection*> connections);
+  // Waits drive every connection the engine's current call has used: a slot posted to a peer
+  // in an earlier step must keep moving while this rank waits on another.
+  explicit Waiter(const Engine& engine);
 
   // Returns once ready() is true. `peer` and `what` name the wait in a timeout message.
   template <typename Ready>
@@ -27,7 +28,6 @@ class Waiter {
   void step(int peer, const char* what);
 
   const Engine& engine_;
-  std::vector<transport::Connection*> connections_;
   std::vector<pollfd> fds_;
   core::Clock::time_point spin_until_;
   bool oversubscribed_;

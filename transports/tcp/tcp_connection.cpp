@@ -46,11 +46,25 @@ void TcpConnection::post_send(std::size_t bytes, std::uint64_t tag) {
   SlotInfo& info = send_slots_[send_posted_ % slots_];
   info = SlotInfo{bytes, tag, false};
   ++send_posted_;
+  // Hand the frame to the kernel now: the engine may not poll this connection again soon.
+  write_some(sockets_[(send_posted_ - 1) % sockets_.size()]);
+  advance_send_done();
+}
+
+void TcpConnection::advance_send_done() {
+  while (send_done_ < send_posted_ && send_slots_[send_done_ % slots_].ready) {
+    send_slots_[send_done_ % slots_].ready = false;
+    ++send_done_;
+  }
 }
 
 std::optional<RecvSlot> TcpConnection::try_recv_slot() {
   const SlotInfo& info = recv_slots_[recv_consumed_ % slots_];
-  if (!info.ready) return std::nullopt;
+  if (!info.ready) {
+    // The peer may close once it has sent all it had to: only a receive still waited for fails.
+    if (sockets_[recv_consumed_ % sockets_.size()].closed) fail("receive", 0);
+    return std::nullopt;
+  }
   return RecvSlot{recv_buffer_.get() + (recv_consumed_ % slots_) * slot_bytes_, info.bytes, info.tag};
 }
 
@@ -65,10 +79,7 @@ bool TcpConnection::progress() {
     moved |= write_some(s);
     moved |= read_some(s);
   }
-  while (send_done_ < send_posted_ && send_slots_[send_done_ % slots_].ready) {
-    send_slots_[send_done_ % slots_].ready = false;
-    ++send_done_;
-  }
+  advance_send_done();
   return moved;
 }
 
@@ -114,7 +125,7 @@ bool TcpConnection::write_some(Socket& s) {
 
 bool TcpConnection::read_some(Socket& s) {
   bool moved = false;
-  while (s.next_recv < recv_consumed_ + slots_) {
+  while (!s.closed && s.next_recv < recv_consumed_ + slots_) {
     const std::uint64_t slot = s.next_recv % slots_;
     ssize_t n;
     if (s.recv_offset < sizeof(FrameHeader)) {
@@ -125,7 +136,10 @@ bool TcpConnection::read_some(Socket& s) {
       n = ::recv(s.fd, recv_buffer_.get() + slot * slot_bytes_ + done, s.recv_header.bytes - done,
                  MSG_DONTWAIT);
     }
-    if (n == 0) fail("receive", 0);
+    if (n == 0) {
+      s.closed = true;
+      return moved;
+    }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
@@ -154,7 +168,7 @@ void TcpConnection::add_poll_fds(std::vector<pollfd>& fds) const {
   for (const auto& s : sockets_) {
     short events = 0;
     if (s.next_send < send_posted_) events |= POLLOUT;
-    if (s.next_recv < recv_consumed_ + slots_) events |= POLLIN;
+    if (!s.closed && s.next_recv < recv_consumed_ + slots_) events |= POLLIN;
     if (events) fds.push_back(pollfd{s.fd, events, 0});
   }
 }

@@ -47,9 +47,11 @@ class TcpConnection final : public Connection {
     std::uint64_t next_recv;
     std::size_t recv_offset = 0;  // bytes of header + payload read for next_recv
     FrameHeader recv_header{};
+    bool closed = false;  // end of stream: the peer may close once it has sent all it had to
   };
   bool write_some(Socket& s);
   bool read_some(Socket& s);
+  void advance_send_done();
   [[noreturn]] void fail(const std::string& what, int err) const;
 
   int self_;

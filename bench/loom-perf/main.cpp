@@ -1,0 +1,356 @@
+// loom-perf: collective bandwidth and latency over a size sweep, in the manner of nccl-tests.
+// Launch one process per rank (loomrun). Rank 0 prints one row per size.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "loom/loom.hpp"
+#include "half.hpp"
+#include "reduce.hpp"
+
+namespace {
+
+enum class Op { allreduce, reducescatter, allgather, broadcast, reduce };
+
+struct Args {
+  Op op = Op::allreduce;
+  std::string op_name = "allreduce";
+  loom::DataType dtype = loom::DataType::f32;
+  loom::ReduceOp redop = loom::ReduceOp::sum;
+  std::size_t min_bytes = 8, max_bytes = 64u << 20;
+  double factor = 2;
+  std::size_t increment = 0;
+  int iters = 20, warmup = 5, root = 0;
+  bool check = false, csv = false, in_place = false;
+  std::string json;
+};
+
+[[noreturn]] void usage(int code) {
+  std::fprintf(code ? stderr : stdout,
+               "usage: loom-perf [options]   (one process per rank, e.g. loomrun --nproc-per-node 4 loom-perf)\n"
+               "  -o OP      allreduce | reducescatter | allgather | broadcast | reduce (default allreduce)\n"
+               "  -d TYPE    f32 f64 f16 bf16 i8 u8 i32 u32 i64 u64 (or float32, bfloat16, int32, ...)\n"
+               "  -r REDOP   sum | prod | min | max | avg (default sum)\n"
+               "  -b SIZE    smallest size in bytes, K/M/G suffixes (default 8)\n"
+               "  -e SIZE    largest size (default 64M)\n"
+               "  -f FACTOR  multiply the size by FACTOR each step (default 2)\n"
+               "  -i BYTES   add BYTES each step instead\n"
+               "  -n ITERS   timed iterations per size (default 20)\n"
+               "  -w ITERS   warm-up iterations per size (default 5)\n"
+               "  -R ROOT    root of broadcast and reduce (default 0)\n"
+               "  --inplace  run in place\n"
+               "  -c, --check  verify results: count wrong elements (#wrong)\n"
+               "  --csv      print CSV rows instead of the table\n"
+               "  --json F   also write the rows to F as JSON\n"
+               "size is the whole buffer: for allgather the output, for reducescatter the input.\n");
+  std::exit(code);
+}
+
+std::size_t parse_size(const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  std::size_t mul = 1;
+  if (*end == 'K' || *end == 'k') mul = 1u << 10, ++end;
+  else if (*end == 'M' || *end == 'm') mul = 1u << 20, ++end;
+  else if (*end == 'G' || *end == 'g') mul = 1u << 30, ++end;
+  if (end == s.c_str() || *end != '\0' || v < 0) {
+    std::fprintf(stderr, "loom-perf: '%s' is not a size\n", s.c_str());
+    std::exit(2);
+  }
+  return static_cast<std::size_t>(v * static_cast<double>(mul));
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string f = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "loom-perf: %s needs a value\n", f.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (f == "-h" || f == "--help") usage(0);
+    else if (f == "-o" || f == "--op") {
+      a.op_name = next();
+      static const std::pair<const char*, Op> ops[] = {{"allreduce", Op::allreduce}, {"reducescatter", Op::reducescatter},
+                                                       {"allgather", Op::allgather}, {"broadcast", Op::broadcast},
+                                                       {"reduce", Op::reduce}};
+      bool found = false;
+      for (auto& [name, op] : ops)
+        if (a.op_name == name) a.op = op, found = true;
+      if (!found) {
+        std::fprintf(stderr, "loom-perf: unknown op '%s'\n", a.op_name.c_str());
+        usage(2);
+      }
+    } else if (f == "-d" || f == "--dtype") {
+      std::string d = next();
+      auto t = loom::parse_data_type(d);
+      if (!t) {
+        std::fprintf(stderr, "loom-perf: unknown data type '%s'\n", d.c_str());
+        usage(2);
+      }
+      a.dtype = *t;
+    } else if (f == "-r" || f == "--redop") {
+      std::string r = next();
+      auto op = loom::parse_reduce_op(r);
+      if (!op) {
+        std::fprintf(stderr, "loom-perf: unknown reduction '%s'\n", r.c_str());
+        usage(2);
+      }
+      a.redop = *op;
+    } else if (f == "-b" || f == "--minbytes") a.min_bytes = parse_size(next());
+    else if (f == "-e" || f == "--maxbytes") a.max_bytes = parse_size(next());
+    else if (f == "-f" || f == "--stepfactor") a.factor = std::atof(next().c_str());
+    else if (f == "-i" || f == "--stepbytes") a.increment = parse_size(next());
+    else if (f == "-n" || f == "--iters") a.iters = std::max(1, std::atoi(next().c_str()));
+    else if (f == "-w" || f == "--warmup_iters") a.warmup = std::max(0, std::atoi(next().c_str()));
+    else if (f == "-R" || f == "--root") a.root = std::atoi(next().c_str());
+    else if (f == "-c" || f == "--check") a.check = true;
+    else if (f == "--inplace") a.in_place = true;
+    else if (f == "--csv") a.csv = true;
+    else if (f == "--json") a.json = next();
+    else {
+      std::fprintf(stderr, "loom-perf: unknown option %s\n", f.c_str());
+      usage(2);
+    }
+  }
+  if (a.increment == 0 && a.factor <= 1.0) {
+    std::fprintf(stderr, "loom-perf: -f must be above 1 (or use -i)\n");
+    std::exit(2);
+  }
+  return a;
+}
+
+// Small integers: every sum, product and average of them is exact or rounded once, whatever
+// the order of combination, so results can be compared bit for bit.
+double pattern(int rank, std::size_t i, loom::ReduceOp op, bool is_unsigned) {
+  if (op == loom::ReduceOp::prod) return 1.0 + static_cast<double>((static_cast<std::size_t>(rank) + i) % 2);
+  double v = static_cast<double>((static_cast<std::size_t>(rank) * 7 + i * 13) % 9);
+  return is_unsigned ? v : v - 4.0;
+}
+
+bool is_unsigned(loom::DataType t) {
+  return t == loom::DataType::u8 || t == loom::DataType::u32 || t == loom::DataType::u64;
+}
+
+// Writes value (a small integer) as dtype at p[i].
+void put(void* p, std::size_t i, loom::DataType t, double v) {
+  char* c = static_cast<char*>(p);
+  switch (t) {
+    case loom::DataType::f32: { float x = static_cast<float>(v); std::memcpy(c + i * 4, &x, 4); break; }
+    case loom::DataType::f64: std::memcpy(c + i * 8, &v, 8); break;
+    case loom::DataType::f16: { auto h = loom::kernels::f32_to_f16(static_cast<float>(v)); std::memcpy(c + i * 2, &h, 2); break; }
+    case loom::DataType::bf16: { auto h = loom::kernels::f32_to_bf16(static_cast<float>(v)); std::memcpy(c + i * 2, &h, 2); break; }
+    case loom::DataType::i8: { auto x = static_cast<std::int8_t>(v); std::memcpy(c + i, &x, 1); break; }
+    case loom::DataType::u8: { auto x = static_cast<std::uint8_t>(v); std::memcpy(c + i, &x, 1); break; }
+    case loom::DataType::i32: { auto x = static_cast<std::int32_t>(v); std::memcpy(c + i * 4, &x, 4); break; }
+    case loom::DataType::u32: { auto x = static_cast<std::uint32_t>(v); std::memcpy(c + i * 4, &x, 4); break; }
+    case loom::DataType::i64: { auto x = static_cast<std::int64_t>(v); std::memcpy(c + i * 8, &x, 8); break; }
+    case loom::DataType::u64: { auto x = static_cast<std::uint64_t>(v); std::memcpy(c + i * 8, &x, 8); break; }
+  }
+}
+
+void fill(void* p, std::size_t count, int rank, const Args& a, std::size_t first = 0) {
+  for (std::size_t i = 0; i < count; ++i) put(p, i, a.dtype, pattern(rank, first + i, a.redop, is_unsigned(a.dtype)));
+}
+
+// Expected reduction of elements [first, first+count) over all ranks, folded with the reference
+// kernels so the element rules (rounding, wrapping, NaN) are the library's own.
+std::vector<char> expected_reduction(std::size_t first, std::size_t count, int nranks, const Args& a) {
+  const std::size_t elem = loom::size_of(a.dtype);
+  std::vector<char> acc(count * elem), next(count * elem);
+  fill(acc.data(), count, 0, a, first);
+  for (int r = 1; r < nranks; ++r) {
+    fill(next.data(), count, r, a, first);
+    loom::kernels::reference::reduce(acc.data(), acc.data(), next.data(), count, a.dtype, a.redop);
+  }
+  if (a.redop == loom::ReduceOp::avg) loom::kernels::reference::divide(acc.data(), acc.data(), count, a.dtype, nranks);
+  return acc;
+}
+
+std::uint64_t count_wrong(const void* got, const void* want, std::size_t count, std::size_t elem) {
+  std::uint64_t wrong = 0;
+  for (std::size_t i = 0; i < count; ++i)
+    if (std::memcmp(static_cast<const char*>(got) + i * elem, static_cast<const char*>(want) + i * elem, elem) != 0) ++wrong;
+  return wrong;
+}
+
+struct Row {
+  std::size_t bytes, count;
+  double time_us, algbw, busbw;
+  long long wrong;  // -1 when not checked
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a = parse(argc, argv);
+  try {
+    loom::Communicator comm = loom::init();
+    const int n = comm.size(), rank = comm.rank();
+    if ((a.op == Op::broadcast || a.op == Op::reduce) && (a.root < 0 || a.root >= n)) {
+      std::fprintf(stderr, "loom-perf: root %d outside [0, %d)\n", a.root, n);
+      return 2;
+    }
+    const std::size_t elem = loom::size_of(a.dtype);
+    const bool split = a.op == Op::allgather || a.op == Op::reducescatter;
+    const std::size_t unit = elem * (split ? static_cast<std::size_t>(n) : 1);
+    std::vector<std::size_t> sizes;
+    for (std::size_t s = a.min_bytes; s <= a.max_bytes;) {
+      std::size_t aligned = s / unit * unit;
+      if (aligned > 0 && (sizes.empty() || sizes.back() != aligned)) sizes.push_back(aligned);
+      std::size_t next = a.increment ? s + a.increment : static_cast<std::size_t>(std::ceil(static_cast<double>(s) * a.factor));
+      if (next <= s) break;
+      s = next;
+    }
+    const std::size_t max_bytes = sizes.empty() ? 0 : sizes.back();
+    std::vector<char> in(max_bytes + 64), out(max_bytes + 64);
+
+    const double bus_factor = a.op == Op::allreduce ? 2.0 * (n - 1) / n
+                              : split                 ? static_cast<double>(n - 1) / n
+                                                      : 1.0;
+    if (rank == 0 && !a.csv) {
+      std::printf("# loom-perf: %s, %s, %s, %d ranks, %d iterations, %d warm-up, %s\n", a.op_name.c_str(),
+                  std::string(loom::to_string(a.dtype)).c_str(), std::string(loom::to_string(a.redop)).c_str(), n, a.iters,
+                  a.warmup, a.in_place ? "in place" : "out of place");
+      std::printf("# %s\n", comm.describe().c_str());
+      std::printf("#%12s %12s %6s %6s %12s %12s %12s %8s\n", "size(B)", "count", "type", "redop", "time(us)",
+                  "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    }
+    if (rank == 0 && a.csv) std::printf("size,count,type,redop,time_us,algbw_gbps,busbw_gbps,wrong\n");
+    std::fflush(stdout);
+
+    std::vector<Row> rows;
+    for (std::size_t bytes : sizes) {
+      const std::size_t total = bytes / elem;             // elements in the whole buffer
+      const std::size_t count = split ? total / n : total;  // the count argument of the call
+      char* inp = in.data();
+      char* outp = out.data();
+      if (a.in_place) {
+        if (a.op == Op::allgather) inp = outp + static_cast<std::size_t>(rank) * count * elem;
+        else if (a.op == Op::reducescatter) outp = inp + static_cast<std::size_t>(rank) * count * elem;
+        else inp = outp;
+      }
+      auto run_once = [&] {
+        switch (a.op) {
+          case Op::allreduce: comm.all_reduce(inp, outp, count, a.dtype, a.redop); break;
+          case Op::reducescatter: comm.reduce_scatter(inp, outp, count, a.dtype, a.redop); break;
+          case Op::allgather: comm.all_gather(inp, outp, count, a.dtype); break;
+          case Op::broadcast: comm.broadcast(inp, outp, count, a.dtype, a.root); break;
+          case Op::reduce: comm.reduce(inp, outp, count, a.dtype, a.redop, a.root); break;
+        }
+      };
+      // Timing runs on whatever the buffers hold; prod stays finite because fill() starts each
+      // size from small values, and the check below refills.
+      fill(inp, a.op == Op::reducescatter ? total : count, rank, a);
+      for (int i = 0; i < a.warmup; ++i) run_once();
+      comm.barrier();
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < a.iters; ++i) run_once();
+      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / a.iters;
+      double slowest = us;
+      comm.all_reduce(&us, &slowest, 1, loom::DataType::f64, loom::ReduceOp::max);
+
+      long long wrong = -1;
+      if (a.check) {
+        std::uint64_t w = 0;
+        switch (a.op) {
+          case Op::allreduce: {
+            fill(inp, count, rank, a);
+            run_once();
+            auto want = expected_reduction(0, count, n, a);
+            w = count_wrong(outp, want.data(), count, elem);
+            break;
+          }
+          case Op::reducescatter: {
+            fill(inp, total, rank, a);
+            run_once();
+            auto want = expected_reduction(static_cast<std::size_t>(rank) * count, count, n, a);
+            w = count_wrong(outp, want.data(), count, elem);
+            break;
+          }
+          case Op::allgather: {
+            // Rank r contributes its pattern for the elements of block r.
+            fill(inp, count, rank, a, static_cast<std::size_t>(rank) * count);
+            run_once();
+            std::vector<char> want(count * elem);
+            for (int r = 0; r < n; ++r) {
+              fill(want.data(), count, r, a, static_cast<std::size_t>(r) * count);
+              w += count_wrong(outp + static_cast<std::size_t>(r) * count * elem, want.data(), count, elem);
+            }
+            break;
+          }
+          case Op::broadcast: {
+            fill(inp, count, rank, a);
+            run_once();
+            std::vector<char> want(count * elem);
+            fill(want.data(), count, a.root, a);
+            w = count_wrong(outp, want.data(), count, elem);
+            break;
+          }
+          case Op::reduce: {
+            fill(inp, count, rank, a);
+            run_once();
+            if (rank == a.root) {
+              auto want = expected_reduction(0, count, n, a);
+              w = count_wrong(outp, want.data(), count, elem);
+            }
+            break;
+          }
+        }
+        std::uint64_t all = 0;
+        comm.all_reduce(&w, &all, 1, loom::DataType::u64, loom::ReduceOp::sum);
+        wrong = static_cast<long long>(all);
+      }
+      double algbw = static_cast<double>(bytes) / (slowest * 1e-6) / 1e9;
+      Row row{bytes, split ? total : count, slowest, algbw, algbw * bus_factor, wrong};
+      rows.push_back(row);
+      if (rank == 0) {
+        const std::string t(loom::to_string(a.dtype)), r(loom::to_string(a.redop));
+        if (a.csv)
+          std::printf("%zu,%zu,%s,%s,%.3f,%.4f,%.4f,%lld\n", row.bytes, row.count, t.c_str(), r.c_str(), row.time_us,
+                      row.algbw, row.busbw, row.wrong);
+        else
+          std::printf(" %12zu %12zu %6s %6s %12.2f %12.3f %12.3f %8s\n", row.bytes, row.count, t.c_str(), r.c_str(),
+                      row.time_us, row.algbw, row.busbw, wrong < 0 ? "N/A" : std::to_string(wrong).c_str());
+        std::fflush(stdout);
+      }
+    }
+    long long total_wrong = 0;
+    double busbw_sum = 0;
+    for (const Row& r : rows) {
+      total_wrong += std::max(0LL, r.wrong);
+      busbw_sum += r.busbw;
+    }
+    if (rank == 0) {
+      if (!a.csv) {
+        std::printf("# out of bounds values : %lld %s\n", total_wrong, total_wrong == 0 ? "OK" : "FAILED");
+        std::printf("# avg bus bandwidth    : %.3f GB/s\n", rows.empty() ? 0.0 : busbw_sum / static_cast<double>(rows.size()));
+      }
+      if (!a.json.empty()) {
+        std::ofstream j(a.json);
+        j << "{\"op\":\"" << a.op_name << "\",\"type\":\"" << loom::to_string(a.dtype) << "\",\"redop\":\""
+          << loom::to_string(a.redop) << "\",\"ranks\":" << n << ",\"rows\":[";
+        for (std::size_t i = 0; i < rows.size(); ++i) {
+          const Row& r = rows[i];
+          j << (i ? "," : "") << "{\"size\":" << r.bytes << ",\"count\":" << r.count << ",\"time_us\":" << r.time_us
+            << ",\"algbw_gbps\":" << r.algbw << ",\"busbw_gbps\":" << r.busbw << ",\"wrong\":" << r.wrong << "}";
+        }
+        j << "]}\n";
+      }
+    }
+    comm.destroy();
+    return total_wrong == 0 ? 0 : 3;
+  } catch (const loom::Error& e) {
+    std::fprintf(stderr, "loom-perf: %s\n", e.what());
+    return 1;
+  }
+}
