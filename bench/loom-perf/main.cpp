@@ -11,8 +11,11 @@
 #include <vector>
 
 #include "loom/loom.hpp"
-#include "half.hpp"
-#include "reduce.hpp"
+#include "verify/patterns.hpp"
+
+using loom::verify::count_wrong;
+using loom::verify::expected_reduction;
+using loom::verify::fill;
 
 namespace {
 
@@ -129,60 +132,6 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-// Small integers: every sum, product and average of them is exact or rounded once, whatever
-// the order of combination, so results can be compared bit for bit.
-double pattern(int rank, std::size_t i, loom::ReduceOp op, bool is_unsigned) {
-  if (op == loom::ReduceOp::prod) return 1.0 + static_cast<double>((static_cast<std::size_t>(rank) + i) % 2);
-  double v = static_cast<double>((static_cast<std::size_t>(rank) * 7 + i * 13) % 9);
-  return is_unsigned ? v : v - 4.0;
-}
-
-bool is_unsigned(loom::DataType t) {
-  return t == loom::DataType::u8 || t == loom::DataType::u32 || t == loom::DataType::u64;
-}
-
-// Writes value (a small integer) as dtype at p[i].
-void put(void* p, std::size_t i, loom::DataType t, double v) {
-  char* c = static_cast<char*>(p);
-  switch (t) {
-    case loom::DataType::f32: { float x = static_cast<float>(v); std::memcpy(c + i * 4, &x, 4); break; }
-    case loom::DataType::f64: std::memcpy(c + i * 8, &v, 8); break;
-    case loom::DataType::f16: { auto h = loom::kernels::f32_to_f16(static_cast<float>(v)); std::memcpy(c + i * 2, &h, 2); break; }
-    case loom::DataType::bf16: { auto h = loom::kernels::f32_to_bf16(static_cast<float>(v)); std::memcpy(c + i * 2, &h, 2); break; }
-    case loom::DataType::i8: { auto x = static_cast<std::int8_t>(v); std::memcpy(c + i, &x, 1); break; }
-    case loom::DataType::u8: { auto x = static_cast<std::uint8_t>(v); std::memcpy(c + i, &x, 1); break; }
-    case loom::DataType::i32: { auto x = static_cast<std::int32_t>(v); std::memcpy(c + i * 4, &x, 4); break; }
-    case loom::DataType::u32: { auto x = static_cast<std::uint32_t>(v); std::memcpy(c + i * 4, &x, 4); break; }
-    case loom::DataType::i64: { auto x = static_cast<std::int64_t>(v); std::memcpy(c + i * 8, &x, 8); break; }
-    case loom::DataType::u64: { auto x = static_cast<std::uint64_t>(v); std::memcpy(c + i * 8, &x, 8); break; }
-  }
-}
-
-void fill(void* p, std::size_t count, int rank, const Args& a, std::size_t first = 0) {
-  for (std::size_t i = 0; i < count; ++i) put(p, i, a.dtype, pattern(rank, first + i, a.redop, is_unsigned(a.dtype)));
-}
-
-// Expected reduction of elements [first, first+count) over all ranks, folded with the reference
-// kernels so the element rules (rounding, wrapping, NaN) are the library's own.
-std::vector<char> expected_reduction(std::size_t first, std::size_t count, int nranks, const Args& a) {
-  const std::size_t elem = loom::size_of(a.dtype);
-  std::vector<char> acc(count * elem), next(count * elem);
-  fill(acc.data(), count, 0, a, first);
-  for (int r = 1; r < nranks; ++r) {
-    fill(next.data(), count, r, a, first);
-    loom::kernels::reference::reduce(acc.data(), acc.data(), next.data(), count, a.dtype, a.redop);
-  }
-  if (a.redop == loom::ReduceOp::avg) loom::kernels::reference::divide(acc.data(), acc.data(), count, a.dtype, nranks);
-  return acc;
-}
-
-std::uint64_t count_wrong(const void* got, const void* want, std::size_t count, std::size_t elem) {
-  std::uint64_t wrong = 0;
-  for (std::size_t i = 0; i < count; ++i)
-    if (std::memcmp(static_cast<const char*>(got) + i * elem, static_cast<const char*>(want) + i * elem, elem) != 0) ++wrong;
-  return wrong;
-}
-
 struct Row {
   std::size_t bytes, count;
   double time_us, algbw, busbw;
@@ -250,7 +199,7 @@ int main(int argc, char** argv) {
       };
       // Timing runs on whatever the buffers hold; prod stays finite because fill() starts each
       // size from small values, and the check below refills.
-      fill(inp, a.op == Op::reducescatter ? total : count, rank, a);
+      fill(inp, a.op == Op::reducescatter ? total : count, rank, a.dtype, a.redop);
       for (int i = 0; i < a.warmup; ++i) run_once();
       comm.barrier();
       auto t0 = std::chrono::steady_clock::now();
@@ -264,44 +213,44 @@ int main(int argc, char** argv) {
         std::uint64_t w = 0;
         switch (a.op) {
           case Op::allreduce: {
-            fill(inp, count, rank, a);
+            fill(inp, count, rank, a.dtype, a.redop);
             run_once();
-            auto want = expected_reduction(0, count, n, a);
-            w = count_wrong(outp, want.data(), count, elem);
+            auto want = expected_reduction(0, count, n, a.dtype, a.redop);
+            w = count_wrong(outp, want.data(), count, a.dtype);
             break;
           }
           case Op::reducescatter: {
-            fill(inp, total, rank, a);
+            fill(inp, total, rank, a.dtype, a.redop);
             run_once();
-            auto want = expected_reduction(static_cast<std::size_t>(rank) * count, count, n, a);
-            w = count_wrong(outp, want.data(), count, elem);
+            auto want = expected_reduction(static_cast<std::size_t>(rank) * count, count, n, a.dtype, a.redop);
+            w = count_wrong(outp, want.data(), count, a.dtype);
             break;
           }
           case Op::allgather: {
             // Rank r contributes its pattern for the elements of block r.
-            fill(inp, count, rank, a, static_cast<std::size_t>(rank) * count);
+            fill(inp, count, rank, a.dtype, a.redop, static_cast<std::size_t>(rank) * count);
             run_once();
-            std::vector<char> want(count * elem);
+            std::vector<std::byte> want(count * elem);
             for (int r = 0; r < n; ++r) {
-              fill(want.data(), count, r, a, static_cast<std::size_t>(r) * count);
-              w += count_wrong(outp + static_cast<std::size_t>(r) * count * elem, want.data(), count, elem);
+              fill(want.data(), count, r, a.dtype, a.redop, static_cast<std::size_t>(r) * count);
+              w += count_wrong(outp + static_cast<std::size_t>(r) * count * elem, want.data(), count, a.dtype);
             }
             break;
           }
           case Op::broadcast: {
-            fill(inp, count, rank, a);
+            fill(inp, count, rank, a.dtype, a.redop);
             run_once();
-            std::vector<char> want(count * elem);
-            fill(want.data(), count, a.root, a);
-            w = count_wrong(outp, want.data(), count, elem);
+            std::vector<std::byte> want(count * elem);
+            fill(want.data(), count, a.root, a.dtype, a.redop);
+            w = count_wrong(outp, want.data(), count, a.dtype);
             break;
           }
           case Op::reduce: {
-            fill(inp, count, rank, a);
+            fill(inp, count, rank, a.dtype, a.redop);
             run_once();
             if (rank == a.root) {
-              auto want = expected_reduction(0, count, n, a);
-              w = count_wrong(outp, want.data(), count, elem);
+              auto want = expected_reduction(0, count, n, a.dtype, a.redop);
+              w = count_wrong(outp, want.data(), count, a.dtype);
             }
             break;
           }

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "loom/loom.hpp"
+
 namespace loom {
 
 using Bytes = std::vector<std::uint8_t>;

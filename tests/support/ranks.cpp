@@ -1,0 +1,152 @@
+#include "ranks.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+namespace loom::testing {
+namespace {
+
+int listen_loopback(std::uint16_t& port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(fd, 1024) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  port = ntohs(a.sin_port);
+  return fd;
+}
+
+[[noreturn]] void child_main(int rank, int world, int listen_fd, std::uint16_t port,
+                             const std::function<void(RankContext&)>& body) {
+  int code = 0;
+  try {
+    std::unique_ptr<StoreServer> server;
+    if (rank == 0) server = std::make_unique<StoreServer>(listen_fd);
+    else ::close(listen_fd);
+    RankContext ctx{rank, world, std::make_shared<TcpStore>("127.0.0.1", port, std::chrono::seconds(30))};
+    body(ctx);
+    if (::testing::Test::HasFailure()) code = 1;
+    // Rank 0 keeps the store up until every rank is done with it.
+    ctx.store->add("done", 1);
+    if (rank == 0) {
+      for (int i = 0; i < 3000 && ctx.store->add("done", 0) < world; ++i) ::usleep(10000);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: uncaught exception: %s\n", rank, e.what());
+    code = 1;
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::_exit(code);
+}
+
+}  // namespace
+
+void run_ranks_raw(int world, const std::function<void(RankContext&)>& body, RunOptions opts) {
+  std::uint16_t port = 0;
+  int listen_fd = listen_loopback(port);
+  ASSERT_GE(listen_fd, 0) << "cannot listen on loopback";
+  struct Child {
+    pid_t pid;
+    int out;
+    std::string output;
+    int status = -1;
+    bool done = false;
+  };
+  std::vector<Child> children;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  for (int rank = 0; rank < world; ++rank) {
+    int pipefd[2];
+    ASSERT_EQ(::pipe2(pipefd, O_CLOEXEC), 0);
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::dup2(pipefd[1], 1);
+      ::dup2(pipefd[1], 2);
+      for (auto& c : children) ::close(c.out);
+      ::close(pipefd[0]);
+      child_main(rank, world, listen_fd, port, body);
+    }
+    ::close(pipefd[1]);
+    children.push_back({pid, pipefd[0], {}});
+  }
+  ::close(listen_fd);
+
+  const auto deadline = std::chrono::steady_clock::now() + opts.timeout;
+  bool timed_out = false;
+  for (;;) {
+    std::vector<pollfd> fds;
+    for (auto& c : children)
+      if (c.out >= 0) fds.push_back({c.out, POLLIN, 0});
+    if (!fds.empty()) ::poll(fds.data(), fds.size(), 50);
+    for (auto& c : children) {
+      if (c.out < 0) continue;
+      char buf[4096];
+      ssize_t n = ::read(c.out, buf, sizeof(buf));
+      if (n > 0) c.output.append(buf, static_cast<std::size_t>(n));
+      else if (n == 0) {
+        ::close(c.out);
+        c.out = -1;
+      }
+    }
+    for (auto& c : children)
+      if (!c.done && ::waitpid(c.pid, &c.status, WNOHANG) == c.pid) c.done = true;
+    bool all = true;
+    for (auto& c : children) all &= c.done && c.out < 0;
+    if (all) break;
+    if (fds.empty()) ::usleep(10000);
+    if (std::chrono::steady_clock::now() > deadline) {
+      timed_out = true;
+      for (auto& c : children)
+        if (!c.done) ::kill(c.pid, SIGKILL);
+      for (auto& c : children) {
+        if (!c.done) ::waitpid(c.pid, &c.status, 0);
+        c.done = true;
+        if (c.out >= 0) ::close(c.out);
+        c.out = -1;
+      }
+      break;
+    }
+  }
+  for (std::size_t r = 0; r < children.size(); ++r) {
+    const Child& c = children[r];
+    bool ok = !timed_out && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
+    EXPECT_TRUE(ok) << "rank " << r << (timed_out ? " did not finish within the test timeout" : " failed")
+                    << " (status " << c.status << "); its output:\n"
+                    << c.output;
+  }
+}
+
+void run_ranks(int world, const std::function<void(Communicator&)>& body, RunOptions opts) {
+  auto absent = opts.absent;
+  auto options = opts.options;
+  run_ranks_raw(
+      world,
+      [&](RankContext& ctx) {
+        if (std::find(absent.begin(), absent.end(), ctx.rank) != absent.end()) return;
+        Communicator comm(ctx.store, ctx.rank, ctx.size, options);
+        body(comm);
+      },
+      opts);
+}
+
+}  // namespace loom::testing

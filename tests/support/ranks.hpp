@@ -1,0 +1,38 @@
+// Runs a test body in `world` real processes joined over TCP loopback.
+//
+// The parent forks one child per rank before any thread exists; rank 0 hosts the store on a
+// socket the parent bound, so no port can be taken between choosing and listening. Each child
+// builds a Communicator and runs the body; gtest failures and exceptions in a child fail the
+// test, with that child's output attached.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/loom.hpp"
+#include "loom/store.hpp"
+
+namespace loom::testing {
+
+struct RankContext {
+  int rank;
+  int size;
+  std::shared_ptr<Store> store;
+};
+
+struct RunOptions {
+  std::chrono::seconds timeout{120};
+  Options options;
+  // Ranks that run the body without building a Communicator (to test a rank that never joins).
+  std::vector<int> absent;
+  // When false the body builds its own Communicator from ctx (e.g. to expect an init error).
+  bool make_communicator = true;
+};
+
+void run_ranks(int world, const std::function<void(Communicator&)>& body, RunOptions opts = {});
+void run_ranks_raw(int world, const std::function<void(RankContext&)>& body, RunOptions opts = {});
+
+}  // namespace loom::testing

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# init() without loomrun: env:// with rank 0 hosting the store, and file://.
+set -u
+perf=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+port=$(( 20000 + RANDOM % 20000 ))
+
+run_pair() {
+  local pids=()
+  for r in 0 1; do
+    env "$@" RANK=$r WORLD_SIZE=2 "$perf" -b 8 -e 64K -f 16 -n 2 -w 1 --check > "$dir/out$r" 2>&1 &
+    pids+=($!)
+  done
+  local rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  cat "$dir/out0"
+  [ $rc = 0 ] && grep -q "out of bounds values : 0 OK" "$dir/out0"
+}
+
+run_pair MASTER_ADDR=127.0.0.1 MASTER_PORT=$port || { echo "FAIL: env:// init"; cat "$dir/out1"; exit 1; }
+run_pair LOOM_INIT_METHOD=tcp://127.0.0.1:$((port + 1)) || { echo "FAIL: tcp:// init"; cat "$dir/out1"; exit 1; }
+run_pair LOOM_INIT_METHOD=file://$dir/store || { echo "FAIL: file:// init"; cat "$dir/out1"; exit 1; }
+echo "init methods: all passed"
