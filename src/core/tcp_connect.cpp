@@ -49,7 +49,7 @@ int try_connect(const addrinfo* ai, const Deadline& deadline, int& err) {
 }  // namespace
 
 int connect_tcp(const std::string& host, std::uint16_t port, const Deadline& deadline,
-                std::string& error) {
+                std::string& error, bool retry_refused) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -68,6 +68,7 @@ int connect_tcp(const std::string& host, std::uint16_t port, const Deadline& dea
       }
       ::freeaddrinfo(res);
       error = std::strerror(err);
+      if (err == ECONNREFUSED && !retry_refused) return -1;
     } else {
       error = ::gai_strerror(gai);
     }

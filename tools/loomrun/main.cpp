@@ -207,12 +207,14 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (pid == 0) {
+      setpgid(0, 0);  // its own group: stopping a worker stops everything it started
       dup2(out[1], 1);
       dup2(err[1], 2);
       execvpe(argvp[0], argvp.data(), envp.data());
       dprintf(2, "loomrun: cannot run %s: %s\n", argvp[0], std::strerror(errno));
       _exit(127);
     }
+    setpgid(pid, pid);
     close(out[1]);
     close(err[1]);
     w.pid = pid;
@@ -223,10 +225,11 @@ int main(int argc, char** argv) {
 
   std::optional<int> failure;  // the first failing worker's exit code
   std::optional<std::chrono::steady_clock::time_point> kill_at;
+  // Signals go to each worker's process group, which outlives the worker when it left children.
   auto stop_all = [&](int sig) {
-    for (auto& w : workers)
-      if (!w.exit_code) kill(w.pid, sig);
+    for (auto& w : workers) kill(-w.pid, sig);
   };
+  std::optional<std::chrono::steady_clock::time_point> all_exited_at;
 
   for (;;) {
     std::vector<pollfd> fds;
@@ -276,9 +279,23 @@ int main(int argc, char** argv) {
       stop_all(SIGKILL);
       kill_at = std::chrono::steady_clock::time_point::max();
     }
-    bool all_done = true;
-    for (auto& w : workers) all_done &= w.exit_code.has_value() && w.out.fd < 0 && w.err.fd < 0;
-    if (all_done) break;
+    bool all_exited = true, pipes_closed = true;
+    for (auto& w : workers) {
+      all_exited &= w.exit_code.has_value();
+      pipes_closed &= w.out.fd < 0 && w.err.fd < 0;
+    }
+    if (all_exited && !all_exited_at) all_exited_at = std::chrono::steady_clock::now();
+    // A worker's leftover children may hold its pipes open: drain briefly, then stop them.
+    if (all_exited && (pipes_closed || std::chrono::steady_clock::now() - *all_exited_at > std::chrono::seconds(2))) {
+      stop_all(SIGKILL);
+      for (auto& w : workers)
+        for (OutputStream* s : {&w.out, &w.err})
+          if (s->fd >= 0) {
+            flush_lines(*s, w.rank, args.prefix, true);
+            close(s->fd);
+          }
+      break;
+    }
   }
   return failure.value_or(0);
 }

@@ -42,7 +42,8 @@ std::string route_source(const std::string& host) {
 
 }  // namespace
 
-std::string choose_local_address(const std::string& ifname, const std::string& route_hint) {
+std::string choose_local_address(const std::string& ifname, const std::string& route_hint,
+                                 bool single_host) {
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0) return "127.0.0.1";
   std::string named, first_external;
@@ -66,7 +67,7 @@ std::string choose_local_address(const std::string& ifname, const std::string& r
     std::string via = route_source(route_hint);
     if (!via.empty()) return via;
   }
-  return first_external.empty() ? "127.0.0.1" : first_external;
+  return single_host || first_external.empty() ? "127.0.0.1" : first_external;
 }
 
 }  // namespace loom::transport::tcp

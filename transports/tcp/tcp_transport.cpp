@@ -50,7 +50,7 @@ std::pair<std::string, std::uint16_t> split_address(const std::string& addr) {
 TcpTransport::TcpTransport(Store& store, int rank, int size, std::uint64_t job_token,
                            const core::Config& config, const std::string& route_hint)
     : store_(store), rank_(rank), size_(size), job_token_(job_token), config_(config) {
-  std::string ip = choose_local_address(config.socket_ifname, route_hint);
+  std::string ip = choose_local_address(config.socket_ifname, route_hint, config.local_world_size >= size);
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) throw PeerError(fmt::format("tcp: rank {}: socket: {}", rank, std::strerror(errno)));
   set_buffers(listen_fd_, config.socket_buffer_bytes);  // accepted sockets inherit the sizes
@@ -111,11 +111,13 @@ int TcpTransport::dial(int peer, int index, const std::string& address, const co
   auto [host, port] = split_address(address);
   std::string error;
   int fd = -1;
-  // Socket buffer sizes must be set before connecting for the window scale to use them.
-  fd = core::connect_tcp(host, port, deadline, error);
-  if (fd < 0)
-    throw TimeoutError(fmt::format("tcp connect: rank {} could not reach rank {} at {}: {}", rank_,
-                                   peer, address, error));
+  // The peer listened before it published its address: a refusal means it is gone.
+  fd = core::connect_tcp(host, port, deadline, error, /*retry_refused=*/false);
+  if (fd < 0) {
+    std::string msg = fmt::format("tcp connect: rank {} could not reach rank {} at {}: {}", rank_, peer, address, error);
+    if (deadline.expired()) throw TimeoutError(msg);
+    throw PeerError(msg);
+  }
   set_buffers(fd, config_.socket_buffer_bytes);
   Hello hello{kHelloMagic, kVersion, job_token_, rank_, peer, index, config_.sockets_per_peer};
   if (core::IoResult r = core::write_exact(fd, &hello, sizeof(hello), deadline); r != core::IoResult::ok) {

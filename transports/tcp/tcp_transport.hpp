@@ -39,7 +39,9 @@ class TcpTransport final : public Transport {
 };
 
 // The local IPv4 address to listen on: the interface named by `ifname` (exact name or prefix),
-// else the one that routes to `route_hint`, else the first non-loopback interface, else loopback.
-std::string choose_local_address(const std::string& ifname, const std::string& route_hint);
+// else the one that routes to `route_hint`, else loopback when every rank is on this host, else
+// the first non-loopback interface.
+std::string choose_local_address(const std::string& ifname, const std::string& route_hint,
+                                 bool single_host);
 
 }  // namespace loom::transport::tcp

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Loom's build, tests and comparisons need. Idempotent: quiet when
+# everything is already installed. Run as root (or with sudo available).
+#   tools/deps.sh            build + tests + comparison baselines (Gloo, OpenMPI)
+#   tools/deps.sh --torch    also PyTorch (python3-torch), for the torch.distributed comparison
+set -euo pipefail
+
+packages=(cmake ninja-build g++ clang-format pkg-config
+          libasio-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev
+          libibverbs-dev librdmacm-dev libgloo-dev libopenmpi-dev openmpi-bin iproute2)
+[[ " $* " == *" --torch "* ]] && packages+=(python3-torch)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps: installing ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The test command: dependencies, configure, build, then every CTest label except `slow`.
+#   tools/test.sh                          release build in build/
+#   tools/test.sh --sanitize address,undefined   ASan+UBSan build in build-asan/
+#   tools/test.sh --sanitize thread        TSan build in build-tsan/ (unit and threaded tests)
+#   tools/test.sh --slow                   also the exhaustive sweeps
+# Extra arguments after -- go to ctest (e.g. -- -R Store).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sanitize="" labels_exclude="slow" ctest_extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sanitize) sanitize=$2; shift 2 ;;
+    --slow) labels_exclude="^$"; shift ;;
+    --) shift; ctest_extra=("$@"); break ;;
+    *) echo "usage: tools/test.sh [--sanitize LIST] [--slow] [-- ctest args]"; exit 2 ;;
+  esac
+done
+
+tools/deps.sh
+
+build=build type=Release ctest_filter=()
+case "$sanitize" in
+  "") ;;
+  thread)
+    build=build-tsan type=RelWithDebInfo
+    # TSan checks the threaded parts: Work, the worker thread, the store server and clients.
+    ctest_filter=(-L "unit|fault" -R "Store|Async|Work|Config|Init|Fault")
+    export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+    ;;
+  *)
+    build=build-asan type=RelWithDebInfo
+    ctest_filter=(-L "unit|multiproc|fault")
+    export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+    ;;
+esac
+
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=$type -DLOOM_WERROR=ON -DLOOM_SANITIZE="$sanitize" >/dev/null
+cmake --build "$build" -j "$(nproc)"
+ctest --test-dir "$build" --output-on-failure --no-tests=error -j 2 -LE "$labels_exclude" "${ctest_filter[@]}" "${ctest_extra[@]}"
