@@ -19,10 +19,7 @@ inline void cpu_relax() {
 }
 }  // namespace
 
-Waiter::Waiter(const Engine& engine) : engine_(engine) {
-  oversubscribed_ = engine.config().local_world_size >
-                    static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
+Waiter::Waiter(const Engine& engine) : engine_(engine), oversubscribed_(engine.config().oversubscribed) {}
 
 void Waiter::begin() {
   spin_until_ = core::Clock::now() + std::chrono::microseconds(engine_.config().spin_us);

@@ -96,7 +96,7 @@ class Communicator::Impl {
                      config_.slots, config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10,
                      config_.timeout.count() / 1000);
     if (rank == 0)
-      core::log().info("algorithms: all_reduce ring, reduce_scatter ring, all_gather ring, broadcast chain, reduce chain, barrier dissemination{}",
+      core::log().info("algorithms: all_reduce ring or recursive_doubling (cost model), reduce_scatter ring, all_gather ring, broadcast chain, reduce chain, barrier dissemination{}",
                        config_.algorithm.empty() ? "" : " (LOOM_ALGO=" + config_.algorithm + ")");
     worker_ = std::thread([this] { work_loop(); });
   }
@@ -134,7 +134,7 @@ class Communicator::Impl {
       state->execute();
       lock.lock();
       busy_ = false;
-      wake_.notify_one();  // calls queued meanwhile by other threads
+      if (!queue_.empty()) wake_.notify_one();  // calls queued meanwhile by other threads
       lock.unlock();
       Work(state).wait();
       return Work(state);

@@ -87,7 +87,8 @@ Config Config::resolve(const Options& options, int world_size) {
   if (auto n = env_int("LOCAL_WORLD_SIZE", 1, 1 << 20)) c.local_world_size = static_cast<int>(*n);
   // Spinning only pays while every rank has a core; oversubscribed ranks yield and block sooner.
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  c.spin_us = c.local_world_size <= static_cast<int>(cores) ? 200 : 20;
+  c.oversubscribed = c.local_world_size > static_cast<int>(cores);
+  c.spin_us = c.oversubscribed ? 20 : 200;
   if (auto n = env_int("LOOM_SPIN_US", 0, 1000000)) c.spin_us = static_cast<int>(*n);
   return c;
 }

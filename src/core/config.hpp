@@ -27,6 +27,8 @@ struct Config {
   // Bounded spinning before blocking, in microseconds; 0 blocks at once.
   int spin_us = 50;
   int local_world_size = 1;
+  // More ranks on this host than cores: spinning yields the core instead of pausing.
+  bool oversubscribed = false;
 
   // Options win over environment, environment over defaults.
   static Config resolve(const Options& options, int world_size);

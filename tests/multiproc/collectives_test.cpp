@@ -95,10 +95,19 @@ void check(Communicator& comm, Coll coll, DataType t, ReduceOp op, std::size_t c
   }
 }
 
-class CollectivesOverTcp : public ::testing::TestWithParam<int> {};
+// World size, and the all-reduce algorithm forced through Options ("" lets the cost model pick).
+class CollectivesOverTcp : public ::testing::TestWithParam<std::tuple<int, std::string>> {
+ protected:
+  int world() const { return std::get<0>(GetParam()); }
+  testing::RunOptions run_options() const {
+    testing::RunOptions o;
+    if (!std::get<1>(GetParam()).empty()) o.options.algorithm = std::get<1>(GetParam());
+    return o;
+  }
+};
 
 TEST_P(CollectivesOverTcp, EveryCollectiveDtypeAndOpMatchesTheReference) {
-  run_ranks(GetParam(), [](Communicator& comm) {
+  run_ranks(world(), [](Communicator& comm) {
     for (Coll coll : kColls)
       for (DataType t : kTypes)
         for (ReduceOp op : kOps) {
@@ -107,24 +116,30 @@ TEST_P(CollectivesOverTcp, EveryCollectiveDtypeAndOpMatchesTheReference) {
           for (std::size_t count : {0u, 1u, 7u, 4093u})
             for (bool in_place : {false, true}) check(comm, coll, t, op, count, in_place);
         }
-  });
+  }, run_options());
 }
 
 TEST_P(CollectivesOverTcp, MegaElementCountsPipelineThroughTheSlots) {
-  const int world = GetParam();
-  if (world > 5) GTEST_SKIP() << "covered at smaller world sizes; keeps the suite short on 2 cores";
-  run_ranks(world, [](Communicator& comm) {
+  if (world() > 5) GTEST_SKIP() << "covered at smaller world sizes; keeps the suite short on 2 cores";
+  if (std::get<1>(GetParam()) == "recursive_doubling") GTEST_SKIP() << "beyond its size limit the ring runs";
+  run_ranks(world(), [](Communicator& comm) {
     const std::size_t count = (1u << 20) + 3;
     for (Coll coll : kColls) {
       check(comm, coll, DataType::f32, ReduceOp::sum, count, false);
       check(comm, coll, DataType::i32, ReduceOp::max, count, true);
     }
     check(comm, Coll::all_reduce, DataType::bf16, ReduceOp::avg, count, false);
-  });
+  }, run_options());
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesOverTcp, ::testing::Values(1, 2, 3, 4, 5, 8),
-                         [](const auto& info) { return "world" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesOverTcp,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
+                                            ::testing::Values("", "ring", "recursive_doubling")),
+                         [](const auto& info) {
+                           const std::string& algo = std::get<1>(info.param);
+                           return "world" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  (algo.empty() ? std::string("auto") : algo);
+                         });
 
 TEST(CollectivesOverTcp, SixteenMebiElementAllReduceIsExact) {
   for (int world : {2, 4})
