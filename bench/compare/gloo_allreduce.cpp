@@ -39,13 +39,21 @@ int main(int argc, char** argv) {
   int iters = 20, warmup = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i], v = argv[i + 1];
-    if (f == "--store") store_dir = v;
-    else if (f == "--algo") algo = v;
-    else if (f == "--bytes") bytes = std::strtoull(v.c_str(), nullptr, 10);
-    else if (f == "-n") iters = std::atoi(v.c_str());
-    else if (f == "-w") warmup = std::atoi(v.c_str());
+    if (f == "--store")
+      store_dir = v;
+    else if (f == "--algo")
+      algo = v;
+    else if (f == "--bytes")
+      bytes = std::strtoull(v.c_str(), nullptr, 10);
+    else if (f == "-n")
+      iters = std::atoi(v.c_str());
+    else if (f == "-w")
+      warmup = std::atoi(v.c_str());
     else {
-      std::fprintf(stderr, "usage: gloo_allreduce --store DIR --algo ring_chunked|halving_doubling|bcube|allreduce_ring --bytes N [-n iters] [-w warmup]\n");
+      std::fprintf(
+          stderr,
+          "usage: gloo_allreduce --store DIR --algo "
+          "ring_chunked|halving_doubling|bcube|allreduce_ring --bytes N [-n iters] [-w warmup]\n");
       return 2;
     }
   }
@@ -61,9 +69,14 @@ int main(int argc, char** argv) {
   std::vector<float> data(count, 1.0f);
   std::vector<float*> ptrs{data.data()};
   std::unique_ptr<gloo::Algorithm> classic;
-  if (algo == "ring_chunked") classic = std::make_unique<gloo::AllreduceRingChunked<float>>(context, ptrs, static_cast<int>(count));
-  else if (algo == "halving_doubling") classic = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(context, ptrs, static_cast<int>(count));
-  else if (algo == "bcube") classic = std::make_unique<gloo::AllreduceBcube<float>>(context, ptrs, static_cast<int>(count));
+  if (algo == "ring_chunked")
+    classic =
+        std::make_unique<gloo::AllreduceRingChunked<float>>(context, ptrs, static_cast<int>(count));
+  else if (algo == "halving_doubling")
+    classic = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(context, ptrs,
+                                                                      static_cast<int>(count));
+  else if (algo == "bcube")
+    classic = std::make_unique<gloo::AllreduceBcube<float>>(context, ptrs, static_cast<int>(count));
   else if (algo != "allreduce_ring") {
     std::fprintf(stderr, "gloo_allreduce: unknown algorithm %s\n", algo.c_str());
     return 2;
@@ -76,21 +89,25 @@ int main(int argc, char** argv) {
     gloo::AllreduceOptions opts(context);
     opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
     opts.setOutput(data.data(), count);
-    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    opts.setReduceFunction(
+        static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
     gloo::allreduce(opts);
   };
   for (int i = 0; i < warmup; ++i) run();
   gloo::BarrierAllToAll(context).run();
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) run();
-  double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+  double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+      iters;
   // The slowest rank's time, as loom-perf reports.
   std::vector<double> t{us};
   std::vector<double*> tp{t.data()};
   gloo::AllreduceRing<double>(context, tp, 1, gloo::ReductionFunction<double>::max).run();
   if (rank == 0) {
     double algbw = static_cast<double>(count * sizeof(float)) / (t[0] * 1e-6) / 1e9;
-    std::printf("%s,%zu,%.3f,%.4f\n", algo.c_str(), count * sizeof(float), t[0], algbw * 2.0 * (size - 1) / size);
+    std::printf("%s,%zu,%.3f,%.4f\n", algo.c_str(), count * sizeof(float), t[0],
+                algbw * 2.0 * (size - 1) / size);
   }
   return 0;
 }

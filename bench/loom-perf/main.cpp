@@ -35,23 +35,26 @@ struct Args {
 };
 
 [[noreturn]] void usage(int code) {
-  std::fprintf(code ? stderr : stdout,
-               "usage: loom-perf [options]   (one process per rank, e.g. loomrun --nproc-per-node 4 loom-perf)\n"
-               "  -o OP      allreduce | reducescatter | allgather | broadcast | reduce (default allreduce)\n"
-               "  -d TYPE    f32 f64 f16 bf16 i8 u8 i32 u32 i64 u64 (or float32, bfloat16, int32, ...)\n"
-               "  -r REDOP   sum | prod | min | max | avg (default sum)\n"
-               "  -b SIZE    smallest size in bytes, K/M/G suffixes (default 8)\n"
-               "  -e SIZE    largest size (default 64M)\n"
-               "  -f FACTOR  multiply the size by FACTOR each step (default 2)\n"
-               "  -i BYTES   add BYTES each step instead\n"
-               "  -n ITERS   timed iterations per size (default 20)\n"
-               "  -w ITERS   warm-up iterations per size (default 5)\n"
-               "  -R ROOT    root of broadcast and reduce (default 0)\n"
-               "  --inplace  run in place\n"
-               "  -c, --check  verify results: count wrong elements (#wrong)\n"
-               "  --csv      print CSV rows instead of the table\n"
-               "  --json F   also write the rows to F as JSON\n"
-               "size is the whole buffer: for allgather the output, for reducescatter the input.\n");
+  std::fprintf(
+      code ? stderr : stdout,
+      "usage: loom-perf [options]   (one process per rank, e.g. loomrun --nproc-per-node 4 "
+      "loom-perf)\n"
+      "  -o OP      allreduce | reducescatter | allgather | broadcast | reduce (default "
+      "allreduce)\n"
+      "  -d TYPE    f32 f64 f16 bf16 i8 u8 i32 u32 i64 u64 (or float32, bfloat16, int32, ...)\n"
+      "  -r REDOP   sum | prod | min | max | avg (default sum)\n"
+      "  -b SIZE    smallest size in bytes, K/M/G suffixes (default 8)\n"
+      "  -e SIZE    largest size (default 64M)\n"
+      "  -f FACTOR  multiply the size by FACTOR each step (default 2)\n"
+      "  -i BYTES   add BYTES each step instead\n"
+      "  -n ITERS   timed iterations per size (default 20)\n"
+      "  -w ITERS   warm-up iterations per size (default 5)\n"
+      "  -R ROOT    root of broadcast and reduce (default 0)\n"
+      "  --inplace  run in place\n"
+      "  -c, --check  verify results: count wrong elements (#wrong)\n"
+      "  --csv      print CSV rows instead of the table\n"
+      "  --json F   also write the rows to F as JSON\n"
+      "size is the whole buffer: for allgather the output, for reducescatter the input.\n");
   std::exit(code);
 }
 
@@ -59,9 +62,12 @@ std::size_t parse_size(const std::string& s) {
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
   std::size_t mul = 1;
-  if (*end == 'K' || *end == 'k') mul = 1u << 10, ++end;
-  else if (*end == 'M' || *end == 'm') mul = 1u << 20, ++end;
-  else if (*end == 'G' || *end == 'g') mul = 1u << 30, ++end;
+  if (*end == 'K' || *end == 'k')
+    mul = 1u << 10, ++end;
+  else if (*end == 'M' || *end == 'm')
+    mul = 1u << 20, ++end;
+  else if (*end == 'G' || *end == 'g')
+    mul = 1u << 30, ++end;
   if (end == s.c_str() || *end != '\0' || v < 0) {
     std::fprintf(stderr, "loom-perf: '%s' is not a size\n", s.c_str());
     std::exit(2);
@@ -80,11 +86,14 @@ Args parse(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (f == "-h" || f == "--help") usage(0);
+    if (f == "-h" || f == "--help")
+      usage(0);
     else if (f == "-o" || f == "--op") {
       a.op_name = next();
-      static const std::pair<const char*, Op> ops[] = {{"allreduce", Op::allreduce}, {"reducescatter", Op::reducescatter},
-                                                       {"allgather", Op::allgather}, {"broadcast", Op::broadcast},
+      static const std::pair<const char*, Op> ops[] = {{"allreduce", Op::allreduce},
+                                                       {"reducescatter", Op::reducescatter},
+                                                       {"allgather", Op::allgather},
+                                                       {"broadcast", Op::broadcast},
                                                        {"reduce", Op::reduce}};
       bool found = false;
       for (auto& [name, op] : ops)
@@ -109,17 +118,28 @@ Args parse(int argc, char** argv) {
         usage(2);
       }
       a.redop = *op;
-    } else if (f == "-b" || f == "--minbytes") a.min_bytes = parse_size(next());
-    else if (f == "-e" || f == "--maxbytes") a.max_bytes = parse_size(next());
-    else if (f == "-f" || f == "--stepfactor") a.factor = std::atof(next().c_str());
-    else if (f == "-i" || f == "--stepbytes") a.increment = parse_size(next());
-    else if (f == "-n" || f == "--iters") a.iters = std::max(1, std::atoi(next().c_str()));
-    else if (f == "-w" || f == "--warmup_iters") a.warmup = std::max(0, std::atoi(next().c_str()));
-    else if (f == "-R" || f == "--root") a.root = std::atoi(next().c_str());
-    else if (f == "-c" || f == "--check") a.check = true;
-    else if (f == "--inplace") a.in_place = true;
-    else if (f == "--csv") a.csv = true;
-    else if (f == "--json") a.json = next();
+    } else if (f == "-b" || f == "--minbytes")
+      a.min_bytes = parse_size(next());
+    else if (f == "-e" || f == "--maxbytes")
+      a.max_bytes = parse_size(next());
+    else if (f == "-f" || f == "--stepfactor")
+      a.factor = std::atof(next().c_str());
+    else if (f == "-i" || f == "--stepbytes")
+      a.increment = parse_size(next());
+    else if (f == "-n" || f == "--iters")
+      a.iters = std::max(1, std::atoi(next().c_str()));
+    else if (f == "-w" || f == "--warmup_iters")
+      a.warmup = std::max(0, std::atoi(next().c_str()));
+    else if (f == "-R" || f == "--root")
+      a.root = std::atoi(next().c_str());
+    else if (f == "-c" || f == "--check")
+      a.check = true;
+    else if (f == "--inplace")
+      a.in_place = true;
+    else if (f == "--csv")
+      a.csv = true;
+    else if (f == "--json")
+      a.json = next();
     else {
       std::fprintf(stderr, "loom-perf: unknown option %s\n", f.c_str());
       usage(2);
@@ -156,7 +176,9 @@ int main(int argc, char** argv) {
     for (std::size_t s = a.min_bytes; s <= a.max_bytes;) {
       std::size_t aligned = s / unit * unit;
       if (aligned > 0 && (sizes.empty() || sizes.back() != aligned)) sizes.push_back(aligned);
-      std::size_t next = a.increment ? s + a.increment : static_cast<std::size_t>(std::ceil(static_cast<double>(s) * a.factor));
+      std::size_t next =
+          a.increment ? s + a.increment
+                      : static_cast<std::size_t>(std::ceil(static_cast<double>(s) * a.factor));
       if (next <= s) break;
       s = next;
     }
@@ -164,37 +186,52 @@ int main(int argc, char** argv) {
     std::vector<char> in(max_bytes + 64), out(max_bytes + 64);
 
     const double bus_factor = a.op == Op::allreduce ? 2.0 * (n - 1) / n
-                              : split                 ? static_cast<double>(n - 1) / n
-                                                      : 1.0;
+                              : split               ? static_cast<double>(n - 1) / n
+                                                    : 1.0;
     if (rank == 0 && !a.csv) {
-      std::printf("# loom-perf: %s, %s, %s, %d ranks, %d iterations, %d warm-up, %s\n", a.op_name.c_str(),
-                  std::string(loom::to_string(a.dtype)).c_str(), std::string(loom::to_string(a.redop)).c_str(), n, a.iters,
-                  a.warmup, a.in_place ? "in place" : "out of place");
+      std::printf("# loom-perf: %s, %s, %s, %d ranks, %d iterations, %d warm-up, %s\n",
+                  a.op_name.c_str(), std::string(loom::to_string(a.dtype)).c_str(),
+                  std::string(loom::to_string(a.redop)).c_str(), n, a.iters, a.warmup,
+                  a.in_place ? "in place" : "out of place");
       std::printf("# %s\n", comm.describe().c_str());
-      std::printf("#%12s %12s %6s %6s %12s %12s %12s %8s\n", "size(B)", "count", "type", "redop", "time(us)",
-                  "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+      std::printf("#%12s %12s %6s %6s %12s %12s %12s %8s\n", "size(B)", "count", "type", "redop",
+                  "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
     }
-    if (rank == 0 && a.csv) std::printf("size,count,type,redop,time_us,algbw_gbps,busbw_gbps,wrong\n");
+    if (rank == 0 && a.csv)
+      std::printf("size,count,type,redop,time_us,algbw_gbps,busbw_gbps,wrong\n");
     std::fflush(stdout);
 
     std::vector<Row> rows;
     for (std::size_t bytes : sizes) {
-      const std::size_t total = bytes / elem;             // elements in the whole buffer
+      const std::size_t total = bytes / elem;               // elements in the whole buffer
       const std::size_t count = split ? total / n : total;  // the count argument of the call
       char* inp = in.data();
       char* outp = out.data();
       if (a.in_place) {
-        if (a.op == Op::allgather) inp = outp + static_cast<std::size_t>(rank) * count * elem;
-        else if (a.op == Op::reducescatter) outp = inp + static_cast<std::size_t>(rank) * count * elem;
-        else inp = outp;
+        if (a.op == Op::allgather)
+          inp = outp + static_cast<std::size_t>(rank) * count * elem;
+        else if (a.op == Op::reducescatter)
+          outp = inp + static_cast<std::size_t>(rank) * count * elem;
+        else
+          inp = outp;
       }
       auto run_once = [&] {
         switch (a.op) {
-          case Op::allreduce: comm.all_reduce(inp, outp, count, a.dtype, a.redop); break;
-          case Op::reducescatter: comm.reduce_scatter(inp, outp, count, a.dtype, a.redop); break;
-          case Op::allgather: comm.all_gather(inp, outp, count, a.dtype); break;
-          case Op::broadcast: comm.broadcast(inp, outp, count, a.dtype, a.root); break;
-          case Op::reduce: comm.reduce(inp, outp, count, a.dtype, a.redop, a.root); break;
+          case Op::allreduce:
+            comm.all_reduce(inp, outp, count, a.dtype, a.redop);
+            break;
+          case Op::reducescatter:
+            comm.reduce_scatter(inp, outp, count, a.dtype, a.redop);
+            break;
+          case Op::allgather:
+            comm.all_gather(inp, outp, count, a.dtype);
+            break;
+          case Op::broadcast:
+            comm.broadcast(inp, outp, count, a.dtype, a.root);
+            break;
+          case Op::reduce:
+            comm.reduce(inp, outp, count, a.dtype, a.redop, a.root);
+            break;
         }
       };
       // Timing runs on whatever the buffers hold; prod stays finite because fill() starts each
@@ -204,7 +241,9 @@ int main(int argc, char** argv) {
       comm.barrier();
       auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < a.iters; ++i) run_once();
-      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / a.iters;
+      double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+          a.iters;
       double slowest = us;
       comm.all_reduce(&us, &slowest, 1, loom::DataType::f64, loom::ReduceOp::max);
 
@@ -222,7 +261,8 @@ int main(int argc, char** argv) {
           case Op::reducescatter: {
             fill(inp, total, rank, a.dtype, a.redop);
             run_once();
-            auto want = expected_reduction(static_cast<std::size_t>(rank) * count, count, n, a.dtype, a.redop);
+            auto want = expected_reduction(static_cast<std::size_t>(rank) * count, count, n,
+                                           a.dtype, a.redop);
             w = count_wrong(outp, want.data(), count, a.dtype);
             break;
           }
@@ -233,7 +273,8 @@ int main(int argc, char** argv) {
             std::vector<std::byte> want(count * elem);
             for (int r = 0; r < n; ++r) {
               fill(want.data(), count, r, a.dtype, a.redop, static_cast<std::size_t>(r) * count);
-              w += count_wrong(outp + static_cast<std::size_t>(r) * count * elem, want.data(), count, a.dtype);
+              w += count_wrong(outp + static_cast<std::size_t>(r) * count * elem, want.data(),
+                               count, a.dtype);
             }
             break;
           }
@@ -265,11 +306,12 @@ int main(int argc, char** argv) {
       if (rank == 0) {
         const std::string t(loom::to_string(a.dtype)), r(loom::to_string(a.redop));
         if (a.csv)
-          std::printf("%zu,%zu,%s,%s,%.3f,%.4f,%.4f,%lld\n", row.bytes, row.count, t.c_str(), r.c_str(), row.time_us,
-                      row.algbw, row.busbw, row.wrong);
+          std::printf("%zu,%zu,%s,%s,%.3f,%.4f,%.4f,%lld\n", row.bytes, row.count, t.c_str(),
+                      r.c_str(), row.time_us, row.algbw, row.busbw, row.wrong);
         else
-          std::printf(" %12zu %12zu %6s %6s %12.2f %12.3f %12.3f %8s\n", row.bytes, row.count, t.c_str(), r.c_str(),
-                      row.time_us, row.algbw, row.busbw, wrong < 0 ? "N/A" : std::to_string(wrong).c_str());
+          std::printf(" %12zu %12zu %6s %6s %12.2f %12.3f %12.3f %8s\n", row.bytes, row.count,
+                      t.c_str(), r.c_str(), row.time_us, row.algbw, row.busbw,
+                      wrong < 0 ? "N/A" : std::to_string(wrong).c_str());
         std::fflush(stdout);
       }
     }
@@ -281,17 +323,20 @@ int main(int argc, char** argv) {
     }
     if (rank == 0) {
       if (!a.csv) {
-        std::printf("# out of bounds values : %lld %s\n", total_wrong, total_wrong == 0 ? "OK" : "FAILED");
-        std::printf("# avg bus bandwidth    : %.3f GB/s\n", rows.empty() ? 0.0 : busbw_sum / static_cast<double>(rows.size()));
+        std::printf("# out of bounds values : %lld %s\n", total_wrong,
+                    total_wrong == 0 ? "OK" : "FAILED");
+        std::printf("# avg bus bandwidth    : %.3f GB/s\n",
+                    rows.empty() ? 0.0 : busbw_sum / static_cast<double>(rows.size()));
       }
       if (!a.json.empty()) {
         std::ofstream j(a.json);
-        j << "{\"op\":\"" << a.op_name << "\",\"type\":\"" << loom::to_string(a.dtype) << "\",\"redop\":\""
-          << loom::to_string(a.redop) << "\",\"ranks\":" << n << ",\"rows\":[";
+        j << "{\"op\":\"" << a.op_name << "\",\"type\":\"" << loom::to_string(a.dtype)
+          << "\",\"redop\":\"" << loom::to_string(a.redop) << "\",\"ranks\":" << n << ",\"rows\":[";
         for (std::size_t i = 0; i < rows.size(); ++i) {
           const Row& r = rows[i];
-          j << (i ? "," : "") << "{\"size\":" << r.bytes << ",\"count\":" << r.count << ",\"time_us\":" << r.time_us
-            << ",\"algbw_gbps\":" << r.algbw << ",\"busbw_gbps\":" << r.busbw << ",\"wrong\":" << r.wrong << "}";
+          j << (i ? "," : "") << "{\"size\":" << r.bytes << ",\"count\":" << r.count
+            << ",\"time_us\":" << r.time_us << ",\"algbw_gbps\":" << r.algbw
+            << ",\"busbw_gbps\":" << r.busbw << ",\"wrong\":" << r.wrong << "}";
         }
         j << "]}\n";
       }

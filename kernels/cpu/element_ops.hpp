@@ -79,8 +79,9 @@ inline C apply(C x, C y, ReduceOp op) {
         return static_cast<C>(static_cast<U>(static_cast<U>(x) + static_cast<U>(y)));
       case ReduceOp::prod:
         // Promote through unsigned int so narrow types do not multiply as signed int.
-        return static_cast<C>(static_cast<U>(static_cast<std::common_type_t<U, unsigned>>(static_cast<U>(x)) *
-                                             static_cast<std::common_type_t<U, unsigned>>(static_cast<U>(y))));
+        return static_cast<C>(
+            static_cast<U>(static_cast<std::common_type_t<U, unsigned>>(static_cast<U>(x)) *
+                           static_cast<std::common_type_t<U, unsigned>>(static_cast<U>(y))));
       case ReduceOp::min:
         return x < y ? x : y;
       case ReduceOp::max:
@@ -107,16 +108,26 @@ inline C divide_by(C x, int divisor) {
 template <typename F>
 decltype(auto) dispatch(DataType dtype, F&& f) {
   switch (dtype) {
-    case DataType::f32: return f.template operator()<float>();
-    case DataType::f64: return f.template operator()<double>();
-    case DataType::f16: return f.template operator()<Half>();
-    case DataType::bf16: return f.template operator()<BFloat16>();
-    case DataType::i8: return f.template operator()<std::int8_t>();
-    case DataType::u8: return f.template operator()<std::uint8_t>();
-    case DataType::i32: return f.template operator()<std::int32_t>();
-    case DataType::u32: return f.template operator()<std::uint32_t>();
-    case DataType::i64: return f.template operator()<std::int64_t>();
-    case DataType::u64: return f.template operator()<std::uint64_t>();
+    case DataType::f32:
+      return f.template operator()<float>();
+    case DataType::f64:
+      return f.template operator()<double>();
+    case DataType::f16:
+      return f.template operator()<Half>();
+    case DataType::bf16:
+      return f.template operator()<BFloat16>();
+    case DataType::i8:
+      return f.template operator()<std::int8_t>();
+    case DataType::u8:
+      return f.template operator()<std::uint8_t>();
+    case DataType::i32:
+      return f.template operator()<std::int32_t>();
+    case DataType::u32:
+      return f.template operator()<std::uint32_t>();
+    case DataType::i64:
+      return f.template operator()<std::int64_t>();
+    case DataType::u64:
+      return f.template operator()<std::uint64_t>();
   }
   return f.template operator()<std::uint8_t>();
 }

@@ -25,7 +25,8 @@ inline std::uint16_t f32_to_f16(float value) {
   bits &= 0x7fffffffu;
   std::uint16_t out;
   if (bits >= 0x47800000u) {  // |value| >= 65536, inf or NaN: all exponent bits set
-    out = bits > 0x7f800000u ? static_cast<std::uint16_t>(0x7e00u | ((bits >> 13) & 0x3ffu)) : 0x7c00u;
+    out = bits > 0x7f800000u ? static_cast<std::uint16_t>(0x7e00u | ((bits >> 13) & 0x3ffu))
+                             : 0x7c00u;
   } else if (bits < 0x38800000u) {
     // The result is subnormal or zero: adding 0.5f aligns the 10 mantissa bits at the bottom of
     // the float, and the FPU's own round-to-nearest-even does the rounding.

@@ -54,11 +54,15 @@ void reduce_copy(void* dst, void* dst2, const void* a, const void* b, std::size_
   bool divide = op == ReduceOp::avg && divisor != 1;
   dispatch(dtype, [&]<typename T>() {
     if (divide) {
-      if (d2) by_op<T, true, true>(op, d, d2, x, y, n, divisor);
-      else by_op<T, true, false>(op, d, d2, x, y, n, divisor);
+      if (d2)
+        by_op<T, true, true>(op, d, d2, x, y, n, divisor);
+      else
+        by_op<T, true, false>(op, d, d2, x, y, n, divisor);
     } else {
-      if (d2) by_op<T, false, true>(op, d, d2, x, y, n, divisor);
-      else by_op<T, false, false>(op, d, d2, x, y, n, divisor);
+      if (d2)
+        by_op<T, false, true>(op, d, d2, x, y, n, divisor);
+      else
+        by_op<T, false, false>(op, d, d2, x, y, n, divisor);
     }
   });
 }

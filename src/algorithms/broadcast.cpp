@@ -10,14 +10,18 @@ namespace loom::algorithms {
 void pipelined_broadcast(Engine& engine, const Collective& call) {
   const int n = engine.size();
   const int pos = ((engine.rank() - call.root) % n + n) % n;  // 0 at the root
-  if (pos == 0 && call.in != call.out) std::memcpy(call.out, call.in, call.count * size_of(call.dtype));
+  if (pos == 0 && call.in != call.out)
+    std::memcpy(call.out, call.in, call.count * size_of(call.dtype));
   if (n == 1) return;
   transport::Connection* next = pos < n - 1 ? &engine.connection(engine.ring_next()) : nullptr;
   transport::Connection* prev = pos > 0 ? &engine.connection(engine.ring_prev()) : nullptr;
   Primitives prims(engine, prev, next);
-  if (pos == 0) prims.send(call.in, call.count);
-  else if (pos < n - 1) prims.recv_copy_send(call.out, call.count);
-  else prims.recv(call.out, call.count);
+  if (pos == 0)
+    prims.send(call.in, call.count);
+  else if (pos < n - 1)
+    prims.recv_copy_send(call.out, call.count);
+  else
+    prims.recv(call.out, call.count);
 }
 
 }  // namespace loom::algorithms

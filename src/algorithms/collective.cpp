@@ -10,14 +10,22 @@ namespace loom::algorithms {
 
 std::string_view to_string(Kind kind) {
   switch (kind) {
-    case Kind::all_reduce: return "all_reduce";
-    case Kind::reduce_scatter: return "reduce_scatter";
-    case Kind::all_gather: return "all_gather";
-    case Kind::broadcast: return "broadcast";
-    case Kind::reduce: return "reduce";
-    case Kind::barrier: return "barrier";
-    case Kind::send: return "send";
-    case Kind::recv: return "recv";
+    case Kind::all_reduce:
+      return "all_reduce";
+    case Kind::reduce_scatter:
+      return "reduce_scatter";
+    case Kind::all_gather:
+      return "all_gather";
+    case Kind::broadcast:
+      return "broadcast";
+    case Kind::reduce:
+      return "reduce";
+    case Kind::barrier:
+      return "barrier";
+    case Kind::send:
+      return "send";
+    case Kind::recv:
+      return "recv";
   }
   return "?";
 }
@@ -44,15 +52,17 @@ std::string Collective::describe() const {
       return fmt::format("all_gather #{} ({} x {})", seq, loom::to_string(dtype), count);
     case Kind::send:
     case Kind::recv:
-      return fmt::format("{} #{} ({} x {}, peer {})", to_string(kind), seq, loom::to_string(dtype), count, root);
+      return fmt::format("{} #{} ({} x {}, peer {})", to_string(kind), seq, loom::to_string(dtype),
+                         count, root);
     case Kind::broadcast:
-      return fmt::format("broadcast #{} ({} x {}, root {})", seq, loom::to_string(dtype), count, root);
+      return fmt::format("broadcast #{} ({} x {}, root {})", seq, loom::to_string(dtype), count,
+                         root);
     case Kind::reduce:
       return fmt::format("reduce #{} ({} x {}, {}, root {})", seq, loom::to_string(dtype), count,
                          loom::to_string(op), root);
     default:
-      return fmt::format("{} #{} ({} x {}, {})", to_string(kind), seq, loom::to_string(dtype), count,
-                         loom::to_string(op));
+      return fmt::format("{} #{} ({} x {}, {})", to_string(kind), seq, loom::to_string(dtype),
+                         count, loom::to_string(op));
   }
 }
 

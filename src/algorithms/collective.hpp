@@ -2,8 +2,8 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "core/config.hpp"
 #include "core/deadline.hpp"
@@ -12,7 +12,16 @@
 
 namespace loom::algorithms {
 
-enum class Kind : std::uint8_t { all_reduce = 1, reduce_scatter, all_gather, broadcast, reduce, barrier, send, recv };
+enum class Kind : std::uint8_t {
+  all_reduce = 1,
+  reduce_scatter,
+  all_gather,
+  broadcast,
+  reduce,
+  barrier,
+  send,
+  recv
+};
 std::string_view to_string(Kind kind);
 
 struct Collective {

@@ -32,7 +32,8 @@ transport::RecvSlot Primitives::wait_recv(std::size_t expected_bytes) {
   std::optional<transport::RecvSlot> slot;
   waiter_.until([&] { return (slot = recv_from_->try_recv_slot()).has_value(); },
                 recv_from_->peer(), "data from");
-  if (slot->bytes != expected_bytes || slot->tag != engine_.call().tag()) mismatch(*slot, expected_bytes);
+  if (slot->bytes != expected_bytes || slot->tag != engine_.call().tag())
+    mismatch(*slot, expected_bytes);
   return *slot;
 }
 
@@ -42,12 +43,14 @@ void Primitives::mismatch(const transport::RecvSlot& slot, std::size_t expected_
   std::uint64_t our_seq = c.tag() >> 32;
   std::string detail =
       their_seq != our_seq
-          ? fmt::format("rank {} sent data for its call #{}", recv_from_->peer(), their_seq & 0x7fffffff)
-          : fmt::format("rank {} called it with a different operation, type, count or root ({} "
-                        "bytes where {} were expected)",
-                        recv_from_->peer(), slot.bytes, expected_bytes);
-  throw CollectiveMismatch(fmt::format("{}: rank {}: collective mismatch: {}", c.describe(),
-                                       engine_.rank(), detail));
+          ? fmt::format("rank {} sent data for its call #{}", recv_from_->peer(),
+                        their_seq & 0x7fffffff)
+          : fmt::format(
+                "rank {} called it with a different operation, type, count or root ({} "
+                "bytes where {} were expected)",
+                recv_from_->peer(), slot.bytes, expected_bytes);
+  throw CollectiveMismatch(
+      fmt::format("{}: rank {}: collective mismatch: {}", c.describe(), engine_.rank(), detail));
 }
 
 void Primitives::send(const void* src, std::size_t count) {
@@ -91,7 +94,8 @@ void Primitives::recv_reduce_copy(const void* local, void* dst, std::size_t coun
     std::size_t n = std::min(slice_elems_, count - off);
     auto slot = wait_recv(n * elem_);
     std::byte* out = send ? wait_send() : nullptr;
-    kernels::reduce_copy(d + off * elem_, out, l + off * elem_, slot.data, n, c.dtype, c.op, divisor);
+    kernels::reduce_copy(d + off * elem_, out, l + off * elem_, slot.data, n, c.dtype, c.op,
+                         divisor);
     if (send) send_to_->post_send(n * elem_, c.tag());
     recv_from_->release_recv_slot();
   }

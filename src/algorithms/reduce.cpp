@@ -19,9 +19,12 @@ void pipelined_reduce(Engine& engine, const Collective& call) {
   transport::Connection* next = pos < n - 1 ? &engine.connection(engine.ring_next()) : nullptr;
   transport::Connection* prev = pos > 0 ? &engine.connection(engine.ring_prev()) : nullptr;
   Primitives prims(engine, prev, next);
-  if (pos == 0) prims.send(call.in, call.count);
-  else if (pos < n - 1) prims.recv_reduce_send(call.in, call.count);
-  else prims.recv_reduce_copy(call.in, call.out, call.count, false, divisor);
+  if (pos == 0)
+    prims.send(call.in, call.count);
+  else if (pos < n - 1)
+    prims.recv_reduce_send(call.in, call.count);
+  else
+    prims.recv_reduce_copy(call.in, call.out, call.count, false, divisor);
 }
 
 }  // namespace loom::algorithms

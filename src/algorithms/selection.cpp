@@ -21,7 +21,7 @@ namespace loom::algorithms {
 namespace {
 
 struct CostModel {
-  double alpha_us = 30.0;       // one hop
+  double alpha_us = 30.0;                  // one hop
   double beta_us_per_byte = 1.0 / 1500.0;  // 1.5 GB/s per link
 };
 
@@ -56,7 +56,8 @@ void choose_all_reduce(Engine& engine, const Collective& call) {
   const double ring_us = ring_cost(model, n, bytes);
   const double rd_us = recursive_doubling_cost(model, n, bytes);
   // Connections are made on first use, so nothing here may open one the algorithm won't use.
-  const bool rd_fits = n > 1 && bytes <= static_cast<double>(recursive_doubling_max_bytes(engine.config()));
+  const bool rd_fits =
+      n > 1 && bytes <= static_cast<double>(recursive_doubling_max_bytes(engine.config()));
   bool use_rd;
   if (forced.empty()) {
     use_rd = rd_fits && rd_us < ring_us;
@@ -65,26 +66,36 @@ void choose_all_reduce(Engine& engine, const Collective& call) {
   } else if (forced == "recursive_doubling") {
     use_rd = rd_fits;  // beyond its size limit the ring runs regardless
   } else {
-    throw InvalidArgument(fmt::format("{}: LOOM_ALGO={} is not an all-reduce algorithm (ring, recursive_doubling)",
-                                      call.describe(), forced));
+    throw InvalidArgument(
+        fmt::format("{}: LOOM_ALGO={} is not an all-reduce algorithm (ring, recursive_doubling)",
+                    call.describe(), forced));
   }
   log_choice(call, use_rd ? "recursive_doubling" : "ring", ring_us, rd_us);
-  if (use_rd) recursive_doubling_all_reduce(engine, call);
-  else ring_all_reduce(engine, call);
+  if (use_rd)
+    recursive_doubling_all_reduce(engine, call);
+  else
+    ring_all_reduce(engine, call);
 }
 
 }  // namespace
 
 void select_and_run(Engine& engine, const Collective& call) {
   switch (call.kind) {
-    case Kind::all_reduce: return choose_all_reduce(engine, call);
-    case Kind::reduce_scatter: return ring_reduce_scatter(engine, call);
-    case Kind::all_gather: return ring_all_gather(engine, call);
-    case Kind::broadcast: return pipelined_broadcast(engine, call);
-    case Kind::reduce: return pipelined_reduce(engine, call);
-    case Kind::barrier: return dissemination_barrier(engine, call);
+    case Kind::all_reduce:
+      return choose_all_reduce(engine, call);
+    case Kind::reduce_scatter:
+      return ring_reduce_scatter(engine, call);
+    case Kind::all_gather:
+      return ring_all_gather(engine, call);
+    case Kind::broadcast:
+      return pipelined_broadcast(engine, call);
+    case Kind::reduce:
+      return pipelined_reduce(engine, call);
+    case Kind::barrier:
+      return dissemination_barrier(engine, call);
     case Kind::send:
-    case Kind::recv: return point_to_point(engine, call);
+    case Kind::recv:
+      return point_to_point(engine, call);
   }
   throw InvalidArgument(fmt::format("{}: no algorithm for this call", call.describe()));
 }

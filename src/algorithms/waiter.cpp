@@ -19,7 +19,8 @@ inline void cpu_relax() {
 }
 }  // namespace
 
-Waiter::Waiter(const Engine& engine) : engine_(engine), oversubscribed_(engine.config().oversubscribed) {}
+Waiter::Waiter(const Engine& engine)
+    : engine_(engine), oversubscribed_(engine.config().oversubscribed) {}
 
 void Waiter::begin() {
   spin_until_ = core::Clock::now() + std::chrono::microseconds(engine_.config().spin_us);
@@ -34,8 +35,10 @@ void Waiter::step(int peer, const char* what) {
   }
   const auto now = core::Clock::now();
   if (now < spin_until_) {
-    if (oversubscribed_) sched_yield();
-    else cpu_relax();
+    if (oversubscribed_)
+      sched_yield();
+    else
+      cpu_relax();
     return;
   }
   if (engine_.deadline().expired()) {

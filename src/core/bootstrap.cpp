@@ -15,8 +15,10 @@ namespace {
 long long required_int(const char* name, long long lo, long long hi) {
   auto v = core::env_int(name, lo, hi);
   if (!v)
-    throw InvalidArgument(fmt::format("init: environment variable {} is not set (launch with loomrun, "
-                                      "torchrun-style variables, or set RANK and WORLD_SIZE)", name));
+    throw InvalidArgument(
+        fmt::format("init: environment variable {} is not set (launch with loomrun, "
+                    "torchrun-style variables, or set RANK and WORLD_SIZE)",
+                    name));
   return *v;
 }
 
@@ -31,13 +33,15 @@ HostPort parse_tcp_url(const std::string& url) {
   if (colon == std::string::npos || colon == 0)
     throw InvalidArgument(fmt::format("init: '{}' is not tcp://host:port", url));
   std::string host = rest.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   long long port = -1;
   try {
     port = std::stoll(rest.substr(colon + 1));
   } catch (const std::exception&) {
   }
-  if (port < 1 || port > 65535) throw InvalidArgument(fmt::format("init: '{}' has no valid port", url));
+  if (port < 1 || port > 65535)
+    throw InvalidArgument(fmt::format("init: '{}' has no valid port", url));
   return {host, static_cast<std::uint16_t>(port)};
 }
 
@@ -52,7 +56,8 @@ Communicator init(Options options) {
   std::shared_ptr<Store> store;
   std::unique_ptr<StoreServer> server;
   if (method.rfind("file://", 0) == 0) {
-    core::log().info("init: rank {}/{} rendezvous through file store {}", rank, size, method.substr(7));
+    core::log().info("init: rank {}/{} rendezvous through file store {}", rank, size,
+                     method.substr(7));
     store = std::make_shared<FileStore>(method.substr(7));
   } else {
     HostPort at;
@@ -60,21 +65,25 @@ Communicator init(Options options) {
       at = parse_tcp_url(method);
     } else if (method == "env://") {
       auto addr = core::env_string("MASTER_ADDR");
-      if (!addr) throw InvalidArgument("init: environment variable MASTER_ADDR is not set (env:// rendezvous)");
+      if (!addr)
+        throw InvalidArgument(
+            "init: environment variable MASTER_ADDR is not set (env:// rendezvous)");
       at = {*addr, static_cast<std::uint16_t>(required_int("MASTER_PORT", 1, 65535))};
     } else {
-      throw InvalidArgument(fmt::format("init: LOOM_INIT_METHOD='{}' is not env://, tcp://host:port or file://path", method));
+      throw InvalidArgument(fmt::format(
+          "init: LOOM_INIT_METHOD='{}' is not env://, tcp://host:port or file://path", method));
     }
     // Rank 0 hosts the store unless a launcher (loomrun) already does.
     if (rank == 0 && !core::env_string("LOOM_STORE_HOSTED")) {
       try {
         server = std::make_unique<StoreServer>(at.host, at.port);
       } catch (const std::exception&) {
-        server = std::make_unique<StoreServer>("0.0.0.0", at.port);  // MASTER_ADDR names another interface
+        server = std::make_unique<StoreServer>("0.0.0.0",
+                                               at.port);  // MASTER_ADDR names another interface
       }
     }
-    core::log().info("init: rank {}/{} rendezvous through store {}:{}{}", rank, size, at.host, at.port,
-                     server ? " (hosted by this rank)" : "");
+    core::log().info("init: rank {}/{} rendezvous through store {}:{}{}", rank, size, at.host,
+                     at.port, server ? " (hosted by this rank)" : "");
     store = std::make_shared<TcpStore>(at.host, at.port, timeout);
   }
   Communicator comm(store, rank, size, options);

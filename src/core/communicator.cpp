@@ -70,7 +70,8 @@ class Communicator::Impl {
   Impl(std::shared_ptr<Store> store, int rank, int size, const Options& options,
        const std::string& route_hint)
       : rank_(rank), size_(size) {
-    if (size < 1) throw InvalidArgument(fmt::format("init: world size {} must be at least 1", size));
+    if (size < 1)
+      throw InvalidArgument(fmt::format("init: world size {} must be at least 1", size));
     if (rank < 0 || rank >= size)
       throw InvalidArgument(fmt::format("init: rank {} is outside [0, {})", rank, size));
     if (!store) throw InvalidArgument(fmt::format("init: rank {}: store is null", rank));
@@ -83,21 +84,27 @@ class Communicator::Impl {
     store_ = std::make_shared<PrefixStore>(fmt::format("g{}", generation), base);
 
     std::uint64_t token = random_token();
-    Bytes mine(reinterpret_cast<std::uint8_t*>(&token), reinterpret_cast<std::uint8_t*>(&token) + 8);
+    Bytes mine(reinterpret_cast<std::uint8_t*>(&token),
+               reinterpret_cast<std::uint8_t*>(&token) + 8);
     Bytes agreed = store_->compare_set("job_token", {}, mine);
     if (agreed.size() != 8) throw StoreError("init: the job token in the store is malformed");
     std::memcpy(&token, agreed.data(), 8);
 
-    transport_ = std::make_unique<transport::tcp::TcpTransport>(*store_, rank, size, token, config_, route_hint);
+    transport_ = std::make_unique<transport::tcp::TcpTransport>(*store_, rank, size, token, config_,
+                                                                route_hint);
     join();
     engine_ = std::make_unique<algorithms::Engine>(rank, size, *transport_, config_);
-    core::log().info("rank {}/{} on {}: transport tcp at {}, {} sockets per peer, {} slots of {} KiB, timeout {} s",
-                     rank, size, host_name(), transport_->listen_address(), config_.sockets_per_peer,
-                     config_.slots, config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10,
-                     config_.timeout.count() / 1000);
+    core::log().info(
+        "rank {}/{} on {}: transport tcp at {}, {} sockets per peer, {} slots of {} KiB, timeout "
+        "{} s",
+        rank, size, host_name(), transport_->listen_address(), config_.sockets_per_peer,
+        config_.slots, config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10,
+        config_.timeout.count() / 1000);
     if (rank == 0)
-      core::log().info("algorithms: all_reduce ring or recursive_doubling (cost model), reduce_scatter ring, all_gather ring, broadcast chain, reduce chain, barrier dissemination{}",
-                       config_.algorithm.empty() ? "" : " (LOOM_ALGO=" + config_.algorithm + ")");
+      core::log().info(
+          "algorithms: all_reduce ring or recursive_doubling (cost model), reduce_scatter ring, "
+          "all_gather ring, broadcast chain, reduce chain, barrier dissemination{}",
+          config_.algorithm.empty() ? "" : " (LOOM_ALGO=" + config_.algorithm + ")");
     worker_ = std::thread([this] { work_loop(); });
   }
 
@@ -109,7 +116,8 @@ class Communicator::Impl {
   std::string describe() const {
     return fmt::format("rank {}/{} on {}, tcp at {}, {} sockets per peer, {} x {} KiB slots", rank_,
                        size_, host_name(), transport_->listen_address(), config_.sockets_per_peer,
-                       config_.slots, config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10);
+                       config_.slots,
+                       config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10);
   }
 
   // Validates, numbers and runs (or queues) one call.
@@ -121,11 +129,15 @@ class Communicator::Impl {
       throw InvalidArgument(fmt::format("{}: rank {}: the communicator was destroyed",
                                         algorithms::to_string(call.kind), rank_));
     if (!broken_.empty())
-      throw PeerError(fmt::format("{}: rank {}: the communicator is unusable after an earlier failure: {}",
-                                  algorithms::to_string(call.kind), rank_, broken_));
-    if (call.kind == Kind::send) call.seq = sent_[call.root]++;
-    else if (call.kind == Kind::recv) call.seq = received_[call.root]++;
-    else call.seq = next_seq_++;
+      throw PeerError(
+          fmt::format("{}: rank {}: the communicator is unusable after an earlier failure: {}",
+                      algorithms::to_string(call.kind), rank_, broken_));
+    if (call.kind == Kind::send)
+      call.seq = sent_[call.root]++;
+    else if (call.kind == Kind::recv)
+      call.seq = received_[call.root]++;
+    else
+      call.seq = next_seq_++;
     state->run = [this, call] { execute(call); };
     if (blocking && queue_.empty() && !busy_) {
       // Nothing ahead of it: run on the caller's thread and skip two thread wake-ups.
@@ -170,8 +182,8 @@ class Communicator::Impl {
       for (int r = 0; r < size_; ++r)
         if (!present[r]) missing.push_back(r);
       throw TimeoutError(fmt::format(
-          "init: rank {} timed out after {} s waiting for rank(s) {} to join (world size {})", rank_,
-          config_.timeout.count() / 1000.0, fmt::join(missing, ", "), size_));
+          "init: rank {} timed out after {} s waiting for rank(s) {} to join (world size {})",
+          rank_, config_.timeout.count() / 1000.0, fmt::join(missing, ", "), size_));
     }
   }
 
@@ -180,7 +192,8 @@ class Communicator::Impl {
     auto bad = [&](const std::string& why) {
       return InvalidArgument(fmt::format("{}: rank {}: {}", op, rank_, why));
     };
-    if (size_of(c.dtype) == 0) throw bad(fmt::format("unknown data type {}", static_cast<int>(c.dtype)));
+    if (size_of(c.dtype) == 0)
+      throw bad(fmt::format("unknown data type {}", static_cast<int>(c.dtype)));
     if (static_cast<int>(c.op) > static_cast<int>(ReduceOp::avg))
       throw bad(fmt::format("unknown reduce op {}", static_cast<int>(c.op)));
     const std::size_t elem = size_of(c.dtype);
@@ -198,8 +211,10 @@ class Communicator::Impl {
       // writes reduce's output.
       bool reads = c.kind != Kind::recv && !(c.kind == Kind::broadcast && c.root != rank_);
       bool writes = c.kind != Kind::send && !(c.kind == Kind::reduce && c.root != rank_);
-      if (reads && c.in == nullptr) throw bad(fmt::format("argument 'in' is null with count {} > 0", c.count));
-      if (writes && c.out == nullptr) throw bad(fmt::format("argument 'out' is null with count {} > 0", c.count));
+      if (reads && c.in == nullptr)
+        throw bad(fmt::format("argument 'in' is null with count {} > 0", c.count));
+      if (writes && c.out == nullptr)
+        throw bad(fmt::format("argument 'out' is null with count {} > 0", c.count));
     }
   }
 
@@ -261,7 +276,8 @@ class Communicator::Impl {
   std::unique_ptr<StoreServer> hosted_server;  // when this rank hosts the store (init())
 };
 
-// ---- Communicator ---------------------------------------------------------------------------------
+// ---- Communicator
+// ---------------------------------------------------------------------------------
 
 namespace {
 std::string route_hint_of(const std::shared_ptr<Store>& store) {
@@ -278,7 +294,7 @@ Communicator::~Communicator() {
   if (impl_) impl_->shutdown();
 }
 
-#define LOOM_REQUIRE_IMPL(opname)                                                                 \
+#define LOOM_REQUIRE_IMPL(opname) \
   if (!impl_) throw InvalidArgument(opname ": the communicator was destroyed or moved from")
 
 int Communicator::rank() const {
@@ -298,8 +314,8 @@ void Communicator::destroy() {
 }
 
 namespace {
-Collective make(Kind kind, const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op,
-                int root) {
+Collective make(Kind kind, const void* in, void* out, std::size_t count, DataType dtype,
+                ReduceOp op, int root) {
   Collective c{};
   c.kind = kind;
   c.in = in;
@@ -312,11 +328,13 @@ Collective make(Kind kind, const void* in, void* out, std::size_t count, DataTyp
 }
 }  // namespace
 
-Work Communicator::all_reduce_async(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op) {
+Work Communicator::all_reduce_async(const void* in, void* out, std::size_t count, DataType dtype,
+                                    ReduceOp op) {
   LOOM_REQUIRE_IMPL("all_reduce");
   return impl_->submit(make(Kind::all_reduce, in, out, count, dtype, op, 0), false);
 }
-Work Communicator::reduce_scatter_async(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op) {
+Work Communicator::reduce_scatter_async(const void* in, void* out, std::size_t count,
+                                        DataType dtype, ReduceOp op) {
   LOOM_REQUIRE_IMPL("reduce_scatter");
   return impl_->submit(make(Kind::reduce_scatter, in, out, count, dtype, op, 0), false);
 }
@@ -324,17 +342,20 @@ Work Communicator::all_gather_async(const void* in, void* out, std::size_t count
   LOOM_REQUIRE_IMPL("all_gather");
   return impl_->submit(make(Kind::all_gather, in, out, count, dtype, ReduceOp::sum, 0), false);
 }
-Work Communicator::broadcast_async(const void* in, void* out, std::size_t count, DataType dtype, int root) {
+Work Communicator::broadcast_async(const void* in, void* out, std::size_t count, DataType dtype,
+                                   int root) {
   LOOM_REQUIRE_IMPL("broadcast");
   return impl_->submit(make(Kind::broadcast, in, out, count, dtype, ReduceOp::sum, root), false);
 }
-Work Communicator::reduce_async(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op, int root) {
+Work Communicator::reduce_async(const void* in, void* out, std::size_t count, DataType dtype,
+                                ReduceOp op, int root) {
   LOOM_REQUIRE_IMPL("reduce");
   return impl_->submit(make(Kind::reduce, in, out, count, dtype, op, root), false);
 }
 Work Communicator::barrier_async() {
   LOOM_REQUIRE_IMPL("barrier");
-  return impl_->submit(make(Kind::barrier, nullptr, nullptr, 0, DataType::u8, ReduceOp::sum, 0), false);
+  return impl_->submit(make(Kind::barrier, nullptr, nullptr, 0, DataType::u8, ReduceOp::sum, 0),
+                       false);
 }
 Work Communicator::send_async(const void* buf, std::size_t count, DataType dtype, int peer) {
   LOOM_REQUIRE_IMPL("send");
@@ -345,11 +366,13 @@ Work Communicator::recv_async(void* buf, std::size_t count, DataType dtype, int 
   return impl_->submit(make(Kind::recv, nullptr, buf, count, dtype, ReduceOp::sum, peer), false);
 }
 
-void Communicator::all_reduce(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op) {
+void Communicator::all_reduce(const void* in, void* out, std::size_t count, DataType dtype,
+                              ReduceOp op) {
   LOOM_REQUIRE_IMPL("all_reduce");
   impl_->submit(make(Kind::all_reduce, in, out, count, dtype, op, 0), true);
 }
-void Communicator::reduce_scatter(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op) {
+void Communicator::reduce_scatter(const void* in, void* out, std::size_t count, DataType dtype,
+                                  ReduceOp op) {
   LOOM_REQUIRE_IMPL("reduce_scatter");
   impl_->submit(make(Kind::reduce_scatter, in, out, count, dtype, op, 0), true);
 }
@@ -357,11 +380,13 @@ void Communicator::all_gather(const void* in, void* out, std::size_t count, Data
   LOOM_REQUIRE_IMPL("all_gather");
   impl_->submit(make(Kind::all_gather, in, out, count, dtype, ReduceOp::sum, 0), true);
 }
-void Communicator::broadcast(const void* in, void* out, std::size_t count, DataType dtype, int root) {
+void Communicator::broadcast(const void* in, void* out, std::size_t count, DataType dtype,
+                             int root) {
   LOOM_REQUIRE_IMPL("broadcast");
   impl_->submit(make(Kind::broadcast, in, out, count, dtype, ReduceOp::sum, root), true);
 }
-void Communicator::reduce(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op, int root) {
+void Communicator::reduce(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op,
+                          int root) {
   LOOM_REQUIRE_IMPL("reduce");
   impl_->submit(make(Kind::reduce, in, out, count, dtype, op, root), true);
 }

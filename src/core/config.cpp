@@ -21,8 +21,8 @@ std::optional<long long> env_int(const char* name, long long lo, long long hi) {
   char* end = nullptr;
   long long value = std::strtoll(text->c_str(), &end, 10);
   if (errno != 0 || end == text->c_str() || *end != '\0' || value < lo || value > hi)
-    throw InvalidArgument(fmt::format("configuration: {}='{}' is not an integer in [{}, {}]", name,
-                                      *text, lo, hi));
+    throw InvalidArgument(
+        fmt::format("configuration: {}='{}' is not an integer in [{}, {}]", name, *text, lo, hi));
   return value;
 }
 
@@ -34,11 +34,25 @@ std::optional<std::size_t> parse_size(const std::string& text) {
   if (errno != 0 || end == text.c_str() || text[0] == '-') return std::nullopt;
   unsigned shift = 0;
   switch (*end) {
-    case '\0': break;
-    case 'k': case 'K': shift = 10; ++end; break;
-    case 'm': case 'M': shift = 20; ++end; break;
-    case 'g': case 'G': shift = 30; ++end; break;
-    default: return std::nullopt;
+    case '\0':
+      break;
+    case 'k':
+    case 'K':
+      shift = 10;
+      ++end;
+      break;
+    case 'm':
+    case 'M':
+      shift = 20;
+      ++end;
+      break;
+    case 'g':
+    case 'G':
+      shift = 30;
+      ++end;
+      break;
+    default:
+      return std::nullopt;
   }
   if (*end == 'B' || *end == 'b') ++end;
   if (*end != '\0') return std::nullopt;
@@ -53,35 +67,47 @@ Config Config::resolve(const Options& options, int world_size) {
   } else if (auto s = env_int("LOOM_TIMEOUT", 1, 7 * 24 * 3600)) {
     c.timeout = std::chrono::seconds(*s);
   }
-  if (options.socket_ifname) c.socket_ifname = *options.socket_ifname;
-  else if (auto s = env_string("LOOM_SOCKET_IFNAME")) c.socket_ifname = *s;
-  if (options.sockets_per_peer) c.sockets_per_peer = *options.sockets_per_peer;
-  else if (auto n = env_int("LOOM_NSOCKS", 1, 64)) c.sockets_per_peer = static_cast<int>(*n);
-  if (options.slots) c.slots = *options.slots;
-  else if (auto n = env_int("LOOM_SLOTS", 2, 64)) c.slots = static_cast<int>(*n);
+  if (options.socket_ifname)
+    c.socket_ifname = *options.socket_ifname;
+  else if (auto s = env_string("LOOM_SOCKET_IFNAME"))
+    c.socket_ifname = *s;
+  if (options.sockets_per_peer)
+    c.sockets_per_peer = *options.sockets_per_peer;
+  else if (auto n = env_int("LOOM_NSOCKS", 1, 64))
+    c.sockets_per_peer = static_cast<int>(*n);
+  if (options.slots)
+    c.slots = *options.slots;
+  else if (auto n = env_int("LOOM_SLOTS", 2, 64))
+    c.slots = static_cast<int>(*n);
   if (options.buffer_bytes) {
     c.buffer_bytes = *options.buffer_bytes;
   } else if (auto s = env_string("LOOM_BUFFSIZE")) {
     auto bytes = parse_size(*s);
-    if (!bytes) throw InvalidArgument(fmt::format("configuration: LOOM_BUFFSIZE='{}' is not a size", *s));
+    if (!bytes)
+      throw InvalidArgument(fmt::format("configuration: LOOM_BUFFSIZE='{}' is not a size", *s));
     c.buffer_bytes = *bytes;
   }
   if (auto s = env_string("LOOM_SOCKBUF")) {
     auto bytes = parse_size(*s);
-    if (!bytes) throw InvalidArgument(fmt::format("configuration: LOOM_SOCKBUF='{}' is not a size", *s));
+    if (!bytes)
+      throw InvalidArgument(fmt::format("configuration: LOOM_SOCKBUF='{}' is not a size", *s));
     c.socket_buffer_bytes = *bytes;
   }
-  if (options.algorithm) c.algorithm = *options.algorithm;
-  else if (auto s = env_string("LOOM_ALGO")) c.algorithm = *s;
+  if (options.algorithm)
+    c.algorithm = *options.algorithm;
+  else if (auto s = env_string("LOOM_ALGO"))
+    c.algorithm = *s;
 
   if (c.sockets_per_peer < 1 || c.sockets_per_peer > 64)
-    throw InvalidArgument(fmt::format("configuration: sockets per peer {} not in [1, 64]", c.sockets_per_peer));
+    throw InvalidArgument(
+        fmt::format("configuration: sockets per peer {} not in [1, 64]", c.sockets_per_peer));
   if (c.slots < 2 || c.slots > 64)
     throw InvalidArgument(fmt::format("configuration: slots {} not in [2, 64]", c.slots));
   if (c.buffer_bytes / static_cast<std::size_t>(c.slots) < 4096 || c.buffer_bytes > (1ull << 30))
-    throw InvalidArgument(fmt::format(
-        "configuration: buffer of {} bytes over {} slots: each slot needs at least 4 KiB, the buffer at most 1 GiB",
-        c.buffer_bytes, c.slots));
+    throw InvalidArgument(
+        fmt::format("configuration: buffer of {} bytes over {} slots: each slot needs at least 4 "
+                    "KiB, the buffer at most 1 GiB",
+                    c.buffer_bytes, c.slots));
 
   c.local_world_size = world_size;
   if (auto n = env_int("LOCAL_WORLD_SIZE", 1, 1 << 20)) c.local_world_size = static_cast<int>(*n);

@@ -25,7 +25,8 @@ class LockedFile {
  public:
   explicit LockedFile(const std::string& path) : path_(path) {
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd_ < 0) throw StoreError(fmt::format("file store {}: open: {}", path, std::strerror(errno)));
+    if (fd_ < 0)
+      throw StoreError(fmt::format("file store {}: open: {}", path, std::strerror(errno)));
     while (::flock(fd_, LOCK_EX) != 0) {
       if (errno != EINTR) {
         ::close(fd_);
@@ -55,9 +56,12 @@ class LockedFile {
         auto type = static_cast<Record>(r.u8());
         std::string key = r.str();
         Bytes value = r.blob();
-        if (type == Record::set) map[key] = std::move(value);
-        else if (type == Record::remove) map.erase(key);
-        else throw StoreError("unknown record type");
+        if (type == Record::set)
+          map[key] = std::move(value);
+        else if (type == Record::remove)
+          map.erase(key);
+        else
+          throw StoreError("unknown record type");
       }
     } catch (const StoreError& e) {
       throw StoreError(fmt::format("file store {}: corrupt file: {}", path_, e.what()));
@@ -75,7 +79,8 @@ class LockedFile {
     while (off < b.size()) {
       ssize_t n = ::write(fd_, b.data() + off, b.size() - off);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw StoreError(fmt::format("file store {}: write: {}", path_, std::strerror(errno)));
+      if (n < 0)
+        throw StoreError(fmt::format("file store {}: write: {}", path_, std::strerror(errno)));
       off += static_cast<std::size_t>(n);
     }
   }
@@ -87,7 +92,9 @@ class LockedFile {
 
 }  // namespace
 
-FileStore::FileStore(std::string path) : path_(std::move(path)) { LockedFile probe(path_); }
+FileStore::FileStore(std::string path) : path_(std::move(path)) {
+  LockedFile probe(path_);
+}
 
 void FileStore::set(const std::string& key, const Bytes& value) {
   LockedFile f(path_);

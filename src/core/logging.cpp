@@ -20,9 +20,14 @@ std::string expand_log_path(std::string path) {
   for (std::size_t i = 0; (i = path.find('%', i)) != std::string::npos;) {
     if (i + 1 >= path.size()) break;
     std::string with;
-    if (path[i + 1] == 'h') with = host;
-    else if (path[i + 1] == 'p') with = std::to_string(getpid());
-    else { i += 2; continue; }
+    if (path[i + 1] == 'h')
+      with = host;
+    else if (path[i + 1] == 'p')
+      with = std::to_string(getpid());
+    else {
+      i += 2;
+      continue;
+    }
     path.replace(i, 2, with);
     i += with.size();
   }
@@ -53,7 +58,8 @@ std::shared_ptr<spdlog::logger> make_logger() {
     }
   }
   if (!logger)
-    logger = std::make_shared<spdlog::logger>("loom", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    logger =
+        std::make_shared<spdlog::logger>("loom", std::make_shared<spdlog::sinks::stderr_sink_mt>());
   logger->set_level(level_from_env());
   logger->set_pattern("[%H:%M:%S.%e] loom %l: %v");
   logger->flush_on(spdlog::level::info);
@@ -67,7 +73,9 @@ std::shared_ptr<spdlog::logger>& logger_slot() {
 
 }  // namespace
 
-spdlog::logger& log() { return *logger_slot(); }
+spdlog::logger& log() {
+  return *logger_slot();
+}
 
 void set_log_rank(int rank, int size) {
   logger_slot()->set_pattern(fmt::format("[%H:%M:%S.%e] loom rank {}/{} %l: %v", rank, size));

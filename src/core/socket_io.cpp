@@ -61,14 +61,20 @@ IoResult write_exact(int fd, const void* buf, std::size_t n, const Deadline& dea
   return IoResult::ok;
 }
 
-void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) | O_NONBLOCK); }
+void set_nonblocking(int fd) {
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
+}
 
 std::string describe(IoResult r) {
   switch (r) {
-    case IoResult::ok: return "ok";
-    case IoResult::timeout: return "timed out";
-    case IoResult::closed: return "connection closed by peer";
-    case IoResult::error: return "socket error";
+    case IoResult::ok:
+      return "ok";
+    case IoResult::timeout:
+      return "timed out";
+    case IoResult::closed:
+      return "connection closed by peer";
+    case IoResult::error:
+      return "socket error";
   }
   return "?";
 }

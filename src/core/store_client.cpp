@@ -61,21 +61,22 @@ class TcpStore::Impl {
     if (r == IoResult::ok) r = core::read_exact(fd_, reply.data(), reply_len, deadline);
     if (r != IoResult::ok) {
       drop();  // the reply may still arrive later: this connection can no longer be trusted
-      std::string msg = fmt::format("store {}('{}') on {}:{}: {}", what, key, host_, port_,
-                                    core::describe(r));
+      std::string msg =
+          fmt::format("store {}('{}') on {}:{}: {}", what, key, host_, port_, core::describe(r));
       if (r == IoResult::timeout) throw TimeoutError(msg);
       throw StoreError(msg);
     }
     auto status = static_cast<Status>(reply[0]);
     reply.erase(reply.begin());
     if (status == Status::timeout)
-      throw TimeoutError(fmt::format("store {}('{}') on {}:{}: timed out", what, key, host_, port_));
+      throw TimeoutError(
+          fmt::format("store {}('{}') on {}:{}: timed out", what, key, host_, port_));
     if (status == Status::error) {
       WireReader er(reply.data(), reply.size());
       std::string why = er.str();
       drop();
-      throw StoreError(fmt::format("store {}('{}') on {}:{}: server refused: {}", what, key, host_,
-                                   port_, why));
+      throw StoreError(
+          fmt::format("store {}('{}') on {}:{}: server refused: {}", what, key, host_, port_, why));
     }
     return reply;
   }
@@ -101,7 +102,8 @@ class TcpStore::Impl {
 namespace {
 void put_key(WireWriter& w, const std::string& key) {
   if (key.size() > kMaxKeyBytes)
-    throw InvalidArgument(fmt::format("store: key of {} bytes exceeds {}", key.size(), kMaxKeyBytes));
+    throw InvalidArgument(
+        fmt::format("store: key of {} bytes exceeds {}", key.size(), kMaxKeyBytes));
   w.str(key);
 }
 std::uint32_t clamp_ms(std::chrono::milliseconds t) {
@@ -112,8 +114,12 @@ std::uint32_t clamp_ms(std::chrono::milliseconds t) {
 TcpStore::TcpStore(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout)
     : impl_(std::make_unique<Impl>(host, port, timeout)) {}
 TcpStore::~TcpStore() = default;
-const std::string& TcpStore::host() const { return impl_->host(); }
-std::uint16_t TcpStore::port() const { return impl_->port(); }
+const std::string& TcpStore::host() const {
+  return impl_->host();
+}
+std::uint16_t TcpStore::port() const {
+  return impl_->port();
+}
 
 void TcpStore::set(const std::string& key, const Bytes& value) {
   WireWriter w;
@@ -188,15 +194,21 @@ std::vector<bool> TcpStore::check(const std::vector<std::string>& keys) {
 
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
     : prefix_(std::move(prefix)), base_(std::move(base)) {}
-void PrefixStore::set(const std::string& k, const Bytes& v) { base_->set(key(k), v); }
+void PrefixStore::set(const std::string& k, const Bytes& v) {
+  base_->set(key(k), v);
+}
 Bytes PrefixStore::get(const std::string& k, std::chrono::milliseconds t) {
   return base_->get(key(k), t);
 }
-std::int64_t PrefixStore::add(const std::string& k, std::int64_t d) { return base_->add(key(k), d); }
+std::int64_t PrefixStore::add(const std::string& k, std::int64_t d) {
+  return base_->add(key(k), d);
+}
 Bytes PrefixStore::compare_set(const std::string& k, const Bytes& e, const Bytes& d) {
   return base_->compare_set(key(k), e, d);
 }
-bool PrefixStore::remove(const std::string& k) { return base_->remove(key(k)); }
+bool PrefixStore::remove(const std::string& k) {
+  return base_->remove(key(k));
+}
 void PrefixStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds t) {
   std::vector<std::string> full;
   for (const auto& k : keys) full.push_back(key(k));

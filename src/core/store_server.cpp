@@ -4,8 +4,8 @@
 #include <map>
 #include <thread>
 
-#include <asio.hpp>
 #include <fmt/format.h>
+#include <asio.hpp>
 
 #include "core/logging.hpp"
 #include "core/store_protocol.hpp"
@@ -20,8 +20,7 @@ using core::WireWriter;
 
 class StoreServer::Impl {
  public:
-  explicit Impl(asio::ip::tcp::acceptor::protocol_type proto, int fd)
-      : acceptor_(io_, proto, fd) {
+  explicit Impl(asio::ip::tcp::acceptor::protocol_type proto, int fd) : acceptor_(io_, proto, fd) {
     start();
   }
   Impl(const std::string& host, std::uint16_t port) : acceptor_(io_) {
@@ -134,7 +133,8 @@ class StoreServer::Impl {
 
   static std::string checked_key(WireReader& r) {
     std::string key = r.str();
-    if (key.size() > kMaxKeyBytes) throw StoreError(fmt::format("key of {} bytes is too long", key.size()));
+    if (key.size() > kMaxKeyBytes)
+      throw StoreError(fmt::format("key of {} bytes is too long", key.size()));
     return key;
   }
 
@@ -159,7 +159,8 @@ class StoreServer::Impl {
             keys.push_back(checked_key(r));
           } else {
             std::uint32_t n = r.u32();
-            if (n > kMaxKeysPerWait) throw StoreError(fmt::format("wait for {} keys is too many", n));
+            if (n > kMaxKeysPerWait)
+              throw StoreError(fmt::format("wait for {} keys is too many", n));
             for (std::uint32_t i = 0; i < n; ++i) keys.push_back(checked_key(r));
           }
           std::uint32_t timeout_ms = r.u32();
@@ -300,6 +301,8 @@ StoreServer::StoreServer(int listening_fd) {
       ss.ss_family == AF_INET6 ? asio::ip::tcp::v6() : asio::ip::tcp::v4(), listening_fd);
 }
 StoreServer::~StoreServer() = default;
-std::uint16_t StoreServer::port() const { return impl_->port(); }
+std::uint16_t StoreServer::port() const {
+  return impl_->port();
+}
 
 }  // namespace loom

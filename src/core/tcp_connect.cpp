@@ -73,7 +73,8 @@ int connect_tcp(const std::string& host, std::uint16_t port, const Deadline& dea
       error = ::gai_strerror(gai);
     }
     if (deadline.expired()) return -1;
-    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(backoff, std::chrono::milliseconds(deadline.remaining_ms(1000))));
+    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
+        backoff, std::chrono::milliseconds(deadline.remaining_ms(1000))));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
   }
 }

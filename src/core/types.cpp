@@ -28,27 +28,42 @@ std::size_t size_of(DataType dtype) {
 
 std::string_view to_string(DataType dtype) {
   switch (dtype) {
-    case DataType::f32: return "f32";
-    case DataType::f64: return "f64";
-    case DataType::f16: return "f16";
-    case DataType::bf16: return "bf16";
-    case DataType::i8: return "i8";
-    case DataType::u8: return "u8";
-    case DataType::i32: return "i32";
-    case DataType::u32: return "u32";
-    case DataType::i64: return "i64";
-    case DataType::u64: return "u64";
+    case DataType::f32:
+      return "f32";
+    case DataType::f64:
+      return "f64";
+    case DataType::f16:
+      return "f16";
+    case DataType::bf16:
+      return "bf16";
+    case DataType::i8:
+      return "i8";
+    case DataType::u8:
+      return "u8";
+    case DataType::i32:
+      return "i32";
+    case DataType::u32:
+      return "u32";
+    case DataType::i64:
+      return "i64";
+    case DataType::u64:
+      return "u64";
   }
   return "invalid-dtype";
 }
 
 std::string_view to_string(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::prod: return "prod";
-    case ReduceOp::min: return "min";
-    case ReduceOp::max: return "max";
-    case ReduceOp::avg: return "avg";
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::prod:
+      return "prod";
+    case ReduceOp::min:
+      return "min";
+    case ReduceOp::max:
+      return "max";
+    case ReduceOp::avg:
+      return "avg";
   }
   return "invalid-op";
 }
@@ -61,14 +76,14 @@ std::optional<DataType> parse_data_type(std::string_view name) {
     DataType dtype;
   };
   static constexpr Alias kAliases[] = {
-      {"f32", DataType::f32},      {"float32", DataType::f32},  {"float", DataType::f32},
-      {"f64", DataType::f64},      {"float64", DataType::f64},  {"double", DataType::f64},
-      {"f16", DataType::f16},      {"float16", DataType::f16},  {"half", DataType::f16},
-      {"bf16", DataType::bf16},    {"bfloat16", DataType::bf16}, {"i8", DataType::i8},
-      {"int8", DataType::i8},      {"u8", DataType::u8},        {"uint8", DataType::u8},
-      {"i32", DataType::i32},      {"int32", DataType::i32},    {"int", DataType::i32},
-      {"u32", DataType::u32},      {"uint32", DataType::u32},   {"i64", DataType::i64},
-      {"int64", DataType::i64},    {"u64", DataType::u64},      {"uint64", DataType::u64},
+      {"f32", DataType::f32},   {"float32", DataType::f32},   {"float", DataType::f32},
+      {"f64", DataType::f64},   {"float64", DataType::f64},   {"double", DataType::f64},
+      {"f16", DataType::f16},   {"float16", DataType::f16},   {"half", DataType::f16},
+      {"bf16", DataType::bf16}, {"bfloat16", DataType::bf16}, {"i8", DataType::i8},
+      {"int8", DataType::i8},   {"u8", DataType::u8},         {"uint8", DataType::u8},
+      {"i32", DataType::i32},   {"int32", DataType::i32},     {"int", DataType::i32},
+      {"u32", DataType::u32},   {"uint32", DataType::u32},    {"i64", DataType::i64},
+      {"int64", DataType::i64}, {"u64", DataType::u64},       {"uint64", DataType::u64},
   };
   for (const Alias& a : kAliases)
     if (n == a.name) return a.dtype;

@@ -40,8 +40,8 @@ void Work::wait(std::chrono::milliseconds timeout) const {
       continue;
     }
     if (deadline.expired())
-      throw TimeoutError(fmt::format("Work::wait: the operation did not finish within {} ms",
-                                     timeout.count()));
+      throw TimeoutError(
+          fmt::format("Work::wait: the operation did not finish within {} ms", timeout.count()));
     core::futex_wait(state_->done, 0, deadline.remaining_ms(100));
   }
   if (state_->error) std::rethrow_exception(state_->error);

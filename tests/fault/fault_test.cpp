@@ -77,8 +77,10 @@ TEST(Fault, DeadPeerRaisesPeerErrorOnSurvivors) {
     }
     auto start = std::chrono::steady_clock::now();
     std::vector<float> big(1 << 20, 1.0f);
-    EXPECT_THROW(comm.all_reduce(big.data(), big.data(), big.size(), DataType::f32, ReduceOp::sum), PeerError);
-    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "survivors waited instead of seeing the dead peer";
+    EXPECT_THROW(comm.all_reduce(big.data(), big.data(), big.size(), DataType::f32, ReduceOp::sum),
+                 PeerError);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s)
+        << "survivors waited instead of seeing the dead peer";
   });
 }
 

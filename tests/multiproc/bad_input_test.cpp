@@ -33,27 +33,49 @@ TEST(BadInput, EveryCaseRaisesInvalidArgumentAndTheNextAllReduceSucceeds) {
       comm.all_reduce(&x, &y, 1, DataType::f32, ReduceOp::sum);
       EXPECT_EQ(y, 3.0f);
     };
-    expect_invalid([&] { comm.all_reduce(nullptr, buf.data(), 4, DataType::f32, ReduceOp::sum); }, "all_reduce", "'in' is null");
+    expect_invalid([&] { comm.all_reduce(nullptr, buf.data(), 4, DataType::f32, ReduceOp::sum); },
+                   "all_reduce", "'in' is null");
     all_reduce_still_works();
-    expect_invalid([&] { comm.all_reduce(buf.data(), nullptr, 4, DataType::f32, ReduceOp::sum); }, "all_reduce", "'out' is null");
+    expect_invalid([&] { comm.all_reduce(buf.data(), nullptr, 4, DataType::f32, ReduceOp::sum); },
+                   "all_reduce", "'out' is null");
     all_reduce_still_works();
-    expect_invalid([&] { comm.all_reduce(buf.data(), buf.data(), SIZE_MAX / 2, DataType::f32, ReduceOp::sum); }, "all_reduce", "overflows");
+    expect_invalid(
+        [&] {
+          comm.all_reduce(buf.data(), buf.data(), SIZE_MAX / 2, DataType::f32, ReduceOp::sum);
+        },
+        "all_reduce", "overflows");
     all_reduce_still_works();
-    expect_invalid([&] { comm.all_gather(buf.data(), buf.data(), SIZE_MAX / 8, DataType::u8); }, "all_gather", "overflows");
+    expect_invalid([&] { comm.all_gather(buf.data(), buf.data(), SIZE_MAX / 8, DataType::u8); },
+                   "all_gather", "overflows");
     all_reduce_still_works();
-    expect_invalid([&] { comm.all_reduce(buf.data(), buf.data(), 4, static_cast<DataType>(99), ReduceOp::sum); }, "all_reduce", "unknown data type");
+    expect_invalid(
+        [&] {
+          comm.all_reduce(buf.data(), buf.data(), 4, static_cast<DataType>(99), ReduceOp::sum);
+        },
+        "all_reduce", "unknown data type");
     all_reduce_still_works();
-    expect_invalid([&] { comm.all_reduce(buf.data(), buf.data(), 4, DataType::f32, static_cast<ReduceOp>(42)); }, "all_reduce", "unknown reduce op");
+    expect_invalid(
+        [&] {
+          comm.all_reduce(buf.data(), buf.data(), 4, DataType::f32, static_cast<ReduceOp>(42));
+        },
+        "all_reduce", "unknown reduce op");
     all_reduce_still_works();
-    expect_invalid([&] { comm.broadcast(buf.data(), 4, DataType::f32, 3); }, "broadcast", "root 3 is outside");
+    expect_invalid([&] { comm.broadcast(buf.data(), 4, DataType::f32, 3); }, "broadcast",
+                   "root 3 is outside");
     all_reduce_still_works();
-    expect_invalid([&] { comm.reduce(buf.data(), buf.data(), 4, DataType::f32, ReduceOp::max, -1); }, "reduce", "root -1 is outside");
+    expect_invalid(
+        [&] { comm.reduce(buf.data(), buf.data(), 4, DataType::f32, ReduceOp::max, -1); }, "reduce",
+        "root -1 is outside");
     all_reduce_still_works();
-    expect_invalid([&] { comm.send(buf.data(), 4, DataType::f32, 7); }, "send", "peer 7 is outside");
+    expect_invalid([&] { comm.send(buf.data(), 4, DataType::f32, 7); }, "send",
+                   "peer 7 is outside");
     all_reduce_still_works();
-    expect_invalid([&] { comm.recv(buf.data(), 4, DataType::f32, comm.rank()); }, "recv", "this rank itself");
+    expect_invalid([&] { comm.recv(buf.data(), 4, DataType::f32, comm.rank()); }, "recv",
+                   "this rank itself");
     all_reduce_still_works();
-    expect_invalid([&] { comm.all_reduce_async(nullptr, nullptr, 1, DataType::i32, ReduceOp::sum); }, "all_reduce", "is null");
+    expect_invalid(
+        [&] { comm.all_reduce_async(nullptr, nullptr, 1, DataType::i32, ReduceOp::sum); },
+        "all_reduce", "is null");
     all_reduce_still_works();
     // A null buffer is fine with count 0, and where the rank does not use it.
     comm.all_reduce(nullptr, nullptr, 0, DataType::f32, ReduceOp::sum);
@@ -69,7 +91,8 @@ TEST(BadInput, UseAfterDestroyRaisesInvalidArgument) {
     comm.barrier();
     comm.destroy();
     float x = 0;
-    expect_invalid([&] { comm.all_reduce(&x, &x, 1, DataType::f32, ReduceOp::sum); }, "all_reduce", "destroyed");
+    expect_invalid([&] { comm.all_reduce(&x, &x, 1, DataType::f32, ReduceOp::sum); }, "all_reduce",
+                   "destroyed");
     expect_invalid([&] { comm.barrier(); }, "barrier", "destroyed");
   });
 }

@@ -15,18 +15,23 @@ namespace {
 using testing::run_ranks;
 
 enum class Coll { all_reduce, reduce_scatter, all_gather, broadcast, reduce };
-constexpr Coll kColls[] = {Coll::all_reduce, Coll::reduce_scatter, Coll::all_gather, Coll::broadcast, Coll::reduce};
-constexpr DataType kTypes[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16, DataType::i8,
-                               DataType::u8,  DataType::i32, DataType::u32, DataType::i64,  DataType::u64};
-constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg};
+constexpr Coll kColls[] = {Coll::all_reduce, Coll::reduce_scatter, Coll::all_gather,
+                           Coll::broadcast, Coll::reduce};
+constexpr DataType kTypes[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16,
+                               DataType::i8,  DataType::u8,  DataType::i32, DataType::u32,
+                               DataType::i64, DataType::u64};
+constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max,
+                             ReduceOp::avg};
 
 const char* name(Coll c) {
-  static const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"};
+  static const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                "reduce"};
   return names[static_cast<int>(c)];
 }
 
 // Runs one call on verification data and checks every element this rank can see exactly.
-void check(Communicator& comm, Coll coll, DataType t, ReduceOp op, std::size_t count, bool in_place) {
+void check(Communicator& comm, Coll coll, DataType t, ReduceOp op, std::size_t count,
+           bool in_place) {
   const int n = comm.size(), r = comm.rank();
   const std::size_t elem = size_of(t);
   const int root = static_cast<int>(count % static_cast<std::size_t>(n));
@@ -37,8 +42,9 @@ void check(Communicator& comm, Coll coll, DataType t, ReduceOp op, std::size_t c
   std::byte* ip = in.data();
   std::byte* op_ = out.data();
   std::size_t wrong = 0;
-  SCOPED_TRACE(::testing::Message() << name(coll) << " " << to_string(t) << " " << to_string(op) << " count "
-                                    << count << (in_place ? " in place" : " out of place") << " rank " << r);
+  SCOPED_TRACE(::testing::Message()
+               << name(coll) << " " << to_string(t) << " " << to_string(op) << " count " << count
+               << (in_place ? " in place" : " out of place") << " rank " << r);
   switch (coll) {
     case Coll::all_reduce: {
       verify::fill(ip, count, r, t, op);
@@ -63,7 +69,8 @@ void check(Communicator& comm, Coll coll, DataType t, ReduceOp op, std::size_t c
       std::vector<std::byte> want(count * elem);
       for (int b = 0; b < n; ++b) {
         verify::fill(want.data(), count, b, t, op, static_cast<std::size_t>(b) * count);
-        wrong += verify::count_wrong(op_ + static_cast<std::size_t>(b) * count * elem, want.data(), count, t);
+        wrong += verify::count_wrong(op_ + static_cast<std::size_t>(b) * count * elem, want.data(),
+                                     count, t);
       }
       break;
     }
@@ -107,29 +114,38 @@ class CollectivesOverTcp : public ::testing::TestWithParam<std::tuple<int, std::
 };
 
 TEST_P(CollectivesOverTcp, EveryCollectiveDtypeAndOpMatchesTheReference) {
-  run_ranks(world(), [](Communicator& comm) {
-    for (Coll coll : kColls)
-      for (DataType t : kTypes)
-        for (ReduceOp op : kOps) {
-          // Gather and broadcast do not reduce: one op is enough for them.
-          if ((coll == Coll::all_gather || coll == Coll::broadcast) && op != ReduceOp::sum) continue;
-          for (std::size_t count : {0u, 1u, 7u, 4093u})
-            for (bool in_place : {false, true}) check(comm, coll, t, op, count, in_place);
-        }
-  }, run_options());
+  run_ranks(
+      world(),
+      [](Communicator& comm) {
+        for (Coll coll : kColls)
+          for (DataType t : kTypes)
+            for (ReduceOp op : kOps) {
+              // Gather and broadcast do not reduce: one op is enough for them.
+              if ((coll == Coll::all_gather || coll == Coll::broadcast) && op != ReduceOp::sum)
+                continue;
+              for (std::size_t count : {0u, 1u, 7u, 4093u})
+                for (bool in_place : {false, true}) check(comm, coll, t, op, count, in_place);
+            }
+      },
+      run_options());
 }
 
 TEST_P(CollectivesOverTcp, MegaElementCountsPipelineThroughTheSlots) {
-  if (world() > 5) GTEST_SKIP() << "covered at smaller world sizes; keeps the suite short on 2 cores";
-  if (std::get<1>(GetParam()) == "recursive_doubling") GTEST_SKIP() << "beyond its size limit the ring runs";
-  run_ranks(world(), [](Communicator& comm) {
-    const std::size_t count = (1u << 20) + 3;
-    for (Coll coll : kColls) {
-      check(comm, coll, DataType::f32, ReduceOp::sum, count, false);
-      check(comm, coll, DataType::i32, ReduceOp::max, count, true);
-    }
-    check(comm, Coll::all_reduce, DataType::bf16, ReduceOp::avg, count, false);
-  }, run_options());
+  if (world() > 5)
+    GTEST_SKIP() << "covered at smaller world sizes; keeps the suite short on 2 cores";
+  if (std::get<1>(GetParam()) == "recursive_doubling")
+    GTEST_SKIP() << "beyond its size limit the ring runs";
+  run_ranks(
+      world(),
+      [](Communicator& comm) {
+        const std::size_t count = (1u << 20) + 3;
+        for (Coll coll : kColls) {
+          check(comm, coll, DataType::f32, ReduceOp::sum, count, false);
+          check(comm, coll, DataType::i32, ReduceOp::max, count, true);
+        }
+        check(comm, Coll::all_reduce, DataType::bf16, ReduceOp::avg, count, false);
+      },
+      run_options());
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesOverTcp,
@@ -209,15 +225,19 @@ TEST(AsyncOverTcp, HundredAllReducesInFlightCompleteInOrder) {
     std::vector<std::vector<std::int32_t>> bufs(kCalls, std::vector<std::int32_t>(count));
     std::vector<Work> works;
     for (int k = 0; k < kCalls; ++k) {
-      for (std::size_t i = 0; i < count; ++i) bufs[k][i] = k * 1000 + comm.rank() + static_cast<int>(i);
-      works.push_back(comm.all_reduce_async(bufs[k].data(), bufs[k].data(), count, DataType::i32, ReduceOp::sum));
+      for (std::size_t i = 0; i < count; ++i)
+        bufs[k][i] = k * 1000 + comm.rank() + static_cast<int>(i);
+      works.push_back(comm.all_reduce_async(bufs[k].data(), bufs[k].data(), count, DataType::i32,
+                                            ReduceOp::sum));
     }
     works.back().wait(std::chrono::seconds(60));
-    for (int k = 0; k < kCalls; ++k) EXPECT_TRUE(works[k].test()) << "call " << k << " finished after a later one";
+    for (int k = 0; k < kCalls; ++k)
+      EXPECT_TRUE(works[k].test()) << "call " << k << " finished after a later one";
     const int n = comm.size();
     for (int k = 0; k < kCalls; ++k)
       for (std::size_t i = 0; i < count; ++i)
-        ASSERT_EQ(bufs[k][i], n * (k * 1000 + static_cast<int>(i)) + n * (n - 1) / 2) << "call " << k << " element " << i;
+        ASSERT_EQ(bufs[k][i], n * (k * 1000 + static_cast<int>(i)) + n * (n - 1) / 2)
+            << "call " << k << " element " << i;
     // Blocking calls after async ones run after them.
     std::int32_t one = 1, total = 0;
     comm.all_reduce(&one, &total, 1, DataType::i32, ReduceOp::sum);

@@ -39,9 +39,12 @@ int listen_loopback(std::uint16_t& port) {
   int code = 0;
   try {
     std::unique_ptr<StoreServer> server;
-    if (rank == 0) server = std::make_unique<StoreServer>(listen_fd);
-    else ::close(listen_fd);
-    RankContext ctx{rank, world, std::make_shared<TcpStore>("127.0.0.1", port, std::chrono::seconds(30))};
+    if (rank == 0)
+      server = std::make_unique<StoreServer>(listen_fd);
+    else
+      ::close(listen_fd);
+    RankContext ctx{rank, world,
+                    std::make_shared<TcpStore>("127.0.0.1", port, std::chrono::seconds(30))};
     body(ctx);
     if (::testing::Test::HasFailure()) code = 1;
     // Rank 0 keeps the store up until every rank is done with it.
@@ -102,7 +105,8 @@ void run_ranks_raw(int world, const std::function<void(RankContext&)>& body, Run
       if (c.out < 0) continue;
       char buf[4096];
       ssize_t n = ::read(c.out, buf, sizeof(buf));
-      if (n > 0) c.output.append(buf, static_cast<std::size_t>(n));
+      if (n > 0)
+        c.output.append(buf, static_cast<std::size_t>(n));
       else if (n == 0) {
         ::close(c.out);
         c.out = -1;
@@ -130,7 +134,8 @@ void run_ranks_raw(int world, const std::function<void(RankContext&)>& body, Run
   for (std::size_t r = 0; r < children.size(); ++r) {
     const Child& c = children[r];
     bool ok = !timed_out && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
-    EXPECT_TRUE(ok) << "rank " << r << (timed_out ? " did not finish within the test timeout" : " failed")
+    EXPECT_TRUE(ok) << "rank " << r
+                    << (timed_out ? " did not finish within the test timeout" : " failed")
                     << " (status " << c.status << "); its output:\n"
                     << c.output;
   }

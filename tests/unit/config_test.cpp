@@ -13,12 +13,16 @@ class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old;
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
   }
   ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
   }
 
  private:
@@ -39,7 +43,8 @@ TEST(Config, SizesAcceptBinarySuffixes) {
 }
 
 TEST(Config, EnvironmentSetsDefaultsAndOptionsWin) {
-  ScopedEnv t("LOOM_TIMEOUT", "7"), s("LOOM_NSOCKS", "3"), b("LOOM_BUFFSIZE", "1M"), a("LOOM_ALGO", "ring");
+  ScopedEnv t("LOOM_TIMEOUT", "7"), s("LOOM_NSOCKS", "3"), b("LOOM_BUFFSIZE", "1M"),
+      a("LOOM_ALGO", "ring");
   core::Config c = core::Config::resolve({}, 4);
   EXPECT_EQ(c.timeout, std::chrono::seconds(7));
   EXPECT_EQ(c.sockets_per_peer, 3);
@@ -91,7 +96,8 @@ TEST(Names, DataTypesParseShortAndLongNames) {
   EXPECT_FALSE(parse_data_type("f8"));
   EXPECT_EQ(parse_reduce_op("avg"), ReduceOp::avg);
   EXPECT_FALSE(parse_reduce_op("xor"));
-  for (auto t : {DataType::f32, DataType::f16, DataType::i64}) EXPECT_EQ(parse_data_type(to_string(t)), t);
+  for (auto t : {DataType::f32, DataType::f16, DataType::i64})
+    EXPECT_EQ(parse_data_type(to_string(t)), t);
   EXPECT_EQ(size_of(DataType::bf16), 2u);
   EXPECT_EQ(size_of(static_cast<DataType>(77)), 0u);
 }

@@ -14,9 +14,11 @@
 namespace loom::kernels {
 namespace {
 
-constexpr DataType kTypes[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16, DataType::i8,
-                               DataType::u8,  DataType::i32, DataType::u32, DataType::i64,  DataType::u64};
-constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg};
+constexpr DataType kTypes[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16,
+                               DataType::i8,  DataType::u8,  DataType::i32, DataType::u32,
+                               DataType::i64, DataType::u64};
+constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max,
+                             ReduceOp::avg};
 
 // Random bytes with special values mixed in for float types: NaN, +-inf, +-0, subnormals.
 std::vector<std::byte> random_input(DataType t, std::size_t n, std::mt19937& rng) {
@@ -24,14 +26,30 @@ std::vector<std::byte> random_input(DataType t, std::size_t n, std::mt19937& rng
   for (auto& b : v) b = static_cast<std::byte>(rng());
   auto special = [&](std::size_t i, double x) {
     switch (t) {
-      case DataType::f32: { float f = static_cast<float>(x); std::memcpy(&v[i * 4], &f, 4); break; }
-      case DataType::f64: std::memcpy(&v[i * 8], &x, 8); break;
-      case DataType::f16: { auto h = f32_to_f16(static_cast<float>(x)); std::memcpy(&v[i * 2], &h, 2); break; }
-      case DataType::bf16: { auto h = f32_to_bf16(static_cast<float>(x)); std::memcpy(&v[i * 2], &h, 2); break; }
-      default: break;
+      case DataType::f32: {
+        float f = static_cast<float>(x);
+        std::memcpy(&v[i * 4], &f, 4);
+        break;
+      }
+      case DataType::f64:
+        std::memcpy(&v[i * 8], &x, 8);
+        break;
+      case DataType::f16: {
+        auto h = f32_to_f16(static_cast<float>(x));
+        std::memcpy(&v[i * 2], &h, 2);
+        break;
+      }
+      case DataType::bf16: {
+        auto h = f32_to_bf16(static_cast<float>(x));
+        std::memcpy(&v[i * 2], &h, 2);
+        break;
+      }
+      default:
+        break;
     }
   };
-  const double specials[] = {std::nan(""), INFINITY, -INFINITY, 0.0, -0.0, 1e-40, -1e-310, 65504.0, 1.0, -2.5};
+  const double specials[] = {std::nan(""), INFINITY, -INFINITY, 0.0, -0.0,
+                             1e-40,        -1e-310,  65504.0,   1.0, -2.5};
   for (std::size_t i = 0; i < n; i += 3) special(i, specials[(i / 3) % 10]);
   return v;
 }
@@ -40,11 +58,28 @@ std::vector<std::byte> random_input(DataType t, std::size_t n, std::mt19937& rng
 bool same(DataType t, const std::byte* a, const std::byte* b) {
   auto nan = [&](const std::byte* p) {
     switch (t) {
-      case DataType::f32: { float f; std::memcpy(&f, p, 4); return std::isnan(f); }
-      case DataType::f64: { double f; std::memcpy(&f, p, 8); return std::isnan(f); }
-      case DataType::f16: { std::uint16_t h; std::memcpy(&h, p, 2); return std::isnan(f16_to_f32(h)); }
-      case DataType::bf16: { std::uint16_t h; std::memcpy(&h, p, 2); return std::isnan(bf16_to_f32(h)); }
-      default: return false;
+      case DataType::f32: {
+        float f;
+        std::memcpy(&f, p, 4);
+        return std::isnan(f);
+      }
+      case DataType::f64: {
+        double f;
+        std::memcpy(&f, p, 8);
+        return std::isnan(f);
+      }
+      case DataType::f16: {
+        std::uint16_t h;
+        std::memcpy(&h, p, 2);
+        return std::isnan(f16_to_f32(h));
+      }
+      case DataType::bf16: {
+        std::uint16_t h;
+        std::memcpy(&h, p, 2);
+        return std::isnan(bf16_to_f32(h));
+      }
+      default:
+        return false;
     }
   };
   if (nan(a) || nan(b)) return nan(a) && nan(b);
@@ -55,7 +90,8 @@ TEST(Kernels, MatchTheReferenceForEveryDtypeOpLengthAndAlignment) {
   std::mt19937 rng(7);
   for (DataType t : kTypes)
     for (ReduceOp op : kOps)
-      for (std::size_t n : {0u, 1u, 2u, 3u, 7u, 8u, 15u, 16u, 17u, 31u, 33u, 63u, 64u, 65u, 257u, 4099u}) {
+      for (std::size_t n :
+           {0u, 1u, 2u, 3u, 7u, 8u, 15u, 16u, 17u, 31u, 33u, 63u, 64u, 65u, 257u, 4099u}) {
         const std::size_t elem = size_of(t);
         auto a = random_input(t, n, rng);
         auto b = random_input(t, n, rng);
@@ -64,14 +100,20 @@ TEST(Kernels, MatchTheReferenceForEveryDtypeOpLengthAndAlignment) {
           std::vector<std::byte> sa(n * elem + offset), sb(n * elem + offset);
           std::memcpy(sa.data() + offset, a.data(), a.size());
           std::memcpy(sb.data() + offset, b.data(), b.size());
-          std::vector<std::byte> got(n * elem + offset + 1, std::byte{0x77}), got2 = got, want = got;
+          std::vector<std::byte> got(n * elem + offset + 1, std::byte{0x77}), got2 = got,
+                                                                              want = got;
           const int divisor = 3;
-          reduce_copy(got.data() + offset, got2.data() + offset, sa.data() + offset, sb.data() + offset, n, t, op, divisor);
-          reference::reduce_copy(want.data() + offset, nullptr, sa.data() + offset, sb.data() + offset, n, t, op, divisor);
+          reduce_copy(got.data() + offset, got2.data() + offset, sa.data() + offset,
+                      sb.data() + offset, n, t, op, divisor);
+          reference::reduce_copy(want.data() + offset, nullptr, sa.data() + offset,
+                                 sb.data() + offset, n, t, op, divisor);
           for (std::size_t i = 0; i < n; ++i) {
             ASSERT_TRUE(same(t, got.data() + offset + i * elem, want.data() + offset + i * elem))
-                << to_string(t) << " " << to_string(op) << " n=" << n << " offset=" << offset << " i=" << i;
-            ASSERT_EQ(std::memcmp(got.data() + offset + i * elem, got2.data() + offset + i * elem, elem), 0);
+                << to_string(t) << " " << to_string(op) << " n=" << n << " offset=" << offset
+                << " i=" << i;
+            ASSERT_EQ(
+                std::memcmp(got.data() + offset + i * elem, got2.data() + offset + i * elem, elem),
+                0);
           }
           ASSERT_EQ(got.back(), std::byte{0x77}) << "wrote past the end";
           // In place: dst is a.
@@ -79,7 +121,8 @@ TEST(Kernels, MatchTheReferenceForEveryDtypeOpLengthAndAlignment) {
           reduce(inplace.data() + offset, inplace.data() + offset, sb.data() + offset, n, t, op);
           reference::reduce(want.data() + offset, sa.data() + offset, sb.data() + offset, n, t, op);
           for (std::size_t i = 0; i < n; ++i)
-            ASSERT_TRUE(same(t, inplace.data() + offset + i * elem, want.data() + offset + i * elem))
+            ASSERT_TRUE(
+                same(t, inplace.data() + offset + i * elem, want.data() + offset + i * elem))
                 << "in place " << to_string(t) << " " << to_string(op) << " i=" << i;
         }
       }
@@ -128,7 +171,8 @@ TEST(Kernels, HalfPrecisionReducesInFloatAndRoundsOnce) {
   std::uint16_t x = f32_to_bf16(3.0e38f);
   EXPECT_EQ(bf16_to_f32(run(ReduceOp::sum, x, x, DataType::bf16)), INFINITY);
   std::uint16_t third = f32_to_bf16(1.0f);
-  EXPECT_EQ(bf16_to_f32(run(ReduceOp::avg, third, third, DataType::bf16, 3)), bf16_to_f32(f32_to_bf16(2.0f / 3.0f)));
+  EXPECT_EQ(bf16_to_f32(run(ReduceOp::avg, third, third, DataType::bf16, 3)),
+            bf16_to_f32(f32_to_bf16(2.0f / 3.0f)));
 }
 
 TEST(Kernels, DivideMatchesTheReference) {
@@ -139,7 +183,8 @@ TEST(Kernels, DivideMatchesTheReference) {
     divide(got.data(), v.data(), 101, t, 7);
     reference::divide(want.data(), v.data(), 101, t, 7);
     for (std::size_t i = 0; i < 101; ++i)
-      ASSERT_TRUE(same(t, got.data() + i * size_of(t), want.data() + i * size_of(t))) << to_string(t) << " " << i;
+      ASSERT_TRUE(same(t, got.data() + i * size_of(t), want.data() + i * size_of(t)))
+          << to_string(t) << " " << i;
   }
 }
 

@@ -19,7 +19,8 @@ using namespace std::chrono_literals;
 
 struct StoreFactory {
   const char* name;
-  std::function<std::shared_ptr<Store>()> make;  // a second call gives another client of the same store
+  std::function<std::shared_ptr<Store>()>
+      make;  // a second call gives another client of the same store
 };
 
 class StoreContract : public ::testing::TestWithParam<std::string> {
@@ -27,11 +28,14 @@ class StoreContract : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     if (GetParam() == "tcp") {
       server_ = std::make_unique<StoreServer>("127.0.0.1", 0);
-      make_ = [port = server_->port()] { return std::make_shared<TcpStore>("127.0.0.1", port, 5s); };
+      make_ = [port = server_->port()] {
+        return std::make_shared<TcpStore>("127.0.0.1", port, 5s);
+      };
     } else {
       std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
       std::replace(name.begin(), name.end(), '/', '_');
-      std::string path = ::testing::TempDir() + "/loom-store-" + std::to_string(::getpid()) + "-" + name;
+      std::string path =
+          ::testing::TempDir() + "/loom-store-" + std::to_string(::getpid()) + "-" + name;
       ::unlink(path.c_str());
       make_ = [path] { return std::make_shared<FileStore>(path); };
     }
@@ -113,8 +117,8 @@ int raw_exchange(std::uint16_t port, const std::vector<std::uint8_t>& bytes) {
   std::uint32_t len = 0;
   std::uint8_t status = 0xff;
   int result = -1;
-  if (core::read_exact(fd, &len, 4, deadline) == core::IoResult::ok && len >= 1 && len < (1u << 20) &&
-      core::read_exact(fd, &status, 1, deadline) == core::IoResult::ok)
+  if (core::read_exact(fd, &len, 4, deadline) == core::IoResult::ok && len >= 1 &&
+      len < (1u << 20) && core::read_exact(fd, &status, 1, deadline) == core::IoResult::ok)
     result = status;
   ::close(fd);
   return result;
@@ -130,15 +134,20 @@ std::vector<std::uint8_t> frame(std::uint32_t len, const std::vector<std::uint8_
 TEST(StoreServer, RejectsMalformedAndOversizedMessagesAndKeepsServing) {
   StoreServer server("127.0.0.1", 0);
   const int kError = 2;
-  EXPECT_EQ(raw_exchange(server.port(), frame(0, {})), kError);                        // empty
-  EXPECT_EQ(raw_exchange(server.port(), frame(0x7fffffff, {1, 2, 3})), kError);        // oversized length
-  EXPECT_EQ(raw_exchange(server.port(), frame(1, {99})), kError);                      // unknown opcode
-  EXPECT_EQ(raw_exchange(server.port(), frame(6, {1, 200, 0, 0, 0, 'k'})), kError);    // key runs past the end
-  EXPECT_EQ(raw_exchange(server.port(), frame(10, {1, 1, 0, 0, 0, 'k', 0, 0, 0, 0})), 0);  // a valid set
-  EXPECT_EQ(raw_exchange(server.port(), frame(11, {1, 1, 0, 0, 0, 'k', 0, 0, 0, 0, 9})), kError);  // trailing byte
+  EXPECT_EQ(raw_exchange(server.port(), frame(0, {})), kError);                  // empty
+  EXPECT_EQ(raw_exchange(server.port(), frame(0x7fffffff, {1, 2, 3})), kError);  // oversized length
+  EXPECT_EQ(raw_exchange(server.port(), frame(1, {99})), kError);                // unknown opcode
+  EXPECT_EQ(raw_exchange(server.port(), frame(6, {1, 200, 0, 0, 0, 'k'})),
+            kError);  // key runs past the end
+  EXPECT_EQ(raw_exchange(server.port(), frame(10, {1, 1, 0, 0, 0, 'k', 0, 0, 0, 0})),
+            0);  // a valid set
+  EXPECT_EQ(raw_exchange(server.port(), frame(11, {1, 1, 0, 0, 0, 'k', 0, 0, 0, 0, 9})),
+            kError);                                           // trailing byte
   std::vector<std::uint8_t> long_key = {1, 0x00, 0x20, 0, 0};  // key length 8192 > 4096
   long_key.resize(5 + 8192 + 4, 'a');
-  EXPECT_EQ(raw_exchange(server.port(), frame(static_cast<std::uint32_t>(long_key.size()), long_key)), kError);
+  EXPECT_EQ(
+      raw_exchange(server.port(), frame(static_cast<std::uint32_t>(long_key.size()), long_key)),
+      kError);
   TcpStore client("127.0.0.1", server.port(), 2s);
   client.set("still", std::string("alive"));
   EXPECT_EQ(client.get_string("still", 1s), "alive");

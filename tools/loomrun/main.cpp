@@ -35,17 +35,19 @@ struct Args {
 };
 
 [[noreturn]] void usage(int code) {
-  std::fprintf(code ? stderr : stdout,
-               "usage: loomrun [options] [--] program [args...]\n"
-               "  --nproc-per-node N   workers on this node (default 1)\n"
-               "  --nnodes N           nodes in the job (default 1)\n"
-               "  --node-rank R        this node's index, 0..nnodes-1 (default 0)\n"
-               "  --master-addr HOST   node 0's address (default 127.0.0.1)\n"
-               "  --master-port PORT   store port on node 0 (default: free port on one node, 29500 otherwise)\n"
-               "  --grace SECONDS      wait after SIGTERM before SIGKILL when stopping workers (default 5)\n"
-               "  --no-prefix          do not prefix output lines with the rank\n"
-               "Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,\n"
-               "MASTER_PORT. When a worker fails the others are stopped and loomrun exits with its code.\n");
+  std::fprintf(
+      code ? stderr : stdout,
+      "usage: loomrun [options] [--] program [args...]\n"
+      "  --nproc-per-node N   workers on this node (default 1)\n"
+      "  --nnodes N           nodes in the job (default 1)\n"
+      "  --node-rank R        this node's index, 0..nnodes-1 (default 0)\n"
+      "  --master-addr HOST   node 0's address (default 127.0.0.1)\n"
+      "  --master-port PORT   store port on node 0 (default: free port on one node, 29500 "
+      "otherwise)\n"
+      "  --grace SECONDS      wait after SIGTERM before SIGKILL when stopping workers (default 5)\n"
+      "  --no-prefix          do not prefix output lines with the rank\n"
+      "Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,\n"
+      "MASTER_PORT. When a worker fails the others are stopped and loomrun exits with its code.\n");
   std::exit(code);
 }
 
@@ -56,7 +58,8 @@ int parse_int(const std::string& flag, const std::string& v, int lo, int hi) {
     if (pos == v.size() && x >= lo && x <= hi) return static_cast<int>(x);
   } catch (const std::exception&) {
   }
-  std::fprintf(stderr, "loomrun: %s expects an integer in [%d, %d], got '%s'\n", flag.c_str(), lo, hi, v.c_str());
+  std::fprintf(stderr, "loomrun: %s expects an integer in [%d, %d], got '%s'\n", flag.c_str(), lo,
+               hi, v.c_str());
   std::exit(2);
 }
 
@@ -78,19 +81,31 @@ Args parse(int argc, char** argv) {
       inline_value = arg.substr(eq + 1);
     }
     auto get = [&] { return inline_value.empty() ? value(flag) : inline_value; };
-    if (flag == "--") { ++i; break; }
-    if (flag == "-h" || flag == "--help") usage(0);
-    else if (flag == "--nproc-per-node" || flag == "--nproc_per_node") a.nproc_per_node = parse_int(flag, get(), 1, 4096);
-    else if (flag == "--nnodes") a.nnodes = parse_int(flag, get(), 1, 1 << 20);
-    else if (flag == "--node-rank" || flag == "--node_rank") a.node_rank = parse_int(flag, get(), 0, 1 << 20);
-    else if (flag == "--master-addr" || flag == "--master_addr") a.master_addr = get();
-    else if (flag == "--master-port" || flag == "--master_port") a.master_port = parse_int(flag, get(), 0, 65535);
-    else if (flag == "--grace") a.grace_s = parse_int(flag, get(), 0, 3600);
-    else if (flag == "--no-prefix") a.prefix = false;
+    if (flag == "--") {
+      ++i;
+      break;
+    }
+    if (flag == "-h" || flag == "--help")
+      usage(0);
+    else if (flag == "--nproc-per-node" || flag == "--nproc_per_node")
+      a.nproc_per_node = parse_int(flag, get(), 1, 4096);
+    else if (flag == "--nnodes")
+      a.nnodes = parse_int(flag, get(), 1, 1 << 20);
+    else if (flag == "--node-rank" || flag == "--node_rank")
+      a.node_rank = parse_int(flag, get(), 0, 1 << 20);
+    else if (flag == "--master-addr" || flag == "--master_addr")
+      a.master_addr = get();
+    else if (flag == "--master-port" || flag == "--master_port")
+      a.master_port = parse_int(flag, get(), 0, 65535);
+    else if (flag == "--grace")
+      a.grace_s = parse_int(flag, get(), 0, 3600);
+    else if (flag == "--no-prefix")
+      a.prefix = false;
     else if (arg.rfind("-", 0) == 0) {
       std::fprintf(stderr, "loomrun: unknown option %s\n", arg.c_str());
       usage(2);
-    } else break;
+    } else
+      break;
   }
   for (; i < argc; ++i) a.command.push_back(argv[i]);
   if (a.command.empty()) {
@@ -98,7 +113,8 @@ Args parse(int argc, char** argv) {
     usage(2);
   }
   if (a.node_rank >= a.nnodes) {
-    std::fprintf(stderr, "loomrun: --node-rank %d must be below --nnodes %d\n", a.node_rank, a.nnodes);
+    std::fprintf(stderr, "loomrun: --node-rank %d must be below --nnodes %d\n", a.node_rank,
+                 a.nnodes);
     std::exit(2);
   }
   return a;
@@ -119,7 +135,9 @@ struct Worker {
 };
 
 volatile sig_atomic_t g_signal = 0;
-void on_signal(int sig) { g_signal = sig; }
+void on_signal(int sig) {
+  g_signal = sig;
+}
 
 void flush_lines(OutputStream& s, int rank, bool prefix, bool final) {
   std::size_t start = 0;
@@ -152,10 +170,12 @@ int main(int argc, char** argv) {
   int port = args.master_port;
   if (args.node_rank == 0) {
     try {
-      store = std::make_unique<loom::StoreServer>(args.nnodes == 1 ? args.master_addr : "0.0.0.0",
-                                                  static_cast<std::uint16_t>(port < 0 ? (args.nnodes == 1 ? 0 : 29500) : port));
+      store = std::make_unique<loom::StoreServer>(
+          args.nnodes == 1 ? args.master_addr : "0.0.0.0",
+          static_cast<std::uint16_t>(port < 0 ? (args.nnodes == 1 ? 0 : 29500) : port));
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "loomrun: cannot host the store on %s:%d: %s\n", args.master_addr.c_str(), port, e.what());
+      std::fprintf(stderr, "loomrun: cannot host the store on %s:%d: %s\n",
+                   args.master_addr.c_str(), port, e.what());
       return 1;
     }
     port = store->port();
@@ -167,8 +187,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> base_env;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
-    for (const char* name : {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "NODE_RANK=",
-                             "MASTER_ADDR=", "MASTER_PORT=", "LOOM_STORE_HOSTED=", "LOOM_INIT_METHOD="})
+    for (const char* name :
+         {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "NODE_RANK=", "MASTER_ADDR=",
+          "MASTER_PORT=", "LOOM_STORE_HOSTED=", "LOOM_INIT_METHOD="})
       if (kv.rfind(name, 0) == 0) kv.clear();
     if (!kv.empty()) base_env.push_back(kv);
   }
@@ -263,17 +284,21 @@ int main(int argc, char** argv) {
         w.exit_code = exit_code_of(status);
         if (*w.exit_code != 0 && !failure) {
           failure = *w.exit_code;
-          std::fprintf(stderr, "loomrun: rank %d exited with code %d; stopping the other workers\n", w.rank, *failure);
+          std::fprintf(stderr, "loomrun: rank %d exited with code %d; stopping the other workers\n",
+                       w.rank, *failure);
           stop_all(SIGTERM);
-          kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long long>(args.grace_s * 1000));
+          kill_at = std::chrono::steady_clock::now() +
+                    std::chrono::milliseconds(static_cast<long long>(args.grace_s * 1000));
         }
       }
     }
     if (g_signal && !kill_at) {
-      std::fprintf(stderr, "loomrun: got signal %d; stopping workers\n", static_cast<int>(g_signal));
+      std::fprintf(stderr, "loomrun: got signal %d; stopping workers\n",
+                   static_cast<int>(g_signal));
       stop_all(SIGTERM);
       if (!failure) failure = 128 + g_signal;
-      kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long long>(args.grace_s * 1000));
+      kill_at = std::chrono::steady_clock::now() +
+                std::chrono::milliseconds(static_cast<long long>(args.grace_s * 1000));
     }
     if (kill_at && std::chrono::steady_clock::now() >= *kill_at) {
       stop_all(SIGKILL);
@@ -286,7 +311,8 @@ int main(int argc, char** argv) {
     }
     if (all_exited && !all_exited_at) all_exited_at = std::chrono::steady_clock::now();
     // A worker's leftover children may hold its pipes open: drain briefly, then stop them.
-    if (all_exited && (pipes_closed || std::chrono::steady_clock::now() - *all_exited_at > std::chrono::seconds(2))) {
+    if (all_exited && (pipes_closed || std::chrono::steady_clock::now() - *all_exited_at >
+                                           std::chrono::seconds(2))) {
       stop_all(SIGKILL);
       for (auto& w : workers)
         for (OutputStream* s : {&w.out, &w.err})

@@ -53,14 +53,17 @@ std::string choose_local_address(const std::string& ifname, const std::string& r
       continue;
     std::string name = i->ifa_name;
     seen.push_back(name);
-    if (!ifname.empty() && named.empty() && name.rfind(ifname, 0) == 0) named = ipv4_text(i->ifa_addr);
-    if (first_external.empty() && !(i->ifa_flags & IFF_LOOPBACK)) first_external = ipv4_text(i->ifa_addr);
+    if (!ifname.empty() && named.empty() && name.rfind(ifname, 0) == 0)
+      named = ipv4_text(i->ifa_addr);
+    if (first_external.empty() && !(i->ifa_flags & IFF_LOOPBACK))
+      first_external = ipv4_text(i->ifa_addr);
   }
   ::freeifaddrs(list);
   if (!ifname.empty()) {
     if (named.empty())
-      throw InvalidArgument(fmt::format("LOOM_SOCKET_IFNAME={}: no IPv4 interface of that name is up (have: {})",
-                                        ifname, fmt::join(seen, ", ")));
+      throw InvalidArgument(
+          fmt::format("LOOM_SOCKET_IFNAME={}: no IPv4 interface of that name is up (have: {})",
+                      ifname, fmt::join(seen, ", ")));
     return named;
   }
   if (!route_hint.empty()) {

@@ -65,7 +65,8 @@ std::optional<RecvSlot> TcpConnection::try_recv_slot() {
     if (sockets_[recv_consumed_ % sockets_.size()].closed) fail("receive", 0);
     return std::nullopt;
   }
-  return RecvSlot{recv_buffer_.get() + (recv_consumed_ % slots_) * slot_bytes_, info.bytes, info.tag};
+  return RecvSlot{recv_buffer_.get() + (recv_consumed_ % slots_) * slot_bytes_, info.bytes,
+                  info.tag};
 }
 
 void TcpConnection::release_recv_slot() {
@@ -182,8 +183,8 @@ void TcpConnection::fail(const std::string& what, int err) const {
   std::string cause = err == 0 || err == ECONNRESET || err == EPIPE
                           ? "connection closed by the peer (it exited, crashed or aborted)"
                           : std::string(std::strerror(err));
-  throw PeerError(
-      fmt::format("rank {} {} rank {} ({}): {}", self_, what == "send" ? "->" : "<-", peer_, peer_address_, cause));
+  throw PeerError(fmt::format("rank {} {} rank {} ({}): {}", self_, what == "send" ? "->" : "<-",
+                              peer_, peer_address_, cause));
 }
 
 }  // namespace loom::transport::tcp

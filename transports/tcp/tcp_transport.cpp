@@ -50,9 +50,11 @@ std::pair<std::string, std::uint16_t> split_address(const std::string& addr) {
 TcpTransport::TcpTransport(Store& store, int rank, int size, std::uint64_t job_token,
                            const core::Config& config, const std::string& route_hint)
     : store_(store), rank_(rank), size_(size), job_token_(job_token), config_(config) {
-  std::string ip = choose_local_address(config.socket_ifname, route_hint, config.local_world_size >= size);
+  std::string ip =
+      choose_local_address(config.socket_ifname, route_hint, config.local_world_size >= size);
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (listen_fd_ < 0) throw PeerError(fmt::format("tcp: rank {}: socket: {}", rank, std::strerror(errno)));
+  if (listen_fd_ < 0)
+    throw PeerError(fmt::format("tcp: rank {}: socket: {}", rank, std::strerror(errno)));
   set_buffers(listen_fd_, config.socket_buffer_bytes);  // accepted sockets inherit the sizes
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -62,7 +64,8 @@ TcpTransport::TcpTransport(Store& store, int rank, int size, std::uint64_t job_t
       ::listen(listen_fd_, 1024) != 0) {
     int err = errno;
     ::close(listen_fd_);
-    throw PeerError(fmt::format("tcp: rank {} cannot listen on {}: {}", rank, ip, std::strerror(err)));
+    throw PeerError(
+        fmt::format("tcp: rank {} cannot listen on {}: {}", rank, ip, std::strerror(err)));
   }
   core::set_nonblocking(listen_fd_);
   socklen_t len = sizeof(addr);
@@ -100,27 +103,30 @@ Connection& TcpTransport::connect(int peer, const core::Deadline& deadline) {
     accepted_.erase(peer);
     address = core::peer_address(fds[0]);
   }
-  auto conn = std::make_unique<TcpConnection>(rank_, peer, std::move(fds),
-                                              config_.buffer_bytes / static_cast<std::size_t>(config_.slots),
-                                              config_.slots, address);
+  auto conn = std::make_unique<TcpConnection>(
+      rank_, peer, std::move(fds), config_.buffer_bytes / static_cast<std::size_t>(config_.slots),
+      config_.slots, address);
   core::log().debug("connected: {}", conn->describe());
   return *(connections_[peer] = std::move(conn));
 }
 
-int TcpTransport::dial(int peer, int index, const std::string& address, const core::Deadline& deadline) {
+int TcpTransport::dial(int peer, int index, const std::string& address,
+                       const core::Deadline& deadline) {
   auto [host, port] = split_address(address);
   std::string error;
   int fd = -1;
   // The peer listened before it published its address: a refusal means it is gone.
   fd = core::connect_tcp(host, port, deadline, error, /*retry_refused=*/false);
   if (fd < 0) {
-    std::string msg = fmt::format("tcp connect: rank {} could not reach rank {} at {}: {}", rank_, peer, address, error);
+    std::string msg = fmt::format("tcp connect: rank {} could not reach rank {} at {}: {}", rank_,
+                                  peer, address, error);
     if (deadline.expired()) throw TimeoutError(msg);
     throw PeerError(msg);
   }
   set_buffers(fd, config_.socket_buffer_bytes);
   Hello hello{kHelloMagic, kVersion, job_token_, rank_, peer, index, config_.sockets_per_peer};
-  if (core::IoResult r = core::write_exact(fd, &hello, sizeof(hello), deadline); r != core::IoResult::ok) {
+  if (core::IoResult r = core::write_exact(fd, &hello, sizeof(hello), deadline);
+      r != core::IoResult::ok) {
     ::close(fd);
     throw PeerError(fmt::format("tcp connect: rank {} -> rank {} at {}: hello failed: {}", rank_,
                                 peer, address, core::describe(r)));
@@ -147,19 +153,25 @@ void TcpTransport::accept_until(int peer, const core::Deadline& deadline) {
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     Hello hello{};
-    core::Deadline hello_deadline(std::chrono::duration_cast<std::chrono::milliseconds>(kHelloTimeout));
+    core::Deadline hello_deadline(
+        std::chrono::duration_cast<std::chrono::milliseconds>(kHelloTimeout));
     core::IoResult r = core::read_exact(fd, &hello, sizeof(hello), hello_deadline);
     std::string why;
-    if (r != core::IoResult::ok) why = "no hello: " + core::describe(r);
-    else if (hello.magic != kHelloMagic || hello.version != kVersion) why = "not a Loom peer";
-    else if (hello.job_token != job_token_) why = "hello from another job or communicator";
+    if (r != core::IoResult::ok)
+      why = "no hello: " + core::describe(r);
+    else if (hello.magic != kHelloMagic || hello.version != kVersion)
+      why = "not a Loom peer";
+    else if (hello.job_token != job_token_)
+      why = "hello from another job or communicator";
     else if (hello.to != rank_ || hello.from < 0 || hello.from >= rank_ || hello.index < 0 ||
              hello.index >= config_.sockets_per_peer)
       why = fmt::format("hello names ranks {}->{} socket {}", hello.from, hello.to, hello.index);
     else if (hello.sockets != config_.sockets_per_peer)
-      why = fmt::format("peer uses LOOM_NSOCKS={}, this rank {}", hello.sockets, config_.sockets_per_peer);
+      why = fmt::format("peer uses LOOM_NSOCKS={}, this rank {}", hello.sockets,
+                        config_.sockets_per_peer);
     if (!why.empty()) {
-      core::log().warn("tcp: rank {} rejected a connection from {}: {}", rank_, core::peer_address(fd), why);
+      core::log().warn("tcp: rank {} rejected a connection from {}: {}", rank_,
+                       core::peer_address(fd), why);
       ::close(fd);
       continue;
     }
