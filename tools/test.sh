@@ -26,12 +26,12 @@ case "$sanitize" in
   thread)
     build=build-tsan type=RelWithDebInfo
     # TSan checks the threaded parts: Work, the worker thread, the store server and clients.
-    ctest_filter=(-L "unit|fault" -R "Store|Async|Work|Config|Init|Fault")
+    ctest_filter=(-L "unit|multiproc|fault" -R "Store|Async|Work|Config|Init|Fault|BadInput")
     export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
     ;;
   *)
     build=build-asan type=RelWithDebInfo
-    ctest_filter=(-L "unit|multiproc|fault")
+    ctest_filter=(-L "unit|multiproc|fault" -E "^install\.")  # the consumer is built without sanitizers
     export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
     ;;
 esac
