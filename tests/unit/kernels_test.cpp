@@ -2,6 +2,7 @@
 // reference against the element rules written out by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -97,9 +98,9 @@ TEST(Kernels, MatchTheReferenceForEveryDtypeOpLengthAndAlignment) {
         auto b = random_input(t, n, rng);
         for (std::size_t offset : {0u, 1u, 3u, 13u}) {
           // Unaligned copies of the inputs and outputs, with a guard byte after each output.
-          std::vector<std::byte> sa(n * elem + offset), sb(n * elem + offset);
-          std::memcpy(sa.data() + offset, a.data(), a.size());
-          std::memcpy(sb.data() + offset, b.data(), b.size());
+          std::vector<std::byte> sa(n * elem + offset + 1), sb(n * elem + offset + 1);
+          std::copy(a.begin(), a.end(), sa.begin() + static_cast<std::ptrdiff_t>(offset));
+          std::copy(b.begin(), b.end(), sb.begin() + static_cast<std::ptrdiff_t>(offset));
           std::vector<std::byte> got(n * elem + offset + 1, std::byte{0x77}), got2 = got,
                                                                               want = got;
           const int divisor = 3;
