@@ -23,12 +23,12 @@ gloo_row() {  # algo bytes iters warmup -> "time_us busbw"
 
 printf "%-5s %-18s %14s %14s\n" round impl "64MiB busbw" "8B time(us)"
 for round in $(seq 1 "$rounds"); do
-  read -r _ loom_bw < <(loom_row $big 10 3)
+  read -r _ loom_bw < <(loom_row $big 30 3)
   read -r loom_lat _ < <(loom_row 8 2000 200)
   printf "%-5s %-18s %14.3f %14.1f\n" "$round" loom "$loom_bw" "$loom_lat"
   best_bw=0 best_lat=1e30
   for algo in ring_chunked halving_doubling bcube allreduce_ring; do
-    read -r _ bw < <(gloo_row $algo $big 10 3)
+    read -r _ bw < <(gloo_row $algo $big 30 3)
     read -r lat _ < <(gloo_row $algo 8 2000 200)
     printf "%-5s %-18s %14.3f %14.1f\n" "$round" "gloo:$algo" "$bw" "$lat"
     best_bw=$(awk -v a="$best_bw" -v b="$bw" 'BEGIN {print (b > a) ? b : a}')
