@@ -50,6 +50,8 @@ class Connection {
   virtual bool send_idle() const = 0;
   // Descriptors and events whose readiness means progress() can move something.
   virtual void add_poll_fds(std::vector<pollfd>& fds) const = 0;
+  // Sleeps until the peer may have posted or released a slot, or timeout_ms passes.
+  virtual void sleep(int timeout_ms) = 0;
   virtual std::string describe() const = 0;
 };
 
@@ -59,6 +61,8 @@ class Transport {
   virtual std::string_view name() const = 0;
   // The connection to `peer`, set up on first use; both ranks must ask for it.
   virtual Connection& connect(int peer, const core::Deadline& deadline) = 0;
+  // After a failure: tell every connected peer, so that none of them waits for this rank.
+  virtual void abort() = 0;
 };
 
 }  // namespace loom::transport

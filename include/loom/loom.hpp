@@ -68,6 +68,7 @@ struct Options {
   std::optional<std::size_t> buffer_bytes;           // LOOM_BUFFSIZE per connection, default 4 MiB
   std::optional<int> slots;                          // LOOM_SLOTS per connection, default 8
   std::optional<std::string> algorithm;              // LOOM_ALGO: force an algorithm ("ring", ...)
+  std::optional<std::string> transport;              // LOOM_TRANSPORT: "auto", "tcp" or "shm"
   std::string store_prefix = "loom";                 // key namespace of this communicator
 };
 

@@ -51,10 +51,19 @@ void Waiter::step(int peer, const char* what) {
                                    via.empty() ? "" : " over ", via));
   }
   fds_.clear();
-  for (auto* c : engine_.used()) c->add_poll_fds(fds_);
-  // Short sleeps when nothing can be polled (e.g. waiting for the engine's own slot release).
-  int timeout_ms = fds_.empty() ? 1 : engine_.deadline().remaining_ms(100);
-  if (::poll(fds_.data(), fds_.size(), timeout_ms) > 0) begin();
+  transport::Connection* waited = nullptr;
+  bool waited_has_fds = false;
+  for (auto* c : engine_.used()) {
+    const std::size_t before = fds_.size();
+    c->add_poll_fds(fds_);
+    if (c->peer() == peer) waited = c, waited_has_fds = fds_.size() > before;
+  }
+  const int timeout_ms = engine_.deadline().remaining_ms(100);
+  if (fds_.empty() && waited != nullptr) {
+    waited->sleep(timeout_ms);  // shared memory: a futex the peer rings
+  } else if (::poll(fds_.data(), fds_.size(), waited_has_fds ? timeout_ms : 1) > 0) {
+    begin();  // a connection without descriptors cannot wake poll: look again soon
+  }
 }
 
 }  // namespace loom::algorithms

@@ -2,6 +2,7 @@
 // engine (inline for a blocking call when nothing is queued, else on the worker thread).
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -15,9 +16,12 @@
 #include "algorithms/collective.hpp"
 #include "core/config.hpp"
 #include "core/logging.hpp"
+#include "core/topology.hpp"
 #include "core/work.hpp"
 #include "loom/store.hpp"
+#include "transports/shm/shm_transport.hpp"
 #include "transports/tcp/tcp_transport.hpp"
+#include "transports/transport_table.hpp"
 
 namespace loom {
 
@@ -90,16 +94,38 @@ class Communicator::Impl {
     if (agreed.size() != 8) throw StoreError("init: the job token in the store is malformed");
     std::memcpy(&token, agreed.data(), 8);
 
-    transport_ = std::make_unique<transport::tcp::TcpTransport>(*store_, rank, size, token, config_,
-                                                                route_hint);
+    auto tcp = std::make_unique<transport::tcp::TcpTransport>(*store_, rank, size, token, config_,
+                                                              route_hint);
+    listen_address_ = tcp->listen_address();
     join();
+    topology_ = core::exchange_topology(*store_, rank, size, config_.timeout);
+    // The spinning policy follows the ranks that really share this host's cores.
+    config_.local_world_size = topology_.ranks_on_host_of(rank);
+    config_.oversubscribed = config_.local_world_size >
+                             static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    std::vector<bool> shm_peers(static_cast<std::size_t>(size), false);
+    for (int r = 0; r < size; ++r) {
+      const bool local = r != rank && topology_.same_host(rank, r);
+      if (config_.transport == "shm" && r != rank && !local)
+        throw InvalidArgument(fmt::format(
+            "init: rank {}: LOOM_TRANSPORT=shm but rank {} is on another host", rank, r));
+      shm_peers[static_cast<std::size_t>(r)] = local && config_.transport != "tcp";
+    }
+    std::unique_ptr<transport::Transport> shm;
+    if (std::find(shm_peers.begin(), shm_peers.end(), true) != shm_peers.end())
+      shm = std::make_unique<transport::shm::ShmTransport>(*store_, rank, token, config_,
+                                                           topology_.pid_of_rank);
+    auto table =
+        std::make_unique<transport::TransportTable>(std::move(tcp), std::move(shm), shm_peers);
+    transport_summary_ = describe_peers(*table);
+    transport_ = std::move(table);
     engine_ = std::make_unique<algorithms::Engine>(rank, size, *transport_, config_);
     core::log().info(
-        "rank {}/{} on {}: transport tcp at {}, {} sockets per peer, {} slots of {} KiB, timeout "
-        "{} s",
-        rank, size, host_name(), transport_->listen_address(), config_.sockets_per_peer,
+        "rank {}/{} on {}: {}; tcp at {}, {} sockets per peer; {} slots of {} KiB; timeout {} s",
+        rank, size, host_name(), transport_summary_, listen_address_, config_.sockets_per_peer,
         config_.slots, config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10,
         config_.timeout.count() / 1000);
+    if (rank == 0) core::log().info("topology: {}", topology_.describe());
     if (rank == 0)
       core::log().info(
           "algorithms: all_reduce ring or recursive_doubling (cost model), reduce_scatter ring, "
@@ -114,9 +140,9 @@ class Communicator::Impl {
   int size() const { return size_; }
 
   std::string describe() const {
-    return fmt::format("rank {}/{} on {}, tcp at {}, {} sockets per peer, {} x {} KiB slots", rank_,
-                       size_, host_name(), transport_->listen_address(), config_.sockets_per_peer,
-                       config_.slots,
+    return fmt::format("rank {}/{} on {}, {}, tcp at {}, {} sockets per peer, {} x {} KiB slots",
+                       rank_, size_, host_name(), transport_summary_, listen_address_,
+                       config_.sockets_per_peer, config_.slots,
                        config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10);
   }
 
@@ -226,9 +252,12 @@ class Communicator::Impl {
       try {
         rethrow_in_context(call);
       } catch (const Error& e) {
-        std::lock_guard lock(mu_);
-        if (broken_.empty()) broken_ = e.what();
+        {
+          std::lock_guard lock(mu_);
+          if (broken_.empty()) broken_ = e.what();
+        }
         core::log().error("{}", e.what());
+        transport_->abort();  // peers waiting on this rank fail now instead of at their timeout
         throw;
       }
     }
@@ -254,11 +283,25 @@ class Communicator::Impl {
     }
   }
 
+  // "shm to ranks 1,2; tcp to ranks 3" for logs and describe().
+  std::string describe_peers(const transport::TransportTable& table) const {
+    std::vector<int> shm, tcp;
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) (std::string(table.transport_of(r)) == "shm" ? shm : tcp).push_back(r);
+    std::vector<std::string> parts;
+    if (!shm.empty()) parts.push_back(fmt::format("shm to rank(s) {}", fmt::join(shm, ",")));
+    if (!tcp.empty()) parts.push_back(fmt::format("tcp to rank(s) {}", fmt::join(tcp, ",")));
+    return parts.empty() ? "no peers" : fmt::format("{}", fmt::join(parts, ", "));
+  }
+
   int rank_;
   int size_;
   core::Config config_;
   std::shared_ptr<Store> store_;
-  std::unique_ptr<transport::tcp::TcpTransport> transport_;
+  core::Topology topology_;
+  std::string listen_address_;
+  std::string transport_summary_;
+  std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<algorithms::Engine> engine_;
 
   std::mutex mu_;

@@ -93,6 +93,15 @@ Config Config::resolve(const Options& options, int world_size) {
       throw InvalidArgument(fmt::format("configuration: LOOM_SOCKBUF='{}' is not a size", *s));
     c.socket_buffer_bytes = *bytes;
   }
+  if (options.transport)
+    c.transport = *options.transport;
+  else if (auto t = env_string("LOOM_TRANSPORT"))
+    c.transport = *t;
+  else if (env_string("LOOM_SHM_DISABLE").value_or("0") == "1")
+    c.transport = "tcp";
+  if (c.transport != "auto" && c.transport != "tcp" && c.transport != "shm")
+    throw InvalidArgument(
+        fmt::format("configuration: transport '{}' is not auto, tcp or shm", c.transport));
   if (options.algorithm)
     c.algorithm = *options.algorithm;
   else if (auto s = env_string("LOOM_ALGO"))

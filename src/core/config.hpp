@@ -24,6 +24,8 @@ struct Config {
   int slots = 8;
   std::size_t socket_buffer_bytes = 4u << 20;
   std::string algorithm;
+  // "auto" (shm within a host, tcp across), "tcp" or "shm"; LOOM_SHM_DISABLE=1 means "tcp".
+  std::string transport = "auto";
   // Bounded spinning before blocking, in microseconds; 0 blocks at once.
   int spin_us = 50;
   int local_world_size = 1;

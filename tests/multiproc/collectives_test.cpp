@@ -1,4 +1,5 @@
-// Every collective, in real processes over TCP loopback, against the reference kernels.
+// Every collective, in real processes over TCP loopback and shared memory, against the reference
+// kernels.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -102,18 +103,20 @@ void check(Communicator& comm, Coll coll, DataType t, ReduceOp op, std::size_t c
   }
 }
 
-// World size, and the all-reduce algorithm forced through Options ("" lets the cost model pick).
-class CollectivesOverTcp : public ::testing::TestWithParam<std::tuple<int, std::string>> {
+// World size, the all-reduce algorithm forced through Options ("" lets the cost model pick),
+// and the transport.
+class Collectives : public ::testing::TestWithParam<std::tuple<int, std::string, std::string>> {
  protected:
   int world() const { return std::get<0>(GetParam()); }
   testing::RunOptions run_options() const {
     testing::RunOptions o;
     if (!std::get<1>(GetParam()).empty()) o.options.algorithm = std::get<1>(GetParam());
+    o.options.transport = std::get<2>(GetParam());
     return o;
   }
 };
 
-TEST_P(CollectivesOverTcp, EveryCollectiveDtypeAndOpMatchesTheReference) {
+TEST_P(Collectives, EveryCollectiveDtypeAndOpMatchesTheReference) {
   run_ranks(
       world(),
       [](Communicator& comm) {
@@ -130,7 +133,7 @@ TEST_P(CollectivesOverTcp, EveryCollectiveDtypeAndOpMatchesTheReference) {
       run_options());
 }
 
-TEST_P(CollectivesOverTcp, MegaElementCountsPipelineThroughTheSlots) {
+TEST_P(Collectives, MegaElementCountsPipelineThroughTheSlots) {
   if (world() > 5)
     GTEST_SKIP() << "covered at smaller world sizes; keeps the suite short on 2 cores";
   if (std::get<1>(GetParam()) == "recursive_doubling")
@@ -148,24 +151,33 @@ TEST_P(CollectivesOverTcp, MegaElementCountsPipelineThroughTheSlots) {
       run_options());
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesOverTcp,
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
-                                            ::testing::Values("", "ring", "recursive_doubling")),
+                                            ::testing::Values("", "ring", "recursive_doubling"),
+                                            ::testing::Values("tcp", "shm")),
                          [](const auto& info) {
                            const std::string& algo = std::get<1>(info.param);
-                           return "world" + std::to_string(std::get<0>(info.param)) + "_" +
+                           return std::get<2>(info.param) + "_world" +
+                                  std::to_string(std::get<0>(info.param)) + "_" +
                                   (algo.empty() ? std::string("auto") : algo);
                          });
 
-TEST(CollectivesOverTcp, SixteenMebiElementAllReduceIsExact) {
-  for (int world : {2, 4})
-    run_ranks(world, [](Communicator& comm) {
-      check(comm, Coll::all_reduce, DataType::f32, ReduceOp::sum, 16u << 20, false);
-      check(comm, Coll::all_reduce, DataType::i64, ReduceOp::sum, 16u << 20, true);
-    });
+TEST(CollectiveEdgeCases, SixteenMebiElementAllReduceIsExactOnEveryTransport) {
+  for (const char* transport : {"tcp", "shm"})
+    for (int world : {2, 4}) {
+      testing::RunOptions o;
+      o.options.transport = transport;
+      run_ranks(
+          world,
+          [](Communicator& comm) {
+            check(comm, Coll::all_reduce, DataType::f32, ReduceOp::sum, 16u << 20, false);
+            check(comm, Coll::all_reduce, DataType::i64, ReduceOp::sum, 16u << 20, true);
+          },
+          o);
+    }
 }
 
-TEST(CollectivesOverTcp, RandomFloatSumsStayWithinRoundingOfTheExactSum) {
+TEST(CollectiveEdgeCases, RandomFloatSumsStayWithinRoundingOfTheExactSum) {
   run_ranks(4, [](Communicator& comm) {
     const std::size_t count = 100003;
     std::mt19937 rng(1234 + comm.rank());
@@ -197,7 +209,7 @@ TEST(CollectivesOverTcp, RandomFloatSumsStayWithinRoundingOfTheExactSum) {
   });
 }
 
-TEST(CollectivesOverTcp, NanAndInfinityPropagate) {
+TEST(CollectiveEdgeCases, NanAndInfinityPropagate) {
   run_ranks(3, [](Communicator& comm) {
     const float inf = std::numeric_limits<float>::infinity();
     float v[4] = {1.0f, 1.0f, 1.0f, -0.0f};
@@ -218,7 +230,7 @@ TEST(CollectivesOverTcp, NanAndInfinityPropagate) {
   });
 }
 
-TEST(AsyncOverTcp, HundredAllReducesInFlightCompleteInOrder) {
+TEST(Async, HundredAllReducesInFlightCompleteInOrder) {
   run_ranks(3, [](Communicator& comm) {
     constexpr int kCalls = 100;
     const std::size_t count = 1021;
@@ -245,7 +257,7 @@ TEST(AsyncOverTcp, HundredAllReducesInFlightCompleteInOrder) {
   });
 }
 
-TEST(PointToPointOverTcp, SendAndRecvAroundTheRing) {
+TEST(PointToPoint, SendAndRecvAroundTheRing) {
   run_ranks(4, [](Communicator& comm) {
     const int n = comm.size(), r = comm.rank();
     for (std::size_t count : {1u, 4093u, (1u << 20) + 3}) {
@@ -266,7 +278,7 @@ TEST(PointToPointOverTcp, SendAndRecvAroundTheRing) {
   });
 }
 
-TEST(BarrierOverTcp, RepeatedBarriersOnEightRanks) {
+TEST(Barrier, RepeatedBarriersOnEightRanks) {
   run_ranks(8, [](Communicator& comm) {
     for (int i = 0; i < 50; ++i) comm.barrier();
   });

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -98,16 +99,19 @@ void run_ranks_raw(int world, const std::function<void(RankContext&)>& body, Run
   bool timed_out = false;
   for (;;) {
     std::vector<pollfd> fds;
+    std::vector<Child*> owners;
     for (auto& c : children)
-      if (c.out >= 0) fds.push_back({c.out, POLLIN, 0});
+      if (c.out >= 0) fds.push_back({c.out, POLLIN, 0}), owners.push_back(&c);
     if (!fds.empty()) ::poll(fds.data(), fds.size(), 50);
-    for (auto& c : children) {
-      if (c.out < 0) continue;
+    // Read only what poll reported: a blocking read would stop this loop from reaping children.
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Child& c = *owners[i];
       char buf[4096];
       ssize_t n = ::read(c.out, buf, sizeof(buf));
-      if (n > 0)
+      if (n > 0) {
         c.output.append(buf, static_cast<std::size_t>(n));
-      else if (n == 0) {
+      } else {
         ::close(c.out);
         c.out = -1;
       }
@@ -133,7 +137,10 @@ void run_ranks_raw(int world, const std::function<void(RankContext&)>& body, Run
   }
   for (std::size_t r = 0; r < children.size(); ++r) {
     const Child& c = children[r];
-    bool ok = !timed_out && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
+    const bool may_die = std::find(opts.may_die.begin(), opts.may_die.end(), static_cast<int>(r)) !=
+                         opts.may_die.end();
+    bool ok = !timed_out && ((WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) ||
+                             (may_die && WIFSIGNALED(c.status)));
     EXPECT_TRUE(ok) << "rank " << r
                     << (timed_out ? " did not finish within the test timeout" : " failed")
                     << " (status " << c.status << "); its output:\n"

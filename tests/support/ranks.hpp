@@ -28,8 +28,8 @@ struct RunOptions {
   Options options;
   // Ranks that run the body without building a Communicator (to test a rank that never joins).
   std::vector<int> absent;
-  // When false the body builds its own Communicator from ctx (e.g. to expect an init error).
-  bool make_communicator = true;
+  // Ranks the body kills on purpose: death by a signal counts as success for them.
+  std::vector<int> may_die;
 };
 
 void run_ranks(int world, const std::function<void(Communicator&)>& body, RunOptions opts = {});

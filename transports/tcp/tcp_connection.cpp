@@ -174,6 +174,16 @@ void TcpConnection::add_poll_fds(std::vector<pollfd>& fds) const {
   }
 }
 
+void TcpConnection::shutdown() {
+  for (auto& s : sockets_) ::shutdown(s.fd, SHUT_RDWR);
+}
+
+void TcpConnection::sleep(int timeout_ms) {
+  std::vector<pollfd> fds;
+  add_poll_fds(fds);
+  ::poll(fds.data(), fds.size(), timeout_ms);
+}
+
 std::string TcpConnection::describe() const {
   return fmt::format("tcp to rank {} at {} ({} sockets, {} slots of {} KiB)", peer_, peer_address_,
                      sockets_.size(), slots_, slot_bytes_ >> 10);

@@ -31,7 +31,10 @@ class TcpConnection final : public Connection {
   bool progress() override;
   bool send_idle() const override { return send_done_ == send_posted_; }
   void add_poll_fds(std::vector<pollfd>& fds) const override;
+  void sleep(int timeout_ms) override;
   std::string describe() const override;
+  // Ends both directions: the peer sees end of stream at once.
+  void shutdown();
 
  private:
   struct SlotInfo {

@@ -83,6 +83,10 @@ TcpTransport::~TcpTransport() {
   if (listen_fd_ >= 0) ::close(listen_fd_);
 }
 
+void TcpTransport::abort() {
+  for (auto& [peer, conn] : connections_) conn->shutdown();
+}
+
 Connection& TcpTransport::connect(int peer, const core::Deadline& deadline) {
   if (auto it = connections_.find(peer); it != connections_.end()) return *it->second;
   const int n = config_.sockets_per_peer;

@@ -21,6 +21,7 @@ class TcpTransport final : public Transport {
 
   std::string_view name() const override { return "tcp"; }
   Connection& connect(int peer, const core::Deadline& deadline) override;
+  void abort() override;
   const std::string& listen_address() const { return listen_address_; }
 
  private:

@@ -1,0 +1,66 @@
+#include "core/topology.hpp"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "core/config.hpp"
+
+namespace loom::core {
+namespace {
+
+std::string read_first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::string namespace_id(const char* path) {
+  char buf[128] = {0};
+  ssize_t n = ::readlink(path, buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "";
+}
+
+}  // namespace
+
+std::string local_host_id() {
+  if (auto id = env_string("LOOM_HOST_ID")) return *id;
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  return fmt::format("{}|{}|{}|{}", host, read_first_line("/proc/sys/kernel/random/boot_id"),
+                     namespace_id("/proc/self/ns/net"), namespace_id("/proc/self/ns/mnt"));
+}
+
+int Topology::ranks_on_host_of(int rank) const {
+  int n = 0;
+  for (const auto& h : host_of_rank) n += h == host_of_rank[rank];
+  return n;
+}
+
+std::string Topology::describe() const {
+  std::map<std::string, std::vector<int>> by_host;
+  for (std::size_t r = 0; r < host_of_rank.size(); ++r) by_host[host_of_rank[r]].push_back(static_cast<int>(r));
+  std::vector<std::string> parts;
+  for (const auto& [host, ranks] : by_host)
+    parts.push_back(fmt::format("{} ranks {}", host.substr(0, host.find('|')), fmt::join(ranks, ",")));
+  return fmt::format("{} host(s): {}", by_host.size(), fmt::join(parts, "; "));
+}
+
+Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout) {
+  store.set(fmt::format("topology/{}", rank), fmt::format("{}\n{}", ::getpid(), local_host_id()));
+  Topology t;
+  for (int r = 0; r < size; ++r) {
+    std::string v = store.get_string(fmt::format("topology/{}", r), timeout);
+    auto nl = v.find('\n');
+    if (nl == std::string::npos) throw StoreError(fmt::format("init: malformed topology record of rank {}", r));
+    t.pid_of_rank.push_back(std::stoi(v.substr(0, nl)));
+    t.host_of_rank.push_back(v.substr(nl + 1));
+  }
+  return t;
+}
+
+}  // namespace loom::core

@@ -1,0 +1,28 @@
+// Which ranks share a host. Processes in different network or mount namespaces of one machine
+// count as different hosts: they cannot be assumed to share /dev/shm or loopback.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/deadline.hpp"
+#include "loom/store.hpp"
+
+namespace loom::core {
+
+// hostname + boot id + network and mount namespace ids, or LOOM_HOST_ID when set.
+std::string local_host_id();
+
+struct Topology {
+  std::vector<std::string> host_of_rank;
+  std::vector<int> pid_of_rank;
+  bool same_host(int a, int b) const { return host_of_rank[a] == host_of_rank[b]; }
+  int ranks_on_host_of(int rank) const;
+  // "host A: ranks 0,1; host B: ranks 2,3" for the INFO log.
+  std::string describe() const;
+};
+
+// Publishes this rank's host id and pid under "topology/<rank>" and reads every rank's.
+Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout);
+
+}  // namespace loom::core

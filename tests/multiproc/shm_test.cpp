@@ -1,0 +1,100 @@
+// Shared-memory segments: selected for peers on one host, and never left behind in /dev/shm.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "../support/ranks.hpp"
+
+namespace loom {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::RankContext;
+using testing::run_ranks_raw;
+
+// The segments of the communicator built on this store (named after its job token).
+std::vector<std::string> segments_of(Store& store) {
+  Bytes token = store.get("loom/g1/job_token", 10s);
+  std::uint64_t t = 0;
+  std::memcpy(&t, token.data(), std::min<std::size_t>(8, token.size()));
+  const std::string prefix = fmt::format("loom-{:016x}-", t);
+  std::vector<std::string> found;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d))
+      if (std::string(e->d_name).rfind(prefix, 0) == 0) found.push_back(e->d_name);
+    ::closedir(d);
+  }
+  return found;
+}
+
+TEST(SharedMemory, IsChosenOnOneHostAndSegmentsAreGoneAfterNormalExit) {
+  run_ranks_raw(4, [](RankContext& ctx) {
+    {
+      Communicator comm(ctx.store, ctx.rank, ctx.size);
+      EXPECT_NE(comm.describe().find("shm to rank(s)"), std::string::npos) << comm.describe();
+      std::vector<float> v(1 << 20, 1.0f);
+      comm.all_reduce(v.data(), v.size(), DataType::f32, ReduceOp::sum);
+      EXPECT_EQ(v[12345], 4.0f);
+      comm.barrier();
+      // Every segment was unlinked as soon as both sides had mapped it.
+      EXPECT_EQ(segments_of(*ctx.store), std::vector<std::string>{});
+    }
+    EXPECT_EQ(segments_of(*ctx.store), std::vector<std::string>{});
+  });
+}
+
+TEST(SharedMemory, SegmentsAreGoneAfterAPeerIsKilled) {
+  testing::RunOptions opts;
+  opts.may_die = {1};
+  run_ranks_raw(3, [](RankContext& ctx) {
+    Options o;
+    o.timeout = 20s;
+    Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+    std::vector<float> v(1 << 18, 1.0f);
+    comm.all_reduce(v.data(), v.size(), DataType::f32, ReduceOp::sum);
+    if (ctx.rank == 1) {
+      ctx.store->add("done", 1);
+      ::kill(::getpid(), SIGKILL);
+    }
+    EXPECT_THROW(comm.all_reduce(v.data(), v.size(), DataType::f32, ReduceOp::sum), PeerError);
+    comm.destroy();
+    EXPECT_EQ(segments_of(*ctx.store), std::vector<std::string>{});
+  }, opts);
+}
+
+TEST(SharedMemory, TransportTcpAndShmDisableKeepPeersOnTcp) {
+  testing::RunOptions opts;
+  opts.options.transport = "tcp";
+  testing::run_ranks(2, [](Communicator& comm) {
+    EXPECT_EQ(comm.describe().find("shm to"), std::string::npos) << comm.describe();
+    float x = 1;
+    comm.all_reduce(&x, 1, DataType::f32, ReduceOp::sum);
+    EXPECT_EQ(x, 2.0f);
+  }, opts);
+}
+
+TEST(SharedMemory, DifferentHostIdsMeanNoSharedMemory) {
+  run_ranks_raw(2, [](RankContext& ctx) {
+    ::setenv("LOOM_HOST_ID", ctx.rank == 0 ? "host-a" : "host-b", 1);
+    Communicator comm(ctx.store, ctx.rank, ctx.size);
+    EXPECT_NE(comm.describe().find("tcp to rank(s)"), std::string::npos) << comm.describe();
+    EXPECT_EQ(comm.describe().find("shm to"), std::string::npos) << comm.describe();
+    float x = 1;
+    comm.all_reduce(&x, 1, DataType::f32, ReduceOp::sum);
+    EXPECT_EQ(x, 2.0f);
+    Options forced;
+    forced.transport = "shm";
+    forced.store_prefix = "forced";
+    EXPECT_THROW(Communicator(ctx.store, ctx.rank, ctx.size, forced), InvalidArgument);
+  });
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,125 @@
+#include "transports/shm/shm_connection.hpp"
+
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <ctime>
+
+#include <fmt/format.h>
+
+#include "loom/loom.hpp"
+
+namespace loom::transport::shm {
+namespace {
+
+// Shared (not process-private) futexes: the two sides are different processes.
+void futex_wait_shared(std::atomic<std::uint32_t>& word, std::uint32_t expected, int timeout_ms) {
+  timespec ts{timeout_ms / 1000, static_cast<long>(timeout_ms % 1000) * 1000000L};
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+void futex_wake_shared(std::atomic<std::uint32_t>& word) {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+}  // namespace
+
+ShmConnection::ShmConnection(int self, int peer, int peer_pid, void* base, std::size_t bytes, int side,
+                             std::string name)
+    : self_(self), peer_(peer), peer_pid_(peer_pid), side_(side), base_(base), bytes_(bytes), name_(std::move(name)) {
+  auto* b = static_cast<std::byte*>(base);
+  header_ = reinterpret_cast<SegmentHeader*>(b);
+  slot_bytes_ = header_->slot_bytes;
+  slots_ = header_->slots;
+  auto* low_to_high = reinterpret_cast<FifoControl*>(b + kPage);
+  auto* high_to_low = reinterpret_cast<FifoControl*>(b + 2 * kPage);
+  std::byte* data_low_to_high = b + 3 * kPage;
+  std::byte* data_high_to_low = data_low_to_high + slot_bytes_ * slots_;
+  send_ = side == 0 ? low_to_high : high_to_low;
+  recv_ = side == 0 ? high_to_low : low_to_high;
+  send_data_ = side == 0 ? data_low_to_high : data_high_to_low;
+  recv_data_ = side == 0 ? data_high_to_low : data_low_to_high;
+}
+
+ShmConnection::~ShmConnection() {
+  close();
+  ::munmap(base_, bytes_);
+}
+
+void ShmConnection::close() {
+  header_->closed[side_].store(1, std::memory_order_seq_cst);
+  header_->bell[1 - side_].fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_shared(header_->bell[1 - side_]);
+}
+
+void ShmConnection::peer_gone(const char* why) const {
+  throw PeerError(fmt::format("rank {} <-> rank {} (shm): the peer {}", self_, peer_, why));
+}
+
+std::byte* ShmConnection::try_acquire_send_slot() {
+  if (header_->closed[1 - side_].load(std::memory_order_acquire)) peer_gone("closed the connection (it failed or finished)");
+  seen_tail_ = send_->tail.load(std::memory_order_acquire);
+  seen_head_ = recv_->head.load(std::memory_order_acquire);
+  if (posted_ - seen_tail_ >= slots_) return nullptr;
+  return send_data_ + (posted_ % slots_) * slot_bytes_;
+}
+
+void ShmConnection::post_send(std::size_t bytes, std::uint64_t tag) {
+  send_->meta[posted_ % slots_] = SlotMeta{bytes, tag};
+  ++posted_;
+  // seq_cst pairs with the peer's store to waiting[] in sleep(): one of the two sees the other.
+  send_->head.store(posted_, std::memory_order_seq_cst);
+  ring_peer();
+}
+
+std::optional<RecvSlot> ShmConnection::try_recv_slot() {
+  seen_head_ = recv_->head.load(std::memory_order_acquire);
+  seen_tail_ = send_->tail.load(std::memory_order_acquire);
+  if (seen_head_ <= consumed_) {
+    // Slots it posted before closing are still read; only a wait for more fails.
+    if (header_->closed[1 - side_].load(std::memory_order_acquire) && recv_->head.load() <= consumed_)
+      peer_gone("closed the connection (it failed or finished)");
+    return std::nullopt;
+  }
+  const SlotMeta& m = recv_->meta[consumed_ % slots_];
+  if (m.bytes > slot_bytes_)
+    throw PeerError(fmt::format("rank {} <- rank {} (shm {}): corrupt slot of {} bytes", self_, peer_, name_, m.bytes));
+  return RecvSlot{recv_data_ + (consumed_ % slots_) * slot_bytes_, m.bytes, m.tag};
+}
+
+void ShmConnection::release_recv_slot() {
+  ++consumed_;
+  recv_->tail.store(consumed_, std::memory_order_seq_cst);
+  ring_peer();
+}
+
+void ShmConnection::ring_peer() {
+  const int other = 1 - side_;
+  if (header_->waiting[other].load(std::memory_order_seq_cst) != 0) {
+    header_->bell[other].fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_shared(header_->bell[other]);
+  }
+}
+
+void ShmConnection::sleep(int timeout_ms) {
+  header_->waiting[side_].store(1, std::memory_order_seq_cst);
+  const std::uint32_t rung = header_->bell[side_].load(std::memory_order_seq_cst);
+  // Anything the peer did since the caller last looked is visible now: do not sleep through it.
+  const bool moved = recv_->head.load(std::memory_order_seq_cst) != seen_head_ ||
+                     send_->tail.load(std::memory_order_seq_cst) != seen_tail_ ||
+                     header_->closed[1 - side_].load(std::memory_order_seq_cst) != 0;
+  if (!moved) futex_wait_shared(header_->bell[side_], rung, timeout_ms);
+  header_->waiting[side_].store(0, std::memory_order_relaxed);
+  // A peer that died cannot ring: notice it here, within one sleep.
+  if (peer_pid_ > 0 && ::kill(peer_pid_, 0) != 0 && errno == ESRCH)
+    peer_gone(fmt::format("process {} is gone (exited or crashed)", peer_pid_).c_str());
+}
+
+std::string ShmConnection::describe() const {
+  return fmt::format("shm to rank {} ({} slots of {} KiB)", peer_, slots_, slot_bytes_ >> 10);
+}
+
+}  // namespace loom::transport::shm

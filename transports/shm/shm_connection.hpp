@@ -1,0 +1,55 @@
+// A connection through a shared segment: the sender's slot is the receiver's slot, so the
+// engine's reduction writes straight into the peer's memory.
+#pragma once
+
+#include <string>
+
+#include "transports/shm/shm_segment.hpp"
+#include "transports/transport.hpp"
+
+namespace loom::transport::shm {
+
+class ShmConnection final : public Connection {
+ public:
+  // `side` is 0 for the lower rank of the pair, 1 for the higher.
+  // peer_pid: the peer's process, checked while sleeping so a dead peer is noticed.
+  ShmConnection(int self, int peer, int peer_pid, void* base, std::size_t bytes, int side, std::string name);
+  ~ShmConnection() override;
+
+  int peer() const override { return peer_; }
+  std::size_t slot_bytes() const override { return slot_bytes_; }
+  std::byte* try_acquire_send_slot() override;
+  void post_send(std::size_t bytes, std::uint64_t tag) override;
+  std::optional<RecvSlot> try_recv_slot() override;
+  void release_recv_slot() override;
+  bool progress() override { return false; }  // the peer reads our writes directly
+  bool send_idle() const override { return true; }
+  void add_poll_fds(std::vector<pollfd>&) const override {}
+  void sleep(int timeout_ms) override;
+  std::string describe() const override;
+  // Marks this side gone and wakes the peer.
+  void close();
+
+ private:
+  void ring_peer();
+  [[noreturn]] void peer_gone(const char* why) const;
+
+  int self_, peer_, peer_pid_, side_;
+  void* base_;
+  std::size_t bytes_;
+  std::string name_;
+  SegmentHeader* header_;
+  FifoControl* send_;
+  FifoControl* recv_;
+  std::byte* send_data_;
+  std::byte* recv_data_;
+  std::size_t slot_bytes_;
+  std::uint64_t slots_;
+  std::uint64_t posted_ = 0;    // our copy of send_->head
+  std::uint64_t consumed_ = 0;  // our copy of recv_->tail
+  // What the last check saw of both counters; sleep() returns at once if either has moved.
+  std::uint64_t seen_head_ = 0;
+  std::uint64_t seen_tail_ = 0;
+};
+
+}  // namespace loom::transport::shm

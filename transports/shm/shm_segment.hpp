@@ -1,0 +1,49 @@
+// The shared-memory segment of one pair of ranks: both directions' slot FIFOs. The lower rank
+// creates it, the higher maps it and unlinks the name at once, so nothing outlives a crash.
+//
+//   page 0   SegmentHeader
+//   page 1   control of the FIFO low -> high     page 2   control of the FIFO high -> low
+//   then     slots of low -> high, slots of high -> low
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace loom::transport::shm {
+
+inline constexpr std::uint64_t kSegmentMagic = 0x4c4f4f4d53484d31ull;  // "LOOMSHM1"
+inline constexpr std::size_t kMaxSlots = 64;
+inline constexpr std::size_t kPage = 4096;
+
+struct SlotMeta {
+  std::uint64_t bytes;
+  std::uint64_t tag;
+};
+
+// Counters on separate cache lines: the sender writes head, the receiver tail.
+struct alignas(64) FifoControl {
+  alignas(64) std::atomic<std::uint64_t> head;  // slots posted
+  alignas(64) std::atomic<std::uint64_t> tail;  // slots released
+  alignas(64) SlotMeta meta[kMaxSlots];
+};
+static_assert(sizeof(FifoControl) <= kPage);
+
+struct alignas(64) SegmentHeader {
+  std::uint64_t magic;
+  std::uint64_t slot_bytes;
+  std::uint32_t slots;
+  // Side s sleeps on bell[s] with waiting[s] set; the other side rings it after posting to s or
+  // releasing s's slots.
+  alignas(64) std::atomic<std::uint32_t> bell[2];
+  alignas(64) std::atomic<std::uint32_t> waiting[2];
+  // Side s has gone (destroyed or aborted): the other side stops waiting for it.
+  std::atomic<std::uint32_t> closed[2];
+};
+static_assert(sizeof(SegmentHeader) <= kPage);
+
+inline std::size_t segment_bytes(std::size_t slot_bytes, std::size_t slots) {
+  return 3 * kPage + 2 * slot_bytes * slots;
+}
+
+}  // namespace loom::transport::shm

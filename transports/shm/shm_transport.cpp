@@ -1,0 +1,98 @@
+#include "transports/shm/shm_transport.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include <fmt/format.h>
+
+#include "core/logging.hpp"
+
+namespace loom::transport::shm {
+namespace {
+
+void* map_fd(int fd, std::size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+}  // namespace
+
+ShmTransport::ShmTransport(Store& store, int rank, std::uint64_t job_token, const core::Config& config,
+                           std::vector<int> pids)
+    : store_(store), rank_(rank), job_token_(job_token), config_(config), pids_(std::move(pids)) {}
+
+ShmTransport::~ShmTransport() {
+  connections_.clear();
+  for (const auto& name : created_) ::shm_unlink(name.c_str());  // normally gone already
+}
+
+void ShmTransport::abort() {
+  for (auto& [peer, conn] : connections_) conn->close();
+}
+
+Connection& ShmTransport::connect(int peer, const core::Deadline& deadline) {
+  if (auto it = connections_.find(peer); it != connections_.end()) return *it->second;
+  const int low = std::min(rank_, peer), high = std::max(rank_, peer);
+  const std::string name = fmt::format("/loom-{:016x}-{}-{}", job_token_, low, high);
+  const std::string key = fmt::format("shm/{}/{}", low, high);
+  const std::size_t slot_bytes = config_.buffer_bytes / static_cast<std::size_t>(config_.slots);
+  const std::size_t slots = static_cast<std::size_t>(config_.slots);
+  const std::size_t bytes = segment_bytes(slot_bytes, slots);
+  auto fail = [&](const char* what, int err) {
+    return PeerError(fmt::format("shm: rank {} with rank {}: {} {}: {}", rank_, peer, what, name, std::strerror(err)));
+  };
+  void* base = nullptr;
+  if (rank_ == low) {
+    int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) throw fail("create", errno);
+    created_.push_back(name);
+    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      int err = errno;
+      ::close(fd);
+      throw fail("size", err);
+    }
+    base = map_fd(fd, bytes);
+    ::close(fd);
+    if (!base) throw fail("map", errno);
+    auto* h = new (base) SegmentHeader{};
+    h->magic = kSegmentMagic;
+    h->slot_bytes = slot_bytes;
+    h->slots = static_cast<std::uint32_t>(slots);
+    new (static_cast<std::byte*>(base) + kPage) FifoControl{};
+    new (static_cast<std::byte*>(base) + 2 * kPage) FifoControl{};
+    // Never wait here for the peer to map: connections are made lazily in ring order, and a
+    // creator that waited could close a cycle of waits. The peer unlinks the name once mapped.
+    store_.set(key, name);
+  } else {
+    store_.get(key, std::chrono::milliseconds(deadline.remaining_ms(1 << 30)));
+    int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) throw fail("open", errno);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != bytes) {
+      ::close(fd);
+      throw PeerError(fmt::format("shm: rank {} with rank {}: segment {} has {} bytes, expected {} (LOOM_BUFFSIZE or "
+                                  "LOOM_SLOTS differ between ranks)", rank_, peer, name, st.st_size, bytes));
+    }
+    base = map_fd(fd, bytes);
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    if (!base) throw fail("map", errno);
+    auto* h = static_cast<SegmentHeader*>(base);
+    if (h->magic != kSegmentMagic || h->slot_bytes != slot_bytes || h->slots != slots) {
+      ::munmap(base, bytes);
+      throw PeerError(fmt::format("shm: rank {} with rank {}: segment {} has another layout", rank_, peer, name));
+    }
+  }
+  auto conn = std::make_unique<ShmConnection>(rank_, peer, pids_[static_cast<std::size_t>(peer)], base, bytes,
+                                              rank_ == low ? 0 : 1, name);
+  core::log().debug("connected: {}", conn->describe());
+  return *(connections_[peer] = std::move(conn));
+}
+
+}  // namespace loom::transport::shm
