@@ -42,6 +42,9 @@ TEST(SharedMemory, IsChosenOnOneHostAndSegmentsAreGoneAfterNormalExit) {
       std::vector<float> v(1 << 20, 1.0f);
       comm.all_reduce(v.data(), v.size(), DataType::f32, ReduceOp::sum);
       EXPECT_EQ(v[12345], 4.0f);
+      // After the second barrier every rank has finished the first, and so mapped the segments
+      // that the first one opened.
+      comm.barrier();
       comm.barrier();
       // Every segment was unlinked as soon as both sides had mapped it.
       EXPECT_EQ(segments_of(*ctx.store), std::vector<std::string>{});
