@@ -11,17 +11,21 @@ namespace loom::transport {
 
 class TransportTable final : public Transport {
  public:
-  TransportTable(std::unique_ptr<Transport> tcp, std::unique_ptr<Transport> shm, std::vector<bool> shm_peers)
+  TransportTable(std::unique_ptr<Transport> tcp, std::unique_ptr<Transport> shm,
+                 std::vector<bool> shm_peers)
       : tcp_(std::move(tcp)), shm_(std::move(shm)), shm_peers_(std::move(shm_peers)) {}
   std::string_view name() const override { return shm_ ? "shm+tcp" : "tcp"; }
   Connection& connect(int peer, const core::Deadline& deadline) override {
-    return shm_peers_[static_cast<std::size_t>(peer)] ? shm_->connect(peer, deadline) : tcp_->connect(peer, deadline);
+    return shm_peers_[static_cast<std::size_t>(peer)] ? shm_->connect(peer, deadline)
+                                                      : tcp_->connect(peer, deadline);
   }
   void abort() override {
     tcp_->abort();
     if (shm_) shm_->abort();
   }
-  const char* transport_of(int peer) const { return shm_peers_[static_cast<std::size_t>(peer)] ? "shm" : "tcp"; }
+  const char* transport_of(int peer) const {
+    return shm_peers_[static_cast<std::size_t>(peer)] ? "shm" : "tcp";
+  }
 
  private:
   std::unique_ptr<Transport> tcp_;

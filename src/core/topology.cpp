@@ -43,10 +43,12 @@ int Topology::ranks_on_host_of(int rank) const {
 
 std::string Topology::describe() const {
   std::map<std::string, std::vector<int>> by_host;
-  for (std::size_t r = 0; r < host_of_rank.size(); ++r) by_host[host_of_rank[r]].push_back(static_cast<int>(r));
+  for (std::size_t r = 0; r < host_of_rank.size(); ++r)
+    by_host[host_of_rank[r]].push_back(static_cast<int>(r));
   std::vector<std::string> parts;
   for (const auto& [host, ranks] : by_host)
-    parts.push_back(fmt::format("{} ranks {}", host.substr(0, host.find('|')), fmt::join(ranks, ",")));
+    parts.push_back(
+        fmt::format("{} ranks {}", host.substr(0, host.find('|')), fmt::join(ranks, ",")));
   return fmt::format("{} host(s): {}", by_host.size(), fmt::join(parts, "; "));
 }
 
@@ -56,7 +58,8 @@ Topology exchange_topology(Store& store, int rank, int size, std::chrono::millis
   for (int r = 0; r < size; ++r) {
     std::string v = store.get_string(fmt::format("topology/{}", r), timeout);
     auto nl = v.find('\n');
-    if (nl == std::string::npos) throw StoreError(fmt::format("init: malformed topology record of rank {}", r));
+    if (nl == std::string::npos)
+      throw StoreError(fmt::format("init: malformed topology record of rank {}", r));
     t.pid_of_rank.push_back(std::stoi(v.substr(0, nl)));
     t.host_of_rank.push_back(v.substr(nl + 1));
   }

@@ -56,31 +56,37 @@ TEST(SharedMemory, IsChosenOnOneHostAndSegmentsAreGoneAfterNormalExit) {
 TEST(SharedMemory, SegmentsAreGoneAfterAPeerIsKilled) {
   testing::RunOptions opts;
   opts.may_die = {1};
-  run_ranks_raw(3, [](RankContext& ctx) {
-    Options o;
-    o.timeout = 20s;
-    Communicator comm(ctx.store, ctx.rank, ctx.size, o);
-    std::vector<float> v(1 << 18, 1.0f);
-    comm.all_reduce(v.data(), v.size(), DataType::f32, ReduceOp::sum);
-    if (ctx.rank == 1) {
-      ctx.store->add("done", 1);
-      ::kill(::getpid(), SIGKILL);
-    }
-    EXPECT_THROW(comm.all_reduce(v.data(), v.size(), DataType::f32, ReduceOp::sum), PeerError);
-    comm.destroy();
-    EXPECT_EQ(segments_of(*ctx.store), std::vector<std::string>{});
-  }, opts);
+  run_ranks_raw(
+      3,
+      [](RankContext& ctx) {
+        Options o;
+        o.timeout = 20s;
+        Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+        std::vector<float> v(1 << 18, 1.0f);
+        comm.all_reduce(v.data(), v.size(), DataType::f32, ReduceOp::sum);
+        if (ctx.rank == 1) {
+          ctx.store->add("done", 1);
+          ::kill(::getpid(), SIGKILL);
+        }
+        EXPECT_THROW(comm.all_reduce(v.data(), v.size(), DataType::f32, ReduceOp::sum), PeerError);
+        comm.destroy();
+        EXPECT_EQ(segments_of(*ctx.store), std::vector<std::string>{});
+      },
+      opts);
 }
 
 TEST(SharedMemory, TransportTcpAndShmDisableKeepPeersOnTcp) {
   testing::RunOptions opts;
   opts.options.transport = "tcp";
-  testing::run_ranks(2, [](Communicator& comm) {
-    EXPECT_EQ(comm.describe().find("shm to"), std::string::npos) << comm.describe();
-    float x = 1;
-    comm.all_reduce(&x, 1, DataType::f32, ReduceOp::sum);
-    EXPECT_EQ(x, 2.0f);
-  }, opts);
+  testing::run_ranks(
+      2,
+      [](Communicator& comm) {
+        EXPECT_EQ(comm.describe().find("shm to"), std::string::npos) << comm.describe();
+        float x = 1;
+        comm.all_reduce(&x, 1, DataType::f32, ReduceOp::sum);
+        EXPECT_EQ(x, 2.0f);
+      },
+      opts);
 }
 
 TEST(SharedMemory, DifferentHostIdsMeanNoSharedMemory) {

@@ -19,17 +19,25 @@ namespace {
 // Shared (not process-private) futexes: the two sides are different processes.
 void futex_wait_shared(std::atomic<std::uint32_t>& word, std::uint32_t expected, int timeout_ms) {
   timespec ts{timeout_ms / 1000, static_cast<long>(timeout_ms % 1000) * 1000000L};
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr,
+            0);
 }
 void futex_wake_shared(std::atomic<std::uint32_t>& word) {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr,
+            nullptr, 0);
 }
 
 }  // namespace
 
-ShmConnection::ShmConnection(int self, int peer, int peer_pid, void* base, std::size_t bytes, int side,
-                             std::string name)
-    : self_(self), peer_(peer), peer_pid_(peer_pid), side_(side), base_(base), bytes_(bytes), name_(std::move(name)) {
+ShmConnection::ShmConnection(int self, int peer, int peer_pid, void* base, std::size_t bytes,
+                             int side, std::string name)
+    : self_(self),
+      peer_(peer),
+      peer_pid_(peer_pid),
+      side_(side),
+      base_(base),
+      bytes_(bytes),
+      name_(std::move(name)) {
   auto* b = static_cast<std::byte*>(base);
   header_ = reinterpret_cast<SegmentHeader*>(b);
   slot_bytes_ = header_->slot_bytes;
@@ -60,7 +68,8 @@ void ShmConnection::peer_gone(const char* why) const {
 }
 
 std::byte* ShmConnection::try_acquire_send_slot() {
-  if (header_->closed[1 - side_].load(std::memory_order_acquire)) peer_gone("closed the connection (it failed or finished)");
+  if (header_->closed[1 - side_].load(std::memory_order_acquire))
+    peer_gone("closed the connection (it failed or finished)");
   seen_tail_ = send_->tail.load(std::memory_order_acquire);
   seen_head_ = recv_->head.load(std::memory_order_acquire);
   if (posted_ - seen_tail_ >= slots_) return nullptr;
@@ -80,13 +89,15 @@ std::optional<RecvSlot> ShmConnection::try_recv_slot() {
   seen_tail_ = send_->tail.load(std::memory_order_acquire);
   if (seen_head_ <= consumed_) {
     // Slots it posted before closing are still read; only a wait for more fails.
-    if (header_->closed[1 - side_].load(std::memory_order_acquire) && recv_->head.load() <= consumed_)
+    if (header_->closed[1 - side_].load(std::memory_order_acquire) &&
+        recv_->head.load() <= consumed_)
       peer_gone("closed the connection (it failed or finished)");
     return std::nullopt;
   }
   const SlotMeta& m = recv_->meta[consumed_ % slots_];
   if (m.bytes > slot_bytes_)
-    throw PeerError(fmt::format("rank {} <- rank {} (shm {}): corrupt slot of {} bytes", self_, peer_, name_, m.bytes));
+    throw PeerError(fmt::format("rank {} <- rank {} (shm {}): corrupt slot of {} bytes", self_,
+                                peer_, name_, m.bytes));
   return RecvSlot{recv_data_ + (consumed_ % slots_) * slot_bytes_, m.bytes, m.tag};
 }
 

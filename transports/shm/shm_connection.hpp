@@ -13,7 +13,8 @@ class ShmConnection final : public Connection {
  public:
   // `side` is 0 for the lower rank of the pair, 1 for the higher.
   // peer_pid: the peer's process, checked while sleeping so a dead peer is noticed.
-  ShmConnection(int self, int peer, int peer_pid, void* base, std::size_t bytes, int side, std::string name);
+  ShmConnection(int self, int peer, int peer_pid, void* base, std::size_t bytes, int side,
+                std::string name);
   ~ShmConnection() override;
 
   int peer() const override { return peer_; }

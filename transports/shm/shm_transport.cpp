@@ -23,8 +23,8 @@ void* map_fd(int fd, std::size_t bytes) {
 
 }  // namespace
 
-ShmTransport::ShmTransport(Store& store, int rank, std::uint64_t job_token, const core::Config& config,
-                           std::vector<int> pids)
+ShmTransport::ShmTransport(Store& store, int rank, std::uint64_t job_token,
+                           const core::Config& config, std::vector<int> pids)
     : store_(store), rank_(rank), job_token_(job_token), config_(config), pids_(std::move(pids)) {}
 
 ShmTransport::~ShmTransport() {
@@ -45,7 +45,8 @@ Connection& ShmTransport::connect(int peer, const core::Deadline& deadline) {
   const std::size_t slots = static_cast<std::size_t>(config_.slots);
   const std::size_t bytes = segment_bytes(slot_bytes, slots);
   auto fail = [&](const char* what, int err) {
-    return PeerError(fmt::format("shm: rank {} with rank {}: {} {}: {}", rank_, peer, what, name, std::strerror(err)));
+    return PeerError(fmt::format("shm: rank {} with rank {}: {} {}: {}", rank_, peer, what, name,
+                                 std::strerror(err)));
   };
   void* base = nullptr;
   if (rank_ == low) {
@@ -76,8 +77,10 @@ Connection& ShmTransport::connect(int peer, const core::Deadline& deadline) {
     struct stat st {};
     if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != bytes) {
       ::close(fd);
-      throw PeerError(fmt::format("shm: rank {} with rank {}: segment {} has {} bytes, expected {} (LOOM_BUFFSIZE or "
-                                  "LOOM_SLOTS differ between ranks)", rank_, peer, name, st.st_size, bytes));
+      throw PeerError(fmt::format(
+          "shm: rank {} with rank {}: segment {} has {} bytes, expected {} (LOOM_BUFFSIZE or "
+          "LOOM_SLOTS differ between ranks)",
+          rank_, peer, name, st.st_size, bytes));
     }
     base = map_fd(fd, bytes);
     ::close(fd);
@@ -86,11 +89,12 @@ Connection& ShmTransport::connect(int peer, const core::Deadline& deadline) {
     auto* h = static_cast<SegmentHeader*>(base);
     if (h->magic != kSegmentMagic || h->slot_bytes != slot_bytes || h->slots != slots) {
       ::munmap(base, bytes);
-      throw PeerError(fmt::format("shm: rank {} with rank {}: segment {} has another layout", rank_, peer, name));
+      throw PeerError(fmt::format("shm: rank {} with rank {}: segment {} has another layout", rank_,
+                                  peer, name));
     }
   }
-  auto conn = std::make_unique<ShmConnection>(rank_, peer, pids_[static_cast<std::size_t>(peer)], base, bytes,
-                                              rank_ == low ? 0 : 1, name);
+  auto conn = std::make_unique<ShmConnection>(rank_, peer, pids_[static_cast<std::size_t>(peer)],
+                                              base, bytes, rank_ == low ? 0 : 1, name);
   core::log().debug("connected: {}", conn->describe());
   return *(connections_[peer] = std::move(conn));
 }

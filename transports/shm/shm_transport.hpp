@@ -14,7 +14,8 @@ namespace loom::transport::shm {
 class ShmTransport final : public Transport {
  public:
   // pids: every rank's process id (from the topology exchange), to notice dead peers.
-  ShmTransport(Store& store, int rank, std::uint64_t job_token, const core::Config& config, std::vector<int> pids);
+  ShmTransport(Store& store, int rank, std::uint64_t job_token, const core::Config& config,
+               std::vector<int> pids);
   ~ShmTransport() override;
   std::string_view name() const override { return "shm"; }
   Connection& connect(int peer, const core::Deadline& deadline) override;
