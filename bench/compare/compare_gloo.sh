@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Loom vs Gloo, 2 ranks over TCP loopback, f32 sum all-reduce: busbw at 64 MiB and latency at
+# Loom vs Gloo, 2 ranks, both over TCP loopback, f32 sum all-reduce: busbw at 64 MiB and latency at
 # 8 bytes. Every Gloo algorithm runs in fresh processes; each round measures everything once and
 # prints the ratios against the best Gloo algorithm of that round.
 #   bench/compare/compare_gloo.sh [BUILD_DIR] [ROUNDS]
@@ -12,7 +12,7 @@ trap 'rm -rf "$tmp"' EXIT
 big=$((64 << 20))
 
 loom_row() {  # bytes iters warmup -> "time_us busbw"
-  "$loomrun" --nproc-per-node 2 "$perf" -b "$1" -e "$1" -n "$2" -w "$3" --csv 2>/dev/null \
+  LOOM_TRANSPORT=tcp "$loomrun" --nproc-per-node 2 "$perf" -b "$1" -e "$1" -n "$2" -w "$3" --csv 2>/dev/null \
     | grep -v '^\[1\]' | sed 's/^\[0\] //' | awk -F, 'NR==2 {print $5, $7}'
 }
 gloo_row() {  # algo bytes iters warmup -> "time_us busbw"

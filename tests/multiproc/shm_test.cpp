@@ -4,8 +4,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <sys/resource.h>
+
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -102,6 +106,32 @@ TEST(SharedMemory, DifferentHostIdsMeanNoSharedMemory) {
     forced.transport = "shm";
     forced.store_prefix = "forced";
     EXPECT_THROW(Communicator(ctx.store, ctx.rank, ctx.size, forced), InvalidArgument);
+  });
+}
+
+TEST(SharedMemory, EightRanksOnTwoCoresShareTheCpuInsteadOfSpinning) {
+  run_ranks_raw(8, [](RankContext& ctx) {
+    Communicator comm(ctx.store, ctx.rank, ctx.size);
+    comm.barrier();
+    rusage before{}, after{};
+    ::getrusage(RUSAGE_SELF, &before);
+    auto start = std::chrono::steady_clock::now();
+    double x = 1;
+    for (int i = 0; i < 1000; ++i) comm.all_reduce(&x, 1, DataType::f64, ReduceOp::max);
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ::getrusage(RUSAGE_SELF, &after);
+    auto seconds = [](const timeval& t) {
+      return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6;
+    };
+    const double cpu = seconds(after.ru_utime) - seconds(before.ru_utime) +
+                       seconds(after.ru_stime) - seconds(before.ru_stime);
+    const double cores = std::max(1u, std::thread::hardware_concurrency());
+    const double share = wall * std::min(1.0, cores / ctx.size);
+    // Bounded spinning: a rank uses about its share of the cores, never a whole core throughout.
+    EXPECT_LT(cpu, 1.5 * share + 0.05) << "cpu " << cpu << " s over " << wall << " s wall";
+    EXPECT_LT(wall, 60.0);
+    EXPECT_EQ(x, 1.0);
   });
 }
 
