@@ -63,6 +63,8 @@ class Transport {
   virtual Connection& connect(int peer, const core::Deadline& deadline) = 0;
   // After a failure: tell every connected peer, so that none of them waits for this rank.
   virtual void abort() = 0;
+  // Whether every peer is reached through shared memory.
+  virtual bool all_shared_memory() const { return false; }
 };
 
 }  // namespace loom::transport

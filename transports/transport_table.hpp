@@ -19,6 +19,11 @@ class TransportTable final : public Transport {
     return shm_peers_[static_cast<std::size_t>(peer)] ? shm_->connect(peer, deadline)
                                                       : tcp_->connect(peer, deadline);
   }
+  bool all_shared_memory() const override {
+    int shm = 0;
+    for (bool b : shm_peers_) shm += b;
+    return shm > 0 && shm + 1 == static_cast<int>(shm_peers_.size());
+  }
   void abort() override {
     tcp_->abort();
     if (shm_) shm_->abort();

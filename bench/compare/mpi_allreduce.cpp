@@ -16,15 +16,20 @@ int main(int argc, char** argv) {
   int warmup = argc > 3 ? std::atoi(argv[3]) : 5;
   const std::size_t count = bytes / sizeof(float) ? bytes / sizeof(float) : 1;
   std::vector<float> in(count, 1.0f), out(count);
-  for (int i = 0; i < warmup; ++i) MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  for (int i = 0; i < warmup; ++i)
+    MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                  MPI_COMM_WORLD);
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = MPI_Wtime();
-  for (int i = 0; i < iters; ++i) MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  for (int i = 0; i < iters; ++i)
+    MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                  MPI_COMM_WORLD);
   double us = (MPI_Wtime() - t0) * 1e6 / iters, slowest = 0;
   MPI_Reduce(&us, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   if (rank == 0) {
     double algbw = static_cast<double>(count * sizeof(float)) / (slowest * 1e-6) / 1e9;
-    std::printf("mpi,%zu,%.3f,%.4f\n", count * sizeof(float), slowest, algbw * 2.0 * (size - 1) / size);
+    std::printf("mpi,%zu,%.3f,%.4f\n", count * sizeof(float), slowest,
+                algbw * 2.0 * (size - 1) / size);
   }
   MPI_Finalize();
   return 0;

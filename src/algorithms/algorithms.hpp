@@ -7,6 +7,7 @@ namespace loom::algorithms {
 
 void ring_all_reduce(Engine& engine, const Collective& call);
 void recursive_doubling_all_reduce(Engine& engine, const Collective& call);
+void one_shot_all_reduce(Engine& engine, const Collective& call);
 // The largest buffer recursive doubling may take with these settings.
 std::size_t recursive_doubling_max_bytes(const core::Config& config);
 void ring_reduce_scatter(Engine& engine, const Collective& call);

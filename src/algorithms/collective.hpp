@@ -55,6 +55,8 @@ class Engine {
 
   // The connection to peer; remembered so that waits keep it moving and run() flushes it.
   transport::Connection& connection(int peer);
+  // Whether every peer is reached through shared memory (picks the cost model).
+  bool all_peers_shared_memory() const { return transport_.all_shared_memory(); }
   // Every connection this call has used so far.
   const std::vector<transport::Connection*>& used() const { return used_; }
   // Runs one call to completion: the algorithm, then a flush of every connection it used.

@@ -1,15 +1,18 @@
-// Which algorithm runs a call. All-reduce has two, chosen by an alpha-beta cost model:
+// Which algorithm runs a call. All-reduce has three, scored by an alpha-beta cost model per
+// transport (UCC's score map is the idea: every candidate gets a cost, the lowest that fits wins):
 //
-//   ring               2(n-1) steps,             moves 2(n-1)/n of the buffer per rank
-//   recursive_doubling ceil(log2 n) (+2) steps,  moves the whole buffer at every step
+//   algorithm            hops               bytes through each rank's busiest link
+//   ring                 2(n-1)             2(n-1)/n * S
+//   recursive_doubling   log2 p (+2 if n>p) S per hop
+//   one_shot             1                  (n-1) * S
 //
-// time = steps * alpha + bytes_moved * beta, with alpha the cost of one hop (a TCP message on
-// loopback: tens of microseconds here, dominated by wake-ups) and beta the inverse of one
-// link's bandwidth. LOOM_ALGO=ring|recursive_doubling overrides the choice. The other
-// collectives have one algorithm each.
+// time = hops * alpha + bytes * beta. alpha is one hop's latency, beta the inverse bandwidth of a
+// link: for TCP on this kind of machine a hop costs tens of microseconds (wake-ups dominate), for
+// shared memory well under one. recursive_doubling and one_shot post whole buffers before they
+// receive, so they take buffers up to half a connection's FIFO. LOOM_ALGO names one explicitly.
+// The other collectives have one algorithm each.
+#include <atomic>
 #include <cmath>
-#include <mutex>
-#include <set>
 
 #include <fmt/format.h>
 
@@ -21,8 +24,18 @@ namespace loom::algorithms {
 namespace {
 
 struct CostModel {
-  double alpha_us = 30.0;                  // one hop
-  double beta_us_per_byte = 1.0 / 1500.0;  // 1.5 GB/s per link
+  const char* transport;
+  double alpha_us;
+  double beta_us_per_byte;
+};
+constexpr CostModel kTcp{"tcp", 30.0, 1.0 / 1500.0};  // ~1.5 GB/s per loopback stream
+constexpr CostModel kShm{"shm", 0.5, 1.0 / 5000.0};   // a few GB/s per copy
+
+struct Candidate {
+  const char* name;
+  double cost_us;
+  bool fits;
+  void (*run)(Engine&, const Collective&);
 };
 
 double ring_cost(const CostModel& m, int n, double bytes) {
@@ -30,51 +43,62 @@ double ring_cost(const CostModel& m, int n, double bytes) {
 }
 
 double recursive_doubling_cost(const CostModel& m, int n, double bytes) {
-  int p = 1, steps = 0;
-  while (p * 2 <= n) p *= 2, ++steps;
-  if (p != n) steps += 2;
-  return steps * (m.alpha_us + bytes * m.beta_us_per_byte);
+  int p = 1, hops = 0;
+  while (p * 2 <= n) p *= 2, ++hops;
+  if (p != n) hops += 2;
+  return hops * (m.alpha_us + bytes * m.beta_us_per_byte);
 }
 
-// Logs each (op, algorithm, size class) choice once, so INFO shows what ran without flooding.
-void log_choice(const Collective& call, const char* algorithm, double ring_us, double rd_us) {
-  static std::mutex mu;
-  static std::set<std::tuple<int, std::string, int>> seen;
+double one_shot_cost(const CostModel& m, int n, double bytes) {
+  return m.alpha_us + (n - 1) * bytes * m.beta_us_per_byte;
+}
+
+// Logs each (algorithm, size class) choice once, so INFO shows what ran without flooding. A flag
+// table rather than a locked set: this runs on every call, on the latency path.
+void log_choice(const Collective& call, const CostModel& model, int chosen,
+                const Candidate* candidates, int count) {
+  static std::atomic<bool> seen[3][65];
   const std::size_t bytes = call.count * size_of(call.dtype);
-  const int size_class = bytes == 0 ? 0 : static_cast<int>(std::log2(static_cast<double>(bytes)));
-  std::lock_guard lock(mu);
-  if (seen.emplace(static_cast<int>(call.kind), algorithm, size_class).second)
-    core::log().info("{}: {} for {} B (~2^{}); model: ring {:.0f} us, recursive_doubling {:.0f} us",
-                     to_string(call.kind), algorithm, bytes, size_class, ring_us, rd_us);
+  const int size_class = bytes == 0 ? 0 : 64 - __builtin_clzll(bytes);  // bit width
+  if (seen[chosen][size_class].exchange(true, std::memory_order_relaxed)) return;
+  std::string table;
+  for (int i = 0; i < count; ++i)
+    table += fmt::format("{}{} {:.1f} us{}", i ? ", " : "", candidates[i].name,
+                         candidates[i].cost_us, candidates[i].fits ? "" : " (too large)");
+  core::log().info("{}: {} for {} B over {}; model: {}", to_string(call.kind),
+                   candidates[chosen].name, bytes, model.transport, table);
 }
 
 void choose_all_reduce(Engine& engine, const Collective& call) {
-  const std::string& forced = engine.config().algorithm;
   const int n = engine.size();
   const double bytes = static_cast<double>(call.count * size_of(call.dtype));
-  CostModel model;
-  const double ring_us = ring_cost(model, n, bytes);
-  const double rd_us = recursive_doubling_cost(model, n, bytes);
-  // Connections are made on first use, so nothing here may open one the algorithm won't use.
-  const bool rd_fits =
+  const CostModel& model = engine.all_peers_shared_memory() ? kShm : kTcp;
+  const bool small =
       n > 1 && bytes <= static_cast<double>(recursive_doubling_max_bytes(engine.config()));
-  bool use_rd;
+  const Candidate candidates[] = {
+      {"ring", ring_cost(model, n, bytes), true, ring_all_reduce},
+      {"recursive_doubling", recursive_doubling_cost(model, n, bytes), small,
+       recursive_doubling_all_reduce},
+      {"one_shot", one_shot_cost(model, n, bytes), small, one_shot_all_reduce},
+  };
+  constexpr int kCount = 3;
+  int chosen = 0;
+  const std::string& forced = engine.config().algorithm;
   if (forced.empty()) {
-    use_rd = rd_fits && rd_us < ring_us;
-  } else if (forced == "ring") {
-    use_rd = false;
-  } else if (forced == "recursive_doubling") {
-    use_rd = rd_fits;  // beyond its size limit the ring runs regardless
+    for (int i = 1; i < kCount; ++i)
+      if (candidates[i].fits && candidates[i].cost_us < candidates[chosen].cost_us) chosen = i;
   } else {
-    throw InvalidArgument(
-        fmt::format("{}: LOOM_ALGO={} is not an all-reduce algorithm (ring, recursive_doubling)",
-                    call.describe(), forced));
+    int named = -1;
+    for (int i = 0; i < kCount; ++i)
+      if (forced == candidates[i].name) named = i;
+    if (named < 0)
+      throw InvalidArgument(fmt::format(
+          "{}: LOOM_ALGO={} is not an all-reduce algorithm (ring, recursive_doubling, one_shot)",
+          call.describe(), forced));
+    chosen = candidates[named].fits ? named : 0;  // beyond its size limit the ring runs regardless
   }
-  log_choice(call, use_rd ? "recursive_doubling" : "ring", ring_us, rd_us);
-  if (use_rd)
-    recursive_doubling_all_reduce(engine, call);
-  else
-    ring_all_reduce(engine, call);
+  log_choice(call, model, chosen, candidates, kCount);
+  candidates[chosen].run(engine, call);
 }
 
 }  // namespace

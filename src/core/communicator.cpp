@@ -128,7 +128,8 @@ class Communicator::Impl {
     if (rank == 0) core::log().info("topology: {}", topology_.describe());
     if (rank == 0)
       core::log().info(
-          "algorithms: all_reduce ring or recursive_doubling (cost model), reduce_scatter ring, "
+          "algorithms: all_reduce ring, recursive_doubling or one_shot (cost model), "
+          "reduce_scatter ring, "
           "all_gather ring, broadcast chain, reduce chain, barrier dissemination{}",
           config_.algorithm.empty() ? "" : " (LOOM_ALGO=" + config_.algorithm + ")");
     worker_ = std::thread([this] { work_loop(); });

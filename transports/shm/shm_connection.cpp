@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <ctime>
 
 #include <fmt/format.h>
@@ -25,6 +26,19 @@ void futex_wait_shared(std::atomic<std::uint32_t>& word, std::uint32_t expected,
 void futex_wake_shared(std::atomic<std::uint32_t>& word) {
   ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr,
             nullptr, 0);
+}
+
+// Alive and not a zombie: a parent that has not reaped a dead child yet must not hide its death.
+bool process_alive(int pid) {
+  if (::kill(pid, 0) != 0) return errno != ESRCH;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return true;  // no /proc: trust kill()
+  char state = 0;
+  int matched = std::fscanf(f, "%*d (%*[^)]) %c", &state);
+  std::fclose(f);
+  return matched != 1 || (state != 'Z' && state != 'X');
 }
 
 }  // namespace
@@ -116,16 +130,19 @@ void ShmConnection::ring_peer() {
 }
 
 void ShmConnection::sleep(int timeout_ms) {
+  // What the peer did since the caller last looked, or during the sleep.
+  auto moved = [&] {
+    return recv_->head.load(std::memory_order_seq_cst) != seen_head_ ||
+           send_->tail.load(std::memory_order_seq_cst) != seen_tail_ ||
+           header_->closed[1 - side_].load(std::memory_order_seq_cst) != 0;
+  };
   header_->waiting[side_].store(1, std::memory_order_seq_cst);
   const std::uint32_t rung = header_->bell[side_].load(std::memory_order_seq_cst);
-  // Anything the peer did since the caller last looked is visible now: do not sleep through it.
-  const bool moved = recv_->head.load(std::memory_order_seq_cst) != seen_head_ ||
-                     send_->tail.load(std::memory_order_seq_cst) != seen_tail_ ||
-                     header_->closed[1 - side_].load(std::memory_order_seq_cst) != 0;
-  if (!moved) futex_wait_shared(header_->bell[side_], rung, timeout_ms);
+  if (!moved()) futex_wait_shared(header_->bell[side_], rung, timeout_ms);
   header_->waiting[side_].store(0, std::memory_order_relaxed);
-  // A peer that died cannot ring: notice it here, within one sleep.
-  if (peer_pid_ > 0 && ::kill(peer_pid_, 0) != 0 && errno == ESRCH)
+  // A peer that died cannot ring. Check only when it has not moved: a peer may post its last
+  // slot and exit, and that slot must still be read.
+  if (!moved() && peer_pid_ > 0 && !process_alive(peer_pid_))
     peer_gone(fmt::format("process {} is gone (exited or crashed)", peer_pid_).c_str());
 }
 
