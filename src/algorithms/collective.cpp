@@ -30,7 +30,7 @@ std::string_view to_string(Kind kind) {
   return "?";
 }
 
-std::uint64_t Collective::tag() const {
+std::uint64_t Collective::compute_tag() const {
   // FNV-1a over the fields every rank must agree on. send and recv share one signature (they
   // are the two halves of one transfer) and are numbered per peer, in a space of their own.
   Kind k = kind == Kind::recv ? Kind::send : kind;

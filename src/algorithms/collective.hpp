@@ -36,8 +36,12 @@ struct Collective {
 
   // Carried with every slot: sequence number and a signature of (kind, dtype, op, count, root),
   // so a rank that receives bytes of another call raises CollectiveMismatch instead of using them.
-  std::uint64_t tag() const;
+  std::uint64_t tag() const { return tag_ ? tag_ : (tag_ = compute_tag()); }
   std::string describe() const;  // "all_reduce #3 (f32 x 1024, sum)"
+
+ private:
+  std::uint64_t compute_tag() const;
+  mutable std::uint64_t tag_ = 0;  // computed once per call: every slot carries it
 };
 
 // What an algorithm may use: its rank, the group size, connections and the call's deadline.

@@ -33,12 +33,13 @@ void Waiter::step(int peer, const char* what) {
     begin();  // the peer is active: keep spinning, the next bytes are likely close behind
     return;
   }
-  const auto now = core::Clock::now();
-  if (now < spin_until_) {
-    if (oversubscribed_)
-      sched_yield();
-    else
-      cpu_relax();
+  if (oversubscribed_) {
+    if (core::Clock::now() < spin_until_) {
+      sched_yield();  // a yield can last a time slice: look at the clock every time
+      return;
+    }
+  } else if ((++spins_ & 63) != 0 || core::Clock::now() < spin_until_) {
+    cpu_relax();  // reading the clock costs more than a pause: do it every 64 rounds
     return;
   }
   if (engine_.deadline().expired()) {

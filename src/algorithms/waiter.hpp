@@ -30,6 +30,7 @@ class Waiter {
   const Engine& engine_;
   std::vector<pollfd> fds_;
   core::Clock::time_point spin_until_;
+  unsigned spins_ = 0;
   bool oversubscribed_;
 };
 

@@ -16,8 +16,9 @@ void Work::State::execute() {
     error = std::current_exception();
   }
   run = nullptr;
-  done.store(1, std::memory_order_release);
-  core::futex_wake_all(done);
+  done.store(1, std::memory_order_seq_cst);
+  // seq_cst on both sides: either the waiter sees done, or this sees the waiter.
+  if (sleepers.load(std::memory_order_seq_cst) != 0) core::futex_wake_all(done);
 }
 
 Work::Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
@@ -42,7 +43,10 @@ void Work::wait(std::chrono::milliseconds timeout) const {
     if (deadline.expired())
       throw TimeoutError(
           fmt::format("Work::wait: the operation did not finish within {} ms", timeout.count()));
-    core::futex_wait(state_->done, 0, deadline.remaining_ms(100));
+    state_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (state_->done.load(std::memory_order_seq_cst) == 0)
+      core::futex_wait(state_->done, 0, deadline.remaining_ms(100));
+    state_->sleepers.fetch_sub(1, std::memory_order_relaxed);
   }
   if (state_->error) std::rethrow_exception(state_->error);
 }

@@ -11,7 +11,8 @@ namespace loom {
 struct Work::State {
   std::function<void()> run;
   std::exception_ptr error;
-  std::atomic<std::uint32_t> done{0};  // futex word: 1 once run has finished
+  std::atomic<std::uint32_t> done{0};      // futex word: 1 once run has finished
+  std::atomic<std::uint32_t> sleepers{0};  // waiters inside futex_wait: wake only if any
   // Runs the operation, records its error, and wakes waiters.
   void execute();
 };
