@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,17 @@ class Connection {
   virtual std::optional<RecvSlot> try_recv_slot() = 0;
   virtual void release_recv_slot() = 0;
 
+  // The inline channel: a second FIFO for messages of at most inline_capacity() bytes (0: this
+  // transport has none), used with the same four calls as the slots. Its ready flag shares the
+  // first cache line with the data, so a receiver sees a small message in one load instead of a
+  // counter, a slot header and the data (NCCL's LL protocol has the same aim). Both ends pick
+  // the channel of a message by its size, so they always agree.
+  virtual std::size_t inline_capacity() const { return 0; }
+  virtual std::byte* try_acquire_inline() { return nullptr; }
+  virtual void post_inline(std::size_t, std::uint64_t) { no_inline_channel(); }
+  virtual std::optional<RecvSlot> try_recv_inline() { return std::nullopt; }
+  virtual void release_inline() { no_inline_channel(); }
+
   // Moves bytes without blocking; returns whether anything moved. Raises PeerError when the
   // peer is gone or breaks the protocol.
   virtual bool progress() = 0;
@@ -50,9 +62,18 @@ class Connection {
   virtual bool send_idle() const = 0;
   // Descriptors and events whose readiness means progress() can move something.
   virtual void add_poll_fds(std::vector<pollfd>& fds) const = 0;
-  // Sleeps until the peer may have posted or released a slot, or timeout_ms passes.
+  // Sleeping without missing a wake-up: prepare_sleep() records what the peer has written so
+  // far; the caller then looks once more for what it waits for, and sleep() returns at once if
+  // anything moved since prepare_sleep(), else when the peer posts or releases something or
+  // timeout_ms passes.
+  virtual void prepare_sleep() {}
   virtual void sleep(int timeout_ms) = 0;
   virtual std::string describe() const = 0;
+
+ private:
+  [[noreturn]] static void no_inline_channel() {
+    throw std::logic_error("this transport has no inline channel (inline_capacity() is 0)");
+  }
 };
 
 class Transport {

@@ -13,17 +13,17 @@ class TransportTable final : public Transport {
  public:
   TransportTable(std::unique_ptr<Transport> tcp, std::unique_ptr<Transport> shm,
                  std::vector<bool> shm_peers)
-      : tcp_(std::move(tcp)), shm_(std::move(shm)), shm_peers_(std::move(shm_peers)) {}
+      : tcp_(std::move(tcp)), shm_(std::move(shm)), shm_peers_(std::move(shm_peers)) {
+    int shared = 0;
+    for (bool b : shm_peers_) shared += b;
+    all_shared_memory_ = shared > 0 && shared + 1 == static_cast<int>(shm_peers_.size());
+  }
   std::string_view name() const override { return shm_ ? "shm+tcp" : "tcp"; }
   Connection& connect(int peer, const core::Deadline& deadline) override {
     return shm_peers_[static_cast<std::size_t>(peer)] ? shm_->connect(peer, deadline)
                                                       : tcp_->connect(peer, deadline);
   }
-  bool all_shared_memory() const override {
-    int shm = 0;
-    for (bool b : shm_peers_) shm += b;
-    return shm > 0 && shm + 1 == static_cast<int>(shm_peers_.size());
-  }
+  bool all_shared_memory() const override { return all_shared_memory_; }
   void abort() override {
     tcp_->abort();
     if (shm_) shm_->abort();
@@ -36,6 +36,7 @@ class TransportTable final : public Transport {
   std::unique_ptr<Transport> tcp_;
   std::unique_ptr<Transport> shm_;
   std::vector<bool> shm_peers_;
+  bool all_shared_memory_;
 };
 
 }  // namespace loom::transport

@@ -53,6 +53,11 @@ class CollectiveMismatch : public Error {
  public:
   using Error::Error;
 };
+// The call was cut short, or refused, because Communicator::abort() was called.
+class Aborted : public Error {
+ public:
+  using Error::Error;
+};
 // Rendezvous store failures (connection, protocol).
 class StoreError : public Error {
  public:
@@ -142,6 +147,10 @@ class Communicator {
 
   // Waits for pending work, closes connections. Later calls raise InvalidArgument.
   void destroy();
+  // Ends the communicator at once, from any thread, without waiting: the running and queued
+  // calls and every later one raise Aborted, and the connections are closed, so that peers
+  // waiting on this rank fail with PeerError instead of at their timeout.
+  void abort();
 
   // Host name, transport and settings, for logs and tools.
   std::string describe() const;

@@ -31,17 +31,24 @@ std::string_view to_string(Kind kind) {
 }
 
 std::uint64_t Collective::compute_tag() const {
-  // FNV-1a over the fields every rank must agree on. send and recv share one signature (they
-  // are the two halves of one transfer) and are numbered per peer, in a space of their own.
+  // A 32-bit hash of the fields every rank must agree on. send and recv share one signature
+  // (they are the two halves of one transfer) and are numbered per peer, in a space of their own.
+  auto mix =
+      [](std::uint64_t x) {  // MurmurHash3's finaliser: every input bit moves every output bit
+        x ^= x >> 33;
+        x *= 0xff51afd7ed558ccdull;
+        x ^= x >> 33;
+        x *= 0xc4ceb9fe1a85ec53ull;
+        return x ^ (x >> 33);
+      };
   Kind k = kind == Kind::recv ? Kind::send : kind;
-  std::uint64_t fields[] = {static_cast<std::uint64_t>(k), static_cast<std::uint64_t>(dtype),
-                            static_cast<std::uint64_t>(op), count,
-                            static_cast<std::uint64_t>(k == Kind::send ? 0 : root)};
-  std::uint32_t h = 2166136261u;
-  for (std::uint64_t f : fields)
-    for (int i = 0; i < 8; ++i) h = (h ^ static_cast<std::uint8_t>(f >> (8 * i))) * 16777619u;
+  std::uint64_t fields =
+      static_cast<std::uint64_t>(k) | static_cast<std::uint64_t>(dtype) << 8 |
+      static_cast<std::uint64_t>(op) << 16 |
+      static_cast<std::uint64_t>(static_cast<std::uint32_t>(k == Kind::send ? 0 : root)) << 32;
+  std::uint64_t h = mix(fields ^ mix(count + 0x9e3779b97f4a7c15ull));
   std::uint64_t space = k == Kind::send ? (1ull << 31) : 0;
-  return (((seq & 0x7fffffff) | space) << 32) | h;
+  return (((seq & 0x7fffffff) | space) << 32) | (h & 0xffffffffull);
 }
 
 std::string Collective::describe() const {
@@ -76,7 +83,7 @@ void select_and_run(Engine& engine, const Collective& call);  // selection.cpp
 
 void Engine::run(const Collective& call) {
   call_ = &call;
-  deadline_ = core::Deadline(config_.timeout);
+  deadline_ = core::Deadline::from_first_wait(config_.timeout);
   used_.clear();
   select_and_run(*this, call);
   // Slots still queued in user space would otherwise wait for this rank's next call.

@@ -1,6 +1,7 @@
 // One call as the engine sees it, and the context an algorithm runs in.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -47,13 +48,16 @@ struct Collective {
 // What an algorithm may use: its rank, the group size, connections and the call's deadline.
 class Engine {
  public:
-  Engine(int rank, int size, transport::Transport& transport, const core::Config& config)
-      : rank_(rank), size_(size), transport_(transport), config_(config) {}
+  // `aborted` is set from any thread by Communicator::abort(): waits then raise Aborted.
+  Engine(int rank, int size, transport::Transport& transport, const core::Config& config,
+         const std::atomic<bool>& aborted)
+      : rank_(rank), size_(size), transport_(transport), config_(config), aborted_(aborted) {}
   int rank() const { return rank_; }
   int size() const { return size_; }
   const core::Config& config() const { return config_; }
   const Collective& call() const { return *call_; }
   const core::Deadline& deadline() const { return deadline_; }
+  bool aborted() const { return aborted_.load(std::memory_order_relaxed); }
   int ring_next(int k = 1) const { return (rank_ + k) % size_; }
   int ring_prev(int k = 1) const { return ((rank_ - k) % size_ + size_) % size_; }
 
@@ -71,6 +75,7 @@ class Engine {
   int size_;
   transport::Transport& transport_;
   core::Config config_;
+  const std::atomic<bool>& aborted_;
   const Collective* call_ = nullptr;
   core::Deadline deadline_{std::chrono::milliseconds(0)};
   std::vector<transport::Connection*> used_;

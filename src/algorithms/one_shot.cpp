@@ -1,7 +1,8 @@
 // One-shot all-reduce for tiny buffers: every rank posts its whole input to every peer, then
 // folds all n inputs in rank order (x0 op x1 op ... op xn-1) into its output. One hop whatever
 // n is, at the price of (n-1) copies of the buffer per rank; over shared memory the posts land
-// directly in the peers' slots. The fixed order makes every rank's result identical bit for bit.
+// directly in the peers' slots or inline mailboxes. The fixed order makes every rank's result
+// identical bit for bit.
 #include <cstring>
 #include <vector>
 
@@ -15,27 +16,32 @@ void one_shot_all_reduce(Engine& engine, const Collective& call) {
   const int n = engine.size();
   const int r = engine.rank();
   const std::size_t bytes = call.count * size_of(call.dtype);
-  std::vector<transport::Connection*> peers(static_cast<std::size_t>(n), nullptr);
-  for (int p = 0; p < n; ++p)
-    if (p != r) peers[static_cast<std::size_t>(p)] = &engine.connection(p);
-  // Post first to every peer (each fits half a FIFO, so no post waits on a receive).
-  for (int k = 1; k < n; ++k) {
-    const int p = (r + k) % n;  // staggered, so peers are not all served in the same order
-    Primitives(engine, nullptr, peers[static_cast<std::size_t>(p)]).send(call.in, call.count);
+  // Post first to every peer (each fits half a FIFO, so no post waits on a receive); staggered,
+  // so that peers are not all served in the same order.
+  for (int k = 1; k < n; ++k)
+    Primitives(engine, nullptr, &engine.connection((r + k) % n)).send(call.in, call.count);
+  // The local input is needed at position r of the fold; keep a copy in case out aliases in
+  // (on the stack for the sizes this algorithm usually gets).
+  alignas(64) std::byte small[1024];
+  std::vector<std::byte> large;
+  const std::byte* mine = static_cast<const std::byte*>(call.in);
+  if (call.in == call.out && r > 0) {
+    std::byte* copy = small;
+    if (bytes > sizeof(small)) large.resize(bytes), copy = large.data();
+    std::memcpy(copy, call.in, bytes);
+    mine = copy;
   }
-  // The local input is needed at position r of the fold; keep a copy in case out aliases in.
-  std::vector<std::byte> mine(static_cast<const std::byte*>(call.in),
-                              static_cast<const std::byte*>(call.in) + bytes);
   auto* out = static_cast<std::byte*>(call.out);
   for (int p = 0; p < n; ++p) {
     if (p == r) {
-      if (p == 0)
-        std::memcpy(out, mine.data(), bytes);
-      else
-        kernels::reduce(out, out, mine.data(), call.count, call.dtype, call.op);
+      if (p == 0) {
+        if (out != mine) std::memcpy(out, mine, bytes);
+      } else {
+        kernels::reduce(out, out, mine, call.count, call.dtype, call.op);
+      }
       continue;
     }
-    Primitives prims(engine, peers[static_cast<std::size_t>(p)], nullptr);
+    Primitives prims(engine, &engine.connection(p), nullptr);
     if (p == 0)
       prims.recv(out, call.count);
     else

@@ -15,26 +15,65 @@ Primitives::Primitives(Engine& engine, transport::Connection* recv_from,
       recv_from_(recv_from),
       send_to_(send_to),
       waiter_(engine),
-      elem_(size_of(engine.call().dtype)) {
+      elem_(size_of(engine.call().dtype)),
+      send_inline_max_(send_to ? send_to->inline_capacity() : 0),
+      recv_inline_max_(recv_from ? recv_from->inline_capacity() : 0) {
   std::size_t slot = std::min(recv_from ? recv_from->slot_bytes() : SIZE_MAX,
                               send_to ? send_to->slot_bytes() : SIZE_MAX);
   slice_elems_ = std::max<std::size_t>(1, slot / elem_);
 }
 
-std::byte* Primitives::wait_send() {
+std::byte* Primitives::wait_send(std::size_t bytes) {
+  send_inline_ = bytes <= send_inline_max_;
   std::byte* slot = nullptr;
-  waiter_.until([&] { return (slot = send_to_->try_acquire_send_slot()) != nullptr; },
-                send_to_->peer(), "a free send slot to");
+  if (send_inline_)
+    waiter_.until([&] { return (slot = send_to_->try_acquire_inline()) != nullptr; },
+                  send_to_->peer(), "a free inline mailbox to");
+  else
+    waiter_.until([&] { return (slot = send_to_->try_acquire_send_slot()) != nullptr; },
+                  send_to_->peer(), "a free send slot to");
   return slot;
 }
 
-transport::RecvSlot Primitives::wait_recv(std::size_t expected_bytes) {
+void Primitives::post(std::size_t bytes) {
+  if (send_inline_)
+    send_to_->post_inline(bytes, engine_.call().tag());
+  else
+    send_to_->post_send(bytes, engine_.call().tag());
+}
+
+std::optional<transport::RecvSlot> Primitives::other_channel(bool inline_expected) {
+  if (recv_inline_max_ == 0) return std::nullopt;  // one channel only
+  return inline_expected ? recv_from_->try_recv_slot() : recv_from_->try_recv_inline();
+}
+
+transport::RecvSlot Primitives::wait_recv(std::size_t bytes) {
+  recv_inline_ = bytes <= recv_inline_max_;
+  auto expected = [&] {
+    return recv_inline_ ? recv_from_->try_recv_inline() : recv_from_->try_recv_slot();
+  };
   std::optional<transport::RecvSlot> slot;
-  waiter_.until([&] { return (slot = recv_from_->try_recv_slot()).has_value(); },
-                recv_from_->peer(), "data from");
-  if (slot->bytes != expected_bytes || slot->tag != engine_.call().tag())
-    mismatch(*slot, expected_bytes);
+  waiter_.until(
+      [&] {
+        if ((slot = expected())) return true;
+        // The peer posts in order: if a later message shows on the other channel, the expected
+        // one, posted before it, is visible now or was never sent (the peer runs another call).
+        if (auto other = other_channel(recv_inline_)) {
+          if ((slot = expected())) return true;
+          mismatch(*other, bytes);
+        }
+        return false;
+      },
+      recv_from_->peer(), "data from");
+  if (slot->bytes != bytes || slot->tag != engine_.call().tag()) mismatch(*slot, bytes);
   return *slot;
+}
+
+void Primitives::release() {
+  if (recv_inline_)
+    recv_from_->release_inline();
+  else
+    recv_from_->release_recv_slot();
 }
 
 void Primitives::mismatch(const transport::RecvSlot& slot, std::size_t expected_bytes) const {
@@ -56,19 +95,18 @@ void Primitives::mismatch(const transport::RecvSlot& slot, std::size_t expected_
 void Primitives::send(const void* src, std::size_t count) {
   auto* s = static_cast<const std::byte*>(src);
   for (std::size_t off = 0; off < count; off += slice_elems_) {
-    std::size_t n = std::min(slice_elems_, count - off);
-    std::memcpy(wait_send(), s + off * elem_, n * elem_);
-    send_to_->post_send(n * elem_, engine_.call().tag());
+    const std::size_t bytes = std::min(slice_elems_, count - off) * elem_;
+    std::memcpy(wait_send(bytes), s + off * elem_, bytes);
+    post(bytes);
   }
 }
 
 void Primitives::recv(void* dst, std::size_t count) {
   auto* d = static_cast<std::byte*>(dst);
   for (std::size_t off = 0; off < count; off += slice_elems_) {
-    std::size_t n = std::min(slice_elems_, count - off);
-    auto slot = wait_recv(n * elem_);
-    std::memcpy(d + off * elem_, slot.data, n * elem_);
-    recv_from_->release_recv_slot();
+    const std::size_t bytes = std::min(slice_elems_, count - off) * elem_;
+    std::memcpy(d + off * elem_, wait_recv(bytes).data, bytes);
+    release();
   }
 }
 
@@ -76,12 +114,12 @@ void Primitives::recv_reduce_send(const void* local, std::size_t count) {
   const Collective& c = engine_.call();
   auto* l = static_cast<const std::byte*>(local);
   for (std::size_t off = 0; off < count; off += slice_elems_) {
-    std::size_t n = std::min(slice_elems_, count - off);
+    const std::size_t n = std::min(slice_elems_, count - off);
     auto slot = wait_recv(n * elem_);
-    std::byte* out = wait_send();
+    std::byte* out = wait_send(n * elem_);
     kernels::reduce(out, l + off * elem_, slot.data, n, c.dtype, c.op);
-    send_to_->post_send(n * elem_, c.tag());
-    recv_from_->release_recv_slot();
+    post(n * elem_);
+    release();
   }
 }
 
@@ -91,26 +129,26 @@ void Primitives::recv_reduce_copy(const void* local, void* dst, std::size_t coun
   auto* l = static_cast<const std::byte*>(local);
   auto* d = static_cast<std::byte*>(dst);
   for (std::size_t off = 0; off < count; off += slice_elems_) {
-    std::size_t n = std::min(slice_elems_, count - off);
+    const std::size_t n = std::min(slice_elems_, count - off);
     auto slot = wait_recv(n * elem_);
-    std::byte* out = send ? wait_send() : nullptr;
+    std::byte* out = send ? wait_send(n * elem_) : nullptr;
     kernels::reduce_copy(d + off * elem_, out, l + off * elem_, slot.data, n, c.dtype, c.op,
                          divisor);
-    if (send) send_to_->post_send(n * elem_, c.tag());
-    recv_from_->release_recv_slot();
+    if (send) post(n * elem_);
+    release();
   }
 }
 
 void Primitives::recv_copy_send(void* dst, std::size_t count) {
   auto* d = static_cast<std::byte*>(dst);
   for (std::size_t off = 0; off < count; off += slice_elems_) {
-    std::size_t n = std::min(slice_elems_, count - off);
-    auto slot = wait_recv(n * elem_);
-    std::byte* out = wait_send();
-    std::memcpy(out, slot.data, n * elem_);
-    std::memcpy(d + off * elem_, slot.data, n * elem_);
-    send_to_->post_send(n * elem_, engine_.call().tag());
-    recv_from_->release_recv_slot();
+    const std::size_t bytes = std::min(slice_elems_, count - off) * elem_;
+    auto slot = wait_recv(bytes);
+    std::byte* out = wait_send(bytes);
+    std::memcpy(out, slot.data, bytes);
+    std::memcpy(d + off * elem_, slot.data, bytes);
+    post(bytes);
+    release();
   }
 }
 

@@ -1,6 +1,8 @@
 // The primitives every algorithm is written in. Each moves `bytes` through the slots in slices
 // of one slot, so a long chunk flows through the next hop before it is complete. Both ends of a
 // connection slice identically, and every received slot is checked for its size and tag.
+// A slice small enough for the connection's inline channel travels there instead (one cache
+// line holds the flag and the first bytes); both ends choose by size, so they agree.
 #pragma once
 
 #include <cstddef>
@@ -28,8 +30,14 @@ class Primitives {
   void recv_copy_send(void* dst, std::size_t count);
 
  private:
-  transport::RecvSlot wait_recv(std::size_t expected_bytes);
-  std::byte* wait_send();
+  // Send side: a slot (or inline mailbox) for `bytes`, then its post.
+  std::byte* wait_send(std::size_t bytes);
+  void post(std::size_t bytes);
+  // Receive side: the next message, checked to be `bytes` of this call, then its release.
+  transport::RecvSlot wait_recv(std::size_t bytes);
+  void release();
+  // The message waiting on the channel not expected, if any: it means the peer runs another call.
+  std::optional<transport::RecvSlot> other_channel(bool inline_expected);
   [[noreturn]] void mismatch(const transport::RecvSlot& slot, std::size_t expected_bytes) const;
 
   Engine& engine_;
@@ -38,6 +46,10 @@ class Primitives {
   Waiter waiter_;
   std::size_t elem_;
   std::size_t slice_elems_;
+  std::size_t send_inline_max_;  // 0 when send_to has no inline channel
+  std::size_t recv_inline_max_;
+  bool send_inline_ = false;  // the channel of the message being sent / received
+  bool recv_inline_ = false;
 };
 
 }  // namespace loom::algorithms

@@ -60,7 +60,9 @@ void log_choice(const Collective& call, const CostModel& model, int chosen,
   static std::atomic<bool> seen[3][65];
   const std::size_t bytes = call.count * size_of(call.dtype);
   const int size_class = bytes == 0 ? 0 : 64 - __builtin_clzll(bytes);  // bit width
-  if (seen[chosen][size_class].exchange(true, std::memory_order_relaxed)) return;
+  if (seen[chosen][size_class].load(std::memory_order_relaxed) ||
+      seen[chosen][size_class].exchange(true, std::memory_order_relaxed))
+    return;
   std::string table;
   for (int i = 0; i < count; ++i)
     table += fmt::format("{}{} {:.1f} us{}", i ? ", " : "", candidates[i].name,

@@ -26,22 +26,30 @@ void Waiter::begin() {
   spin_until_ = core::Clock::now() + std::chrono::microseconds(engine_.config().spin_us);
 }
 
-void Waiter::step(int peer, const char* what) {
+bool Waiter::spin() {
   bool moved = false;
   for (auto* c : engine_.used()) moved |= c->progress();
   if (moved) {
     begin();  // the peer is active: keep spinning, the next bytes are likely close behind
-    return;
+    return true;
   }
   if (oversubscribed_) {
     if (core::Clock::now() < spin_until_) {
       sched_yield();  // a yield can last a time slice: look at the clock every time
-      return;
+      return true;
     }
   } else if ((++spins_ & 63) != 0 || core::Clock::now() < spin_until_) {
     cpu_relax();  // reading the clock costs more than a pause: do it every 64 rounds
-    return;
+    return true;
   }
+  return false;
+}
+
+transport::Connection* Waiter::prepare_sleep(int peer, const char* what) {
+  if (engine_.aborted())
+    throw Aborted(
+        fmt::format("{}: rank {}: the communicator was aborted while waiting for {} rank {}",
+                    engine_.call().describe(), engine_.rank(), what, peer));
   if (engine_.deadline().expired()) {
     std::string via;
     for (auto* c : engine_.used())
@@ -53,16 +61,24 @@ void Waiter::step(int peer, const char* what) {
   }
   fds_.clear();
   transport::Connection* waited = nullptr;
-  bool waited_has_fds = false;
+  poll_waited_fd_ = false;
   for (auto* c : engine_.used()) {
     const std::size_t before = fds_.size();
     c->add_poll_fds(fds_);
-    if (c->peer() == peer) waited = c, waited_has_fds = fds_.size() > before;
+    if (c->peer() == peer) waited = c, poll_waited_fd_ = fds_.size() > before;
   }
-  const int timeout_ms = engine_.deadline().remaining_ms(100);
   if (fds_.empty() && waited != nullptr) {
-    waited->sleep(timeout_ms);  // shared memory: a futex the peer rings
-  } else if (::poll(fds_.data(), fds_.size(), waited_has_fds ? timeout_ms : 1) > 0) {
+    waited->prepare_sleep();  // shared memory: a futex the peer rings
+    return waited;
+  }
+  return nullptr;
+}
+
+void Waiter::sleep(transport::Connection* sleeper) {
+  const int timeout_ms = engine_.deadline().remaining_ms(100);
+  if (sleeper != nullptr) {
+    sleeper->sleep(timeout_ms);
+  } else if (::poll(fds_.data(), fds_.size(), poll_waited_fd_ ? timeout_ms : 1) > 0) {
     begin();  // a connection without descriptors cannot wake poll: look again soon
   }
 }

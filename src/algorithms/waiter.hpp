@@ -1,6 +1,7 @@
 // Waiting without burning the CPU: drive the connections' progress, spin for a bounded window
-// (sched_yield when ranks outnumber cores), then sleep in poll() on their descriptors. Every
-// wait ends at the call's deadline with a TimeoutError naming the call, the rank and the peer.
+// (sched_yield when ranks outnumber cores), then sleep in poll() on their descriptors or on the
+// waited connection's futex. Every wait ends at the call's deadline with a TimeoutError naming
+// the call, the rank and the peer.
 #pragma once
 
 #include <vector>
@@ -20,15 +21,26 @@ class Waiter {
   void until(Ready&& ready, int peer, const char* what) {
     if (ready()) return;
     begin();
-    while (!ready()) step(peer, what);
+    while (!ready()) {
+      if (spin()) continue;
+      transport::Connection* sleeper = prepare_sleep(peer, what);
+      if (ready()) return;  // what the sleeper recorded is older than this look
+      sleep(sleeper);
+    }
   }
 
  private:
   void begin();
-  void step(int peer, const char* what);
+  // Moves every connection; true while the spinning window lasts (after a pause or yield).
+  bool spin();
+  // Raises TimeoutError past the deadline; else readies the sleep on `peer`'s connection (the
+  // one without descriptors) or on the descriptors of all, and returns which.
+  transport::Connection* prepare_sleep(int peer, const char* what);
+  void sleep(transport::Connection* sleeper);
 
   const Engine& engine_;
   std::vector<pollfd> fds_;
+  bool poll_waited_fd_ = false;  // the waited connection has descriptors in fds_
   core::Clock::time_point spin_until_;
   unsigned spins_ = 0;
   bool oversubscribed_;

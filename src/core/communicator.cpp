@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -58,6 +59,8 @@ std::uint64_t random_token() {
     throw InvalidArgument(with(e));
   } catch (const StoreError& e) {
     throw StoreError(with(e));
+  } catch (const Aborted& e) {
+    throw Aborted(with(e));
   } catch (const PeerError& e) {
     throw PeerError(with(e));
   } catch (const Error& e) {
@@ -119,7 +122,7 @@ class Communicator::Impl {
         std::make_unique<transport::TransportTable>(std::move(tcp), std::move(shm), shm_peers);
     transport_summary_ = describe_peers(*table);
     transport_ = std::move(table);
-    engine_ = std::make_unique<algorithms::Engine>(rank, size, *transport_, config_);
+    engine_ = std::make_unique<algorithms::Engine>(rank, size, *transport_, config_, aborted_);
     core::log().info(
         "rank {}/{} on {}: {}; tcp at {}, {} sockets per peer; {} slots of {} KiB; timeout {} s",
         rank, size, host_name(), transport_summary_, listen_address_, config_.sockets_per_peer,
@@ -147,43 +150,62 @@ class Communicator::Impl {
                        config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10);
   }
 
-  // Validates, numbers and runs (or queues) one call.
-  Work submit(Collective call, bool blocking) {
+  // Validates, numbers and queues one call for the worker thread.
+  Work submit(Collective call) {
     validate(call);
     auto state = std::make_shared<Work::State>();
     std::unique_lock lock(mu_);
-    if (destroyed_)
-      throw InvalidArgument(fmt::format("{}: rank {}: the communicator was destroyed",
-                                        algorithms::to_string(call.kind), rank_));
-    if (!broken_.empty())
-      throw PeerError(
-          fmt::format("{}: rank {}: the communicator is unusable after an earlier failure: {}",
-                      algorithms::to_string(call.kind), rank_, broken_));
-    if (call.kind == Kind::send)
-      call.seq = sent_[call.root]++;
-    else if (call.kind == Kind::recv)
-      call.seq = received_[call.root]++;
-    else
-      call.seq = next_seq_++;
+    admit(call);
     state->run = [this, call] { execute(call); };
-    if (blocking && queue_.empty() && !busy_) {
-      // Nothing ahead of it: run on the caller's thread and skip two thread wake-ups.
-      busy_ = true;
-      lock.unlock();
-      state->execute();
-      lock.lock();
-      busy_ = false;
-      if (!queue_.empty()) wake_.notify_one();  // calls queued meanwhile by other threads
+    enqueue(state);
+    return Work(state);
+  }
+
+  // Validates, numbers and runs one call, returning when it is done. With nothing queued it runs
+  // on the caller's thread: no allocation, no thread hand-off.
+  void run(Collective call) {
+    validate(call);
+    std::unique_lock lock(mu_);
+    admit(call);
+    if (!queue_.empty() || busy_) {  // behind earlier asynchronous calls: keep the order
+      auto state = std::make_shared<Work::State>();
+      state->run = [this, call] { execute(call); };
+      enqueue(state);
       lock.unlock();
       Work(state).wait();
-      return Work(state);
+      return;
     }
-    queue_.push_back(state);
-    wake_.notify_one();
+    busy_.store(true, std::memory_order_relaxed);
     lock.unlock();
-    Work work(state);
-    if (blocking) work.wait();
-    return work;
+    struct Idle {  // on return or exception: the engine is free, calls queued meanwhile may run
+      Impl& impl;
+      ~Idle() {
+        // Without the lock: clear busy_, then look for calls queued meanwhile. seq_cst on both
+        // sides (enqueue counts, then the worker reads busy_): either this sees the count, or
+        // the worker sees busy_ clear.
+        impl.busy_.store(false, std::memory_order_seq_cst);
+        if (impl.queued_.load(std::memory_order_seq_cst) != 0 || impl.aborted_.load()) {
+          std::lock_guard relock(impl.mu_);
+          impl.close_if_aborted();
+          impl.wake_.notify_one();
+        }
+      }
+    } idle{*this};
+    execute(call);
+  }
+
+  void abort() {
+    std::lock_guard lock(mu_);
+    if (destroyed_ || aborted_.exchange(true)) return;
+    // A running call sees aborted_ at its next wait (within its spin window or 100 ms of
+    // sleep) and fails; the connections are closed once the engine is idle, here or by the
+    // thread that ran the call, never while the engine uses them.
+    if (!busy_) transport_->abort();
+  }
+
+  // Under mu_, with the engine idle (busy_ clear; seq_cst with abort(): one of the two closes).
+  void close_if_aborted() {
+    if (aborted_.load() && !destroyed_) transport_->abort();
   }
 
   void shutdown() {
@@ -212,6 +234,33 @@ class Communicator::Impl {
           "init: rank {} timed out after {} s waiting for rank(s) {} to join (world size {})",
           rank_, config_.timeout.count() / 1000.0, fmt::join(missing, ", "), size_));
     }
+  }
+
+  // Under mu_.
+  void enqueue(std::shared_ptr<Work::State> state) {
+    queue_.push_back(std::move(state));
+    queued_.fetch_add(1, std::memory_order_seq_cst);
+    wake_.notify_one();
+  }
+
+  // Under mu_: refuses calls on a destroyed or broken communicator, then numbers the call.
+  void admit(Collective& call) {
+    if (aborted_.load())
+      throw Aborted(fmt::format("{}: rank {}: the communicator was aborted",
+                                algorithms::to_string(call.kind), rank_));
+    if (destroyed_)
+      throw InvalidArgument(fmt::format("{}: rank {}: the communicator was destroyed",
+                                        algorithms::to_string(call.kind), rank_));
+    if (!broken_.empty())
+      throw PeerError(
+          fmt::format("{}: rank {}: the communicator is unusable after an earlier failure: {}",
+                      algorithms::to_string(call.kind), rank_, broken_));
+    if (call.kind == Kind::send)
+      call.seq = sent_[call.root]++;
+    else if (call.kind == Kind::recv)
+      call.seq = received_[call.root]++;
+    else
+      call.seq = next_seq_++;
   }
 
   void validate(const Collective& c) const {
@@ -246,6 +295,9 @@ class Communicator::Impl {
   }
 
   void execute(const Collective& call) {
+    if (aborted_.load())  // queued before abort()
+      throw Aborted(
+          fmt::format("{}: rank {}: the communicator was aborted", call.describe(), rank_));
     if (call.count == 0 && call.kind != Kind::barrier) return;
     try {
       engine_->run(call);
@@ -276,11 +328,13 @@ class Communicator::Impl {
       if (busy_) continue;
       auto state = queue_.front();
       queue_.pop_front();
-      busy_ = true;
+      queued_.fetch_sub(1, std::memory_order_seq_cst);
+      busy_.store(true, std::memory_order_relaxed);
       lock.unlock();
       state->execute();
       lock.lock();
-      busy_ = false;
+      busy_.store(false, std::memory_order_relaxed);
+      close_if_aborted();
     }
   }
 
@@ -308,7 +362,11 @@ class Communicator::Impl {
   std::mutex mu_;
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Work::State>> queue_;
-  bool busy_ = false;  // the engine is running a call (on the worker or a caller's thread)
+  // The engine is running a call (on the worker or a caller's thread). Set under mu_; a caller's
+  // thread clears it without the lock.
+  std::atomic<bool> busy_{false};
+  std::atomic<std::uint32_t> queued_{0};  // queue_.size(), readable without the lock
+  std::atomic<bool> aborted_{false};
   bool destroyed_ = false;
   std::string broken_;
   std::uint64_t next_seq_ = 0;
@@ -356,6 +414,9 @@ std::string Communicator::describe() const {
 void Communicator::destroy() {
   if (impl_) impl_->shutdown();
 }
+void Communicator::abort() {
+  if (impl_) impl_->abort();
+}
 
 namespace {
 Collective make(Kind kind, const void* in, void* out, std::size_t count, DataType dtype,
@@ -375,76 +436,75 @@ Collective make(Kind kind, const void* in, void* out, std::size_t count, DataTyp
 Work Communicator::all_reduce_async(const void* in, void* out, std::size_t count, DataType dtype,
                                     ReduceOp op) {
   LOOM_REQUIRE_IMPL("all_reduce");
-  return impl_->submit(make(Kind::all_reduce, in, out, count, dtype, op, 0), false);
+  return impl_->submit(make(Kind::all_reduce, in, out, count, dtype, op, 0));
 }
 Work Communicator::reduce_scatter_async(const void* in, void* out, std::size_t count,
                                         DataType dtype, ReduceOp op) {
   LOOM_REQUIRE_IMPL("reduce_scatter");
-  return impl_->submit(make(Kind::reduce_scatter, in, out, count, dtype, op, 0), false);
+  return impl_->submit(make(Kind::reduce_scatter, in, out, count, dtype, op, 0));
 }
 Work Communicator::all_gather_async(const void* in, void* out, std::size_t count, DataType dtype) {
   LOOM_REQUIRE_IMPL("all_gather");
-  return impl_->submit(make(Kind::all_gather, in, out, count, dtype, ReduceOp::sum, 0), false);
+  return impl_->submit(make(Kind::all_gather, in, out, count, dtype, ReduceOp::sum, 0));
 }
 Work Communicator::broadcast_async(const void* in, void* out, std::size_t count, DataType dtype,
                                    int root) {
   LOOM_REQUIRE_IMPL("broadcast");
-  return impl_->submit(make(Kind::broadcast, in, out, count, dtype, ReduceOp::sum, root), false);
+  return impl_->submit(make(Kind::broadcast, in, out, count, dtype, ReduceOp::sum, root));
 }
 Work Communicator::reduce_async(const void* in, void* out, std::size_t count, DataType dtype,
                                 ReduceOp op, int root) {
   LOOM_REQUIRE_IMPL("reduce");
-  return impl_->submit(make(Kind::reduce, in, out, count, dtype, op, root), false);
+  return impl_->submit(make(Kind::reduce, in, out, count, dtype, op, root));
 }
 Work Communicator::barrier_async() {
   LOOM_REQUIRE_IMPL("barrier");
-  return impl_->submit(make(Kind::barrier, nullptr, nullptr, 0, DataType::u8, ReduceOp::sum, 0),
-                       false);
+  return impl_->submit(make(Kind::barrier, nullptr, nullptr, 0, DataType::u8, ReduceOp::sum, 0));
 }
 Work Communicator::send_async(const void* buf, std::size_t count, DataType dtype, int peer) {
   LOOM_REQUIRE_IMPL("send");
-  return impl_->submit(make(Kind::send, buf, nullptr, count, dtype, ReduceOp::sum, peer), false);
+  return impl_->submit(make(Kind::send, buf, nullptr, count, dtype, ReduceOp::sum, peer));
 }
 Work Communicator::recv_async(void* buf, std::size_t count, DataType dtype, int peer) {
   LOOM_REQUIRE_IMPL("recv");
-  return impl_->submit(make(Kind::recv, nullptr, buf, count, dtype, ReduceOp::sum, peer), false);
+  return impl_->submit(make(Kind::recv, nullptr, buf, count, dtype, ReduceOp::sum, peer));
 }
 
 void Communicator::all_reduce(const void* in, void* out, std::size_t count, DataType dtype,
                               ReduceOp op) {
   LOOM_REQUIRE_IMPL("all_reduce");
-  impl_->submit(make(Kind::all_reduce, in, out, count, dtype, op, 0), true);
+  impl_->run(make(Kind::all_reduce, in, out, count, dtype, op, 0));
 }
 void Communicator::reduce_scatter(const void* in, void* out, std::size_t count, DataType dtype,
                                   ReduceOp op) {
   LOOM_REQUIRE_IMPL("reduce_scatter");
-  impl_->submit(make(Kind::reduce_scatter, in, out, count, dtype, op, 0), true);
+  impl_->run(make(Kind::reduce_scatter, in, out, count, dtype, op, 0));
 }
 void Communicator::all_gather(const void* in, void* out, std::size_t count, DataType dtype) {
   LOOM_REQUIRE_IMPL("all_gather");
-  impl_->submit(make(Kind::all_gather, in, out, count, dtype, ReduceOp::sum, 0), true);
+  impl_->run(make(Kind::all_gather, in, out, count, dtype, ReduceOp::sum, 0));
 }
 void Communicator::broadcast(const void* in, void* out, std::size_t count, DataType dtype,
                              int root) {
   LOOM_REQUIRE_IMPL("broadcast");
-  impl_->submit(make(Kind::broadcast, in, out, count, dtype, ReduceOp::sum, root), true);
+  impl_->run(make(Kind::broadcast, in, out, count, dtype, ReduceOp::sum, root));
 }
 void Communicator::reduce(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op,
                           int root) {
   LOOM_REQUIRE_IMPL("reduce");
-  impl_->submit(make(Kind::reduce, in, out, count, dtype, op, root), true);
+  impl_->run(make(Kind::reduce, in, out, count, dtype, op, root));
 }
 void Communicator::barrier() {
   LOOM_REQUIRE_IMPL("barrier");
-  impl_->submit(make(Kind::barrier, nullptr, nullptr, 0, DataType::u8, ReduceOp::sum, 0), true);
+  impl_->run(make(Kind::barrier, nullptr, nullptr, 0, DataType::u8, ReduceOp::sum, 0));
 }
 void Communicator::send(const void* buf, std::size_t count, DataType dtype, int peer) {
   LOOM_REQUIRE_IMPL("send");
-  impl_->submit(make(Kind::send, buf, nullptr, count, dtype, ReduceOp::sum, peer), true);
+  impl_->run(make(Kind::send, buf, nullptr, count, dtype, ReduceOp::sum, peer));
 }
 void Communicator::recv(void* buf, std::size_t count, DataType dtype, int peer) {
   LOOM_REQUIRE_IMPL("recv");
-  impl_->submit(make(Kind::recv, nullptr, buf, count, dtype, ReduceOp::sum, peer), true);
+  impl_->run(make(Kind::recv, nullptr, buf, count, dtype, ReduceOp::sum, peer));
 }
 
 // Used by init() to keep the store server alive as long as the communicator.

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <thread>
 #include <vector>
 
 #include "../support/ranks.hpp"
@@ -93,18 +94,96 @@ TEST(Fault, DeadPeerRaisesPeerErrorOnSurvivorsOnEveryTransport) {
 }
 
 TEST(Fault, DifferentCountsRaiseCollectiveMismatch) {
-  run_ranks(2, [](Communicator& comm) {
-    std::vector<float> buf(16, 1.0f);
-    std::size_t count = comm.rank() == 0 ? 8 : 16;
-    try {
-      comm.all_reduce(buf.data(), buf.data(), count, DataType::f32, ReduceOp::sum);
-      ADD_FAILURE() << "mismatched all_reduce succeeded";
-    } catch (const CollectiveMismatch& e) {
-      std::string what = e.what();
-      EXPECT_NE(what.find("all_reduce #0"), std::string::npos) << what;
-      EXPECT_NE(what.find("mismatch"), std::string::npos) << what;
-    }
-  });
+  for (const char* transport : {"tcp", "shm"}) {
+    SCOPED_TRACE(transport);
+    testing::RunOptions opts;
+    opts.options.transport = transport;
+    run_ranks(
+        2,
+        [](Communicator& comm) {
+          std::vector<float> buf(16, 1.0f);
+          std::size_t count = comm.rank() == 0 ? 8 : 16;
+          try {
+            comm.all_reduce(buf.data(), buf.data(), count, DataType::f32, ReduceOp::sum);
+            ADD_FAILURE() << "mismatched all_reduce succeeded";
+          } catch (const CollectiveMismatch& e) {
+            std::string what = e.what();
+            EXPECT_NE(what.find("all_reduce #0"), std::string::npos) << what;
+            EXPECT_NE(what.find("mismatch"), std::string::npos) << what;
+          }
+        },
+        opts);
+  }
+}
+
+TEST(Fault, SmallAgainstLargeCountIsAMismatchNotAHang) {
+  // Over shared memory the small call travels through the inline channel and the large one
+  // through the slots: the rank that receives the other kind must still see a mismatch. The
+  // large call's rank may instead see its peer close the connection after that peer failed.
+  for (const char* transport : {"tcp", "shm"}) {
+    SCOPED_TRACE(transport);
+    testing::RunOptions opts;
+    opts.options.transport = transport;
+    opts.options.timeout = 30s;
+    run_ranks(
+        2,
+        [](Communicator& comm) {
+          std::vector<float> buf(1 << 20, 1.0f);
+          const bool small = comm.rank() == 0;
+          auto start = std::chrono::steady_clock::now();
+          try {
+            comm.all_reduce(buf.data(), buf.data(), small ? 8 : buf.size(), DataType::f32,
+                            ReduceOp::sum);
+            ADD_FAILURE() << "mismatched all_reduce succeeded";
+          } catch (const CollectiveMismatch& e) {
+            EXPECT_NE(std::string(e.what()).find("all_reduce #0"), std::string::npos) << e.what();
+          } catch (const PeerError& e) {
+            EXPECT_FALSE(small) << e.what();
+          }
+          EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+        },
+        opts);
+  }
+}
+
+TEST(Fault, AbortFromAnotherThreadEndsAWaitingCallAtOnce) {
+  for (const char* transport : {"tcp", "shm"}) {
+    SCOPED_TRACE(transport);
+    testing::RunOptions opts;
+    opts.options.transport = transport;
+    opts.options.timeout = 60s;
+    run_ranks_raw(
+        2,
+        [&opts](RankContext& ctx) {
+          Communicator comm(ctx.store, ctx.rank, ctx.size, opts.options);
+          comm.barrier();
+          float x = 1;
+          auto start = std::chrono::steady_clock::now();
+          if (ctx.rank == 0) {
+            // Rank 1 never calls: only abort() can end this wait before the 60 s timeout.
+            std::thread aborter([&] {
+              std::this_thread::sleep_for(300ms);
+              comm.abort();
+            });
+            EXPECT_THROW(comm.all_reduce(&x, &x, 1, DataType::f32, ReduceOp::sum), Aborted);
+            aborter.join();
+            EXPECT_THROW(comm.barrier(), Aborted);  // and every later call
+            ctx.store->set("aborted", std::string("1"));
+          } else {
+            ctx.store->get("aborted", 30s);
+            // Rank 0 may have sent its part of this call before it was aborted, so this one can
+            // complete; the next cannot. The aborted rank closed its connections: this rank
+            // fails at once, not at 60 s.
+            try {
+              comm.all_reduce(&x, &x, 1, DataType::f32, ReduceOp::sum);
+            } catch (const PeerError&) {
+            }
+            EXPECT_THROW(comm.all_reduce(&x, &x, 1, DataType::f32, ReduceOp::sum), PeerError);
+          }
+          EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+        },
+        opts);
+  }
 }
 
 TEST(Fault, WorkWaitWithShortTimeoutRaisesTimeoutError) {

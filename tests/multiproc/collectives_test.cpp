@@ -104,7 +104,8 @@ void check(Communicator& comm, Coll coll, DataType t, ReduceOp op, std::size_t c
 }
 
 // World size, the all-reduce algorithm forced through Options ("" lets the cost model pick),
-// and the transport.
+// and the transport: "tcp", "shm", or "auto" with the ranks split over two pretend hosts, so
+// that the automatic choice mixes shared memory (within a half) and TCP (across).
 class Collectives : public ::testing::TestWithParam<std::tuple<int, std::string, std::string>> {
  protected:
   int world() const { return std::get<0>(GetParam()); }
@@ -112,6 +113,8 @@ class Collectives : public ::testing::TestWithParam<std::tuple<int, std::string,
     testing::RunOptions o;
     if (!std::get<1>(GetParam()).empty()) o.options.algorithm = std::get<1>(GetParam());
     o.options.transport = std::get<2>(GetParam());
+    if (o.options.transport == "auto")
+      o.host_id = [](int rank, int size) { return rank < size / 2 ? "half-a" : "half-b"; };
     return o;
   }
 };
@@ -155,7 +158,7 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
                                             ::testing::Values("", "ring", "recursive_doubling",
                                                               "one_shot"),
-                                            ::testing::Values("tcp", "shm")),
+                                            ::testing::Values("tcp", "shm", "auto")),
                          [](const auto& info) {
                            const std::string& algo = std::get<1>(info.param);
                            return std::get<2>(info.param) + "_world" +

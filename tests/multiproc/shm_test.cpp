@@ -79,6 +79,26 @@ TEST(SharedMemory, SegmentsAreGoneAfterAPeerIsKilled) {
       opts);
 }
 
+TEST(SharedMemory, SegmentsAreGoneAfterAbort) {
+  run_ranks_raw(3, [](RankContext& ctx) {
+    Options o;
+    o.timeout = 20s;
+    Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+    std::vector<float> v(1 << 18, 1.0f);
+    comm.all_reduce(v.data(), v.size(), DataType::f32, ReduceOp::sum);
+    auto start = std::chrono::steady_clock::now();
+    if (ctx.rank == 1) {
+      comm.abort();
+      EXPECT_THROW(comm.all_reduce(v.data(), v.size(), DataType::f32, ReduceOp::sum), Aborted);
+    } else {
+      EXPECT_THROW(comm.all_reduce(v.data(), v.size(), DataType::f32, ReduceOp::sum), PeerError);
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+    comm.destroy();
+    EXPECT_EQ(segments_of(*ctx.store), std::vector<std::string>{});
+  });
+}
+
 TEST(SharedMemory, TransportTcpAndShmDisableKeepPeersOnTcp) {
   testing::RunOptions opts;
   opts.options.transport = "tcp";

@@ -35,6 +35,16 @@ int listen_loopback(std::uint16_t& port) {
   return fd;
 }
 
+int failed_parts() {
+  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (test == nullptr) return 0;
+  const ::testing::TestResult* result = test->result();
+  int failed = 0;
+  for (int i = 0; i < result->total_part_count(); ++i)
+    failed += result->GetTestPartResult(i).failed();
+  return failed;
+}
+
 [[noreturn]] void child_main(int rank, int world, int listen_fd, std::uint16_t port,
                              const std::function<void(RankContext&)>& body) {
   int code = 0;
@@ -46,8 +56,10 @@ int listen_loopback(std::uint16_t& port) {
       ::close(listen_fd);
     RankContext ctx{rank, world,
                     std::make_shared<TcpStore>("127.0.0.1", port, std::chrono::seconds(30))};
+    // A child inherits the failures its test had before the fork: count only its own.
+    const int failed_before = failed_parts();
     body(ctx);
-    if (::testing::Test::HasFailure()) code = 1;
+    if (failed_parts() > failed_before) code = 1;
     // Rank 0 keeps the store up until every rank is done with it.
     ctx.store->add("done", 1);
     if (rank == 0) {
@@ -155,6 +167,7 @@ void run_ranks(int world, const std::function<void(Communicator&)>& body, RunOpt
       world,
       [&](RankContext& ctx) {
         if (std::find(absent.begin(), absent.end(), ctx.rank) != absent.end()) return;
+        if (opts.host_id) ::setenv("LOOM_HOST_ID", opts.host_id(ctx.rank, ctx.size).c_str(), 1);
         Communicator comm(ctx.store, ctx.rank, ctx.size, options);
         body(comm);
       },

@@ -30,6 +30,8 @@ struct RunOptions {
   std::vector<int> absent;
   // Ranks the body kills on purpose: death by a signal counts as success for them.
   std::vector<int> may_die;
+  // When set, each rank's LOOM_HOST_ID (to place ranks on pretend hosts of one machine).
+  std::function<std::string(int rank, int size)> host_id;
 };
 
 void run_ranks(int world, const std::function<void(Communicator&)>& body, RunOptions opts = {});

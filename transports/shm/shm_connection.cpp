@@ -64,6 +64,10 @@ ShmConnection::ShmConnection(int self, int peer, int peer_pid, void* base, std::
   recv_ = side == 0 ? high_to_low : low_to_high;
   send_data_ = side == 0 ? data_low_to_high : data_high_to_low;
   recv_data_ = side == 0 ? data_high_to_low : data_low_to_high;
+  auto* mail_low_to_high = reinterpret_cast<Mailbox*>(data_high_to_low + slot_bytes_ * slots_);
+  Mailbox* mail_high_to_low = mail_low_to_high + slots_;
+  send_mail_ = side == 0 ? mail_low_to_high : mail_high_to_low;
+  recv_mail_ = side == 0 ? mail_high_to_low : mail_low_to_high;
 }
 
 ShmConnection::~ShmConnection() {
@@ -81,12 +85,33 @@ void ShmConnection::peer_gone(const char* why) const {
   throw PeerError(fmt::format("rank {} <-> rank {} (shm): the peer {}", self_, peer_, why));
 }
 
-std::byte* ShmConnection::try_acquire_send_slot() {
+void ShmConnection::check_peer_open() const {
   if (header_->closed[1 - side_].load(std::memory_order_acquire))
     peer_gone("closed the connection (it failed or finished)");
-  seen_tail_ = send_->tail.load(std::memory_order_acquire);
+}
+
+void ShmConnection::check_peer_sent_more() const {
+  // What a peer posted before closing is still read, on either channel; only a wait for more
+  // fails. closed is stored after the last post, so seeing it makes every post visible.
+  if (header_->closed[1 - side_].load(std::memory_order_acquire) &&
+      recv_->head.load(std::memory_order_acquire) <= consumed_ &&
+      recv_mail_[inline_received_ % slots_].flag.load(std::memory_order_acquire) !=
+          inline_received_ + 1)
+    peer_gone("closed the connection (it failed or finished)");
+}
+
+void ShmConnection::prepare_sleep() {
   seen_head_ = recv_->head.load(std::memory_order_acquire);
-  if (posted_ - seen_tail_ >= slots_) return nullptr;
+  seen_tail_ = send_->tail.load(std::memory_order_acquire);
+  seen_acked_ = send_->acked.load(std::memory_order_acquire);
+  seen_flag_ = recv_mail_[inline_received_ % slots_].flag.load(std::memory_order_acquire);
+}
+
+std::byte* ShmConnection::try_acquire_send_slot() {
+  check_peer_open();
+  if (posted_ - send_->tail.load(std::memory_order_acquire) >= slots_) {
+    return nullptr;
+  }
   return send_data_ + (posted_ % slots_) * slot_bytes_;
 }
 
@@ -99,13 +124,8 @@ void ShmConnection::post_send(std::size_t bytes, std::uint64_t tag) {
 }
 
 std::optional<RecvSlot> ShmConnection::try_recv_slot() {
-  seen_head_ = recv_->head.load(std::memory_order_acquire);
-  seen_tail_ = send_->tail.load(std::memory_order_acquire);
-  if (seen_head_ <= consumed_) {
-    // Slots it posted before closing are still read; only a wait for more fails.
-    if (header_->closed[1 - side_].load(std::memory_order_acquire) &&
-        recv_->head.load() <= consumed_)
-      peer_gone("closed the connection (it failed or finished)");
+  if (recv_->head.load(std::memory_order_acquire) <= consumed_) {
+    check_peer_sent_more();
     return std::nullopt;
   }
   const SlotMeta& m = recv_->meta[consumed_ % slots_];
@@ -118,6 +138,45 @@ std::optional<RecvSlot> ShmConnection::try_recv_slot() {
 void ShmConnection::release_recv_slot() {
   ++consumed_;
   recv_->tail.store(consumed_, std::memory_order_seq_cst);
+  ring_peer();
+}
+
+std::byte* ShmConnection::try_acquire_inline() {
+  check_peer_open();
+  // The mailbox of message k is reused by message k + slots: it must have been released.
+  if (inline_sent_ - inline_acked_ >= slots_) {
+    inline_acked_ = send_->acked.load(std::memory_order_acquire);
+    if (inline_sent_ - inline_acked_ >= slots_) {
+      return nullptr;
+    }
+  }
+  return send_mail_[inline_sent_ % slots_].data;
+}
+
+void ShmConnection::post_inline(std::size_t bytes, std::uint64_t tag) {
+  Mailbox& m = send_mail_[inline_sent_ % slots_];
+  m.tag = tag;
+  m.bytes = bytes;
+  ++inline_sent_;
+  m.flag.store(inline_sent_, std::memory_order_seq_cst);  // seq_cst: see post_send
+  ring_peer();
+}
+
+std::optional<RecvSlot> ShmConnection::try_recv_inline() {
+  const Mailbox& m = recv_mail_[inline_received_ % slots_];
+  if (m.flag.load(std::memory_order_acquire) != inline_received_ + 1) {
+    check_peer_sent_more();
+    return std::nullopt;
+  }
+  if (m.bytes > kInlineCapacity)
+    throw PeerError(fmt::format("rank {} <- rank {} (shm {}): corrupt inline message of {} bytes",
+                                self_, peer_, name_, m.bytes));
+  return RecvSlot{m.data, m.bytes, m.tag};
+}
+
+void ShmConnection::release_inline() {
+  ++inline_received_;
+  recv_->acked.store(inline_received_, std::memory_order_seq_cst);
   ring_peer();
 }
 
@@ -134,6 +193,9 @@ void ShmConnection::sleep(int timeout_ms) {
   auto moved = [&] {
     return recv_->head.load(std::memory_order_seq_cst) != seen_head_ ||
            send_->tail.load(std::memory_order_seq_cst) != seen_tail_ ||
+           send_->acked.load(std::memory_order_seq_cst) != seen_acked_ ||
+           recv_mail_[inline_received_ % slots_].flag.load(std::memory_order_seq_cst) !=
+               seen_flag_ ||
            header_->closed[1 - side_].load(std::memory_order_seq_cst) != 0;
   };
   header_->waiting[side_].store(1, std::memory_order_seq_cst);
@@ -147,7 +209,8 @@ void ShmConnection::sleep(int timeout_ms) {
 }
 
 std::string ShmConnection::describe() const {
-  return fmt::format("shm to rank {} ({} slots of {} KiB)", peer_, slots_, slot_bytes_ >> 10);
+  return fmt::format("shm to rank {} ({} slots of {} KiB, {} inline mailboxes of {} B)", peer_,
+                     slots_, slot_bytes_ >> 10, slots_, kInlineCapacity);
 }
 
 }  // namespace loom::transport::shm

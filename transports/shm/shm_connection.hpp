@@ -23,9 +23,15 @@ class ShmConnection final : public Connection {
   void post_send(std::size_t bytes, std::uint64_t tag) override;
   std::optional<RecvSlot> try_recv_slot() override;
   void release_recv_slot() override;
+  std::size_t inline_capacity() const override { return kInlineCapacity; }
+  std::byte* try_acquire_inline() override;
+  void post_inline(std::size_t bytes, std::uint64_t tag) override;
+  std::optional<RecvSlot> try_recv_inline() override;
+  void release_inline() override;
   bool progress() override { return false; }  // the peer reads our writes directly
   bool send_idle() const override { return true; }
   void add_poll_fds(std::vector<pollfd>&) const override {}
+  void prepare_sleep() override;
   void sleep(int timeout_ms) override;
   std::string describe() const override;
   // Marks this side gone and wakes the peer.
@@ -33,6 +39,8 @@ class ShmConnection final : public Connection {
 
  private:
   void ring_peer();
+  void check_peer_open() const;
+  void check_peer_sent_more() const;
   [[noreturn]] void peer_gone(const char* why) const;
 
   int self_, peer_, peer_pid_, side_;
@@ -46,11 +54,18 @@ class ShmConnection final : public Connection {
   std::byte* recv_data_;
   std::size_t slot_bytes_;
   std::uint64_t slots_;
-  std::uint64_t posted_ = 0;    // our copy of send_->head
-  std::uint64_t consumed_ = 0;  // our copy of recv_->tail
-  // What the last check saw of both counters; sleep() returns at once if either has moved.
+  Mailbox* send_mail_;
+  Mailbox* recv_mail_;
+  std::uint64_t posted_ = 0;           // our copy of send_->head
+  std::uint64_t consumed_ = 0;         // our copy of recv_->tail
+  std::uint64_t inline_sent_ = 0;      // inline messages posted
+  std::uint64_t inline_received_ = 0;  // our copy of recv_->acked
+  std::uint64_t inline_acked_ = 0;     // the last value of send_->acked we read
+  // What prepare_sleep() saw of the peer's writes.
   std::uint64_t seen_head_ = 0;
   std::uint64_t seen_tail_ = 0;
+  std::uint64_t seen_acked_ = 0;
+  std::uint64_t seen_flag_ = 0;
 };
 
 }  // namespace loom::transport::shm

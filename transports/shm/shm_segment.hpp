@@ -3,7 +3,8 @@
 //
 //   page 0   SegmentHeader
 //   page 1   control of the FIFO low -> high     page 2   control of the FIFO high -> low
-//   then     slots of low -> high, slots of high -> low
+//   then     slots of low -> high, slots of high -> low,
+//            mailboxes of low -> high, mailboxes of high -> low (the inline channel)
 #pragma once
 
 #include <atomic>
@@ -21,10 +22,11 @@ struct SlotMeta {
   std::uint64_t tag;
 };
 
-// Counters on separate cache lines: the sender writes head, the receiver tail.
+// Counters on separate cache lines: the sender writes head, the receiver tail and acked.
 struct alignas(64) FifoControl {
-  alignas(64) std::atomic<std::uint64_t> head;  // slots posted
-  alignas(64) std::atomic<std::uint64_t> tail;  // slots released
+  alignas(64) std::atomic<std::uint64_t> head;   // slots posted
+  alignas(64) std::atomic<std::uint64_t> tail;   // slots released
+  alignas(64) std::atomic<std::uint64_t> acked;  // inline messages released
   alignas(64) SlotMeta meta[kMaxSlots];
 };
 static_assert(sizeof(FifoControl) <= kPage);
@@ -42,8 +44,21 @@ struct alignas(64) SegmentHeader {
 };
 static_assert(sizeof(SegmentHeader) <= kPage);
 
+// One message of the inline channel. The flag (the message's number, 1, 2, ...) is stored last,
+// with release ordering, in the same cache line as the tag, the size and the first 32 bytes of
+// data: a receiver polling the flag has a small message in hand when it sees the number.
+inline constexpr std::size_t kInlineCapacity = 1024;
+struct alignas(64) Mailbox {
+  std::atomic<std::uint64_t> flag;
+  std::uint64_t tag;
+  std::uint64_t bytes;
+  std::uint64_t reserved;
+  std::byte data[kInlineCapacity];
+};
+static_assert(offsetof(Mailbox, data) == 32 && sizeof(Mailbox) % 64 == 0);
+
 inline std::size_t segment_bytes(std::size_t slot_bytes, std::size_t slots) {
-  return 3 * kPage + 2 * slot_bytes * slots;
+  return 3 * kPage + 2 * (slot_bytes + sizeof(Mailbox)) * slots;
 }
 
 }  // namespace loom::transport::shm

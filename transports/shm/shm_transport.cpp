@@ -67,6 +67,9 @@ Connection& ShmTransport::connect(int peer, const core::Deadline& deadline) {
     h->slots = static_cast<std::uint32_t>(slots);
     new (static_cast<std::byte*>(base) + kPage) FifoControl{};
     new (static_cast<std::byte*>(base) + 2 * kPage) FifoControl{};
+    auto* mail = reinterpret_cast<Mailbox*>(static_cast<std::byte*>(base) + 3 * kPage +
+                                            2 * slot_bytes * slots);
+    for (std::size_t i = 0; i < 2 * slots; ++i) new (mail + i) Mailbox{};
     // Never wait here for the peer to map: connections are made lazily in ring order, and a
     // creator that waited could close a cycle of waits. The peer unlinks the name once mapped.
     store_.set(key, name);
