@@ -104,6 +104,21 @@ inline C divide_by(C x, int divisor) {
   }
 }
 
+// The DataType whose storage type is T.
+template <typename T>
+constexpr DataType data_type_of() {
+  if constexpr (std::is_same_v<T, float>) return DataType::f32;
+  if constexpr (std::is_same_v<T, double>) return DataType::f64;
+  if constexpr (std::is_same_v<T, Half>) return DataType::f16;
+  if constexpr (std::is_same_v<T, BFloat16>) return DataType::bf16;
+  if constexpr (std::is_same_v<T, std::int8_t>) return DataType::i8;
+  if constexpr (std::is_same_v<T, std::uint8_t>) return DataType::u8;
+  if constexpr (std::is_same_v<T, std::int32_t>) return DataType::i32;
+  if constexpr (std::is_same_v<T, std::uint32_t>) return DataType::u32;
+  if constexpr (std::is_same_v<T, std::int64_t>) return DataType::i64;
+  return DataType::u64;
+}
+
 // Calls f.template operator()<StorageType>() for the dtype.
 template <typename F>
 decltype(auto) dispatch(DataType dtype, F&& f) {

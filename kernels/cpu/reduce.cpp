@@ -1,70 +1,227 @@
-// The kernels the engine calls: loops specialised per dtype and op at compile time, which the
-// compiler vectorises. Results are bit-identical to the reference (same element_ops).
-#include <cstring>
+// The kernels the engine calls, on Google Highway: compiled once per SIMD target (SSE4, AVX2,
+// AVX-512, NEON, SVE, ...) and chosen at run time for the machine (HWY_DYNAMIC_DISPATCH).
+// Results are bit-identical to the scalar reference: the same element rules (element_ops.hpp),
+// vectorised; the reference itself runs the tails shorter than a vector and the combinations
+// with no vector form here (integer avg division, 8- and 64-bit integer products).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/reduce.cpp"
+#include <hwy/cache_control.h>
+#include <hwy/foreach_target.h>  // must come before highway.h
+#include <hwy/highway.h>
 
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "cpu/half_simd-inl.h"
 #include "element_ops.hpp"
 #include "reduce.hpp"
 
-namespace loom::kernels {
-namespace {
+// ---- Per target ---------------------------------------------------------------------------------
+HWY_BEFORE_NAMESPACE();
+namespace loom::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using detail::BFloat16;
+using detail::data_type_of;
+using detail::Half;
 
-using namespace detail;
+// How a storage type reaches vector lanes: natively, or widened to float (f16, bf16).
+template <typename T>
+struct Lanes {
+  using D = hn::ScalableTag<T>;
+  using DS = D;  // the storage lanes
+  static hn::Vec<D> Load(D d, const std::byte* p) {
+    return hn::LoadU(d, reinterpret_cast<const T*>(p));
+  }
+  static hn::Vec<DS> Narrow(D, hn::Vec<D> v) { return v; }
+};
+template <>
+struct Lanes<Half> {
+  using D = hn::ScalableTag<float>;
+  using DS = hn::Rebind<uint16_t, D>;
+  static hn::Vec<D> Load(D d, const std::byte* p) {
+    return F16ToF32(d, hn::LoadU(DS(), reinterpret_cast<const uint16_t*>(p)));
+  }
+  static hn::Vec<DS> Narrow(D d, hn::Vec<D> v) { return F32ToF16(d, v); }
+};
+template <>
+struct Lanes<BFloat16> {
+  using D = hn::ScalableTag<float>;
+  using DS = hn::Rebind<uint16_t, D>;
+  static hn::Vec<D> Load(D d, const std::byte* p) {
+    return BF16ToF32(d, hn::LoadU(DS(), reinterpret_cast<const uint16_t*>(p)));
+  }
+  static hn::Vec<DS> Narrow(D d, hn::Vec<D> v) { return F32ToBF16(d, v); }
+};
 
-template <typename T, ReduceOp kOp, bool kDivide, bool kSecondOutput>
-void loop(char* dst, char* dst2, const char* a, const char* b, std::size_t n, int divisor) {
-  using K = Compute<T>;
+// x op y on lanes, with the reference's rules: integers wrap; float min/max propagate NaN (x's
+// first) and order -0 below +0.
+template <ReduceOp kOp, class D, class V>
+HWY_INLINE V Combine(D d, V x, V y) {
+  (void)d;
+  if constexpr (kOp == ReduceOp::sum || kOp == ReduceOp::avg) {
+    return hn::Add(x, y);
+  } else if constexpr (kOp == ReduceOp::prod) {
+    return hn::Mul(x, y);
+  } else if constexpr (hwy::IsFloat<hn::TFromD<D>>()) {
+    const bool is_min = kOp == ReduceOp::min;
+    // Equal values (+0 and -0 among them): the one with the sign bit for min, without for max.
+    V r = hn::IfThenElse(hn::Eq(x, y), is_min ? hn::Or(x, y) : hn::And(x, y),
+                         is_min ? hn::Min(x, y) : hn::Max(x, y));
+    r = hn::IfThenElse(hn::IsNaN(y), y, r);
+    return hn::IfThenElse(hn::IsNaN(x), x, r);
+  } else {
+    return kOp == ReduceOp::min ? hn::Min(x, y) : hn::Max(x, y);
+  }
+}
+
+template <typename T, ReduceOp kOp, bool kDivide>
+void Loop(std::byte* dst, std::byte* dst2, const std::byte* a, const std::byte* b, std::size_t n,
+          int divisor) {
+  using L = Lanes<T>;
+  const typename L::D d;
+  const typename L::DS ds;
+  using S = hn::TFromD<typename L::DS>;
+  const std::size_t lanes = hn::Lanes(d);
+  const auto div = hn::Set(d, static_cast<hn::TFromD<typename L::D>>(divisor));
   constexpr std::size_t w = sizeof(T);
-  for (std::size_t i = 0; i < n; ++i) {
-    auto r = apply(K::widen(load<T>(a + i * w)), K::widen(load<T>(b + i * w)), kOp);
-    if constexpr (kDivide) r = divide_by(r, divisor);
-    T out = K::narrow(r);
-    store(dst + i * w, out);
-    if constexpr (kSecondOutput) store(dst2 + i * w, out);
+  const std::size_t vbytes = lanes * w;
+  // Stream() wants aligned vectors of at least 16 bytes (it writes 16 from a smaller one): the
+  // reference runs up to the first aligned element.
+  const bool stream = dst2 == nullptr && n * w >= stream_threshold() && dst != a && dst != b &&
+                      vbytes >= 16 && reinterpret_cast<std::uintptr_t>(dst) % w == 0;
+  std::size_t i = 0;
+  if (stream) {
+    const std::size_t misaligned = reinterpret_cast<std::uintptr_t>(dst) % vbytes;
+    i = misaligned ? (vbytes - misaligned) / w : 0;
+    reference::reduce_copy(dst, nullptr, a, b, i, data_type_of<T>(), kOp, divisor);
+    for (; i + lanes <= n; i += lanes) {
+      auto r = Combine<kOp>(d, L::Load(d, a + i * w), L::Load(d, b + i * w));
+      if constexpr (kDivide) r = hn::Div(r, div);
+      hn::Stream(L::Narrow(d, r), ds, reinterpret_cast<S*>(dst + i * w));
+    }
+    hwy::FlushStream();
+  } else {
+    for (; i + 2 * lanes <= n; i += 2 * lanes) {
+      auto r0 = Combine<kOp>(d, L::Load(d, a + i * w), L::Load(d, b + i * w));
+      auto r1 = Combine<kOp>(d, L::Load(d, a + (i + lanes) * w), L::Load(d, b + (i + lanes) * w));
+      if constexpr (kDivide) r0 = hn::Div(r0, div), r1 = hn::Div(r1, div);
+      const auto s0 = L::Narrow(d, r0);
+      const auto s1 = L::Narrow(d, r1);
+      hn::StoreU(s0, ds, reinterpret_cast<S*>(dst + i * w));
+      hn::StoreU(s1, ds, reinterpret_cast<S*>(dst + (i + lanes) * w));
+      if (dst2) {
+        hn::StoreU(s0, ds, reinterpret_cast<S*>(dst2 + i * w));
+        hn::StoreU(s1, ds, reinterpret_cast<S*>(dst2 + (i + lanes) * w));
+      }
+    }
+  }
+  // The tail, shorter than a vector (or two): never a read past the end.
+  reference::reduce_copy(dst + i * w, dst2 ? dst2 + i * w : nullptr, a + i * w, b + i * w, n - i,
+                         data_type_of<T>(), kOp, divisor);
+}
+
+// Which (type, op) pairs have a vector form; the others run the reference.
+template <typename T, ReduceOp kOp>
+constexpr bool kVectorised =
+    !(std::is_integral_v<T> && kOp == ReduceOp::prod && (sizeof(T) == 1 || sizeof(T) == 8)) &&
+    !(std::is_integral_v<T> && kOp == ReduceOp::avg);
+
+template <typename T, ReduceOp kOp>
+void ByDivide(std::byte* dst, std::byte* dst2, const std::byte* a, const std::byte* b,
+              std::size_t n, int divisor) {
+  if constexpr (!kVectorised<T, kOp>) {
+    reference::reduce_copy(dst, dst2, a, b, n, data_type_of<T>(), kOp, divisor);
+  } else if constexpr (kOp == ReduceOp::avg) {
+    if (divisor != 1)
+      Loop<T, kOp, true>(dst, dst2, a, b, n, divisor);
+    else
+      Loop<T, kOp, false>(dst, dst2, a, b, n, divisor);
+  } else {
+    Loop<T, kOp, false>(dst, dst2, a, b, n, divisor);
   }
 }
 
-template <typename T, bool kDivide, bool kSecondOutput>
-void by_op(ReduceOp op, char* dst, char* dst2, const char* a, const char* b, std::size_t n,
-           int divisor) {
-  switch (op) {
-    case ReduceOp::sum:
-    case ReduceOp::avg:
-      return loop<T, ReduceOp::sum, kDivide, kSecondOutput>(dst, dst2, a, b, n, divisor);
-    case ReduceOp::prod:
-      return loop<T, ReduceOp::prod, kDivide, kSecondOutput>(dst, dst2, a, b, n, divisor);
-    case ReduceOp::min:
-      return loop<T, ReduceOp::min, kDivide, kSecondOutput>(dst, dst2, a, b, n, divisor);
-    case ReduceOp::max:
-      return loop<T, ReduceOp::max, kDivide, kSecondOutput>(dst, dst2, a, b, n, divisor);
-  }
+void ReduceCopy(void* dst, void* dst2, const void* a, const void* b, std::size_t n, DataType dtype,
+                ReduceOp op, int divisor) {
+  auto* d = static_cast<std::byte*>(dst);
+  auto* d2 = static_cast<std::byte*>(dst2);
+  auto* x = static_cast<const std::byte*>(a);
+  auto* y = static_cast<const std::byte*>(b);
+  detail::dispatch(dtype, [&]<typename T>() {
+    switch (op) {
+      case ReduceOp::sum:
+        return ByDivide<T, ReduceOp::sum>(d, d2, x, y, n, divisor);
+      case ReduceOp::avg:
+        return ByDivide<T, ReduceOp::avg>(d, d2, x, y, n, divisor);
+      case ReduceOp::prod:
+        return ByDivide<T, ReduceOp::prod>(d, d2, x, y, n, divisor);
+      case ReduceOp::min:
+        return ByDivide<T, ReduceOp::min>(d, d2, x, y, n, divisor);
+      case ReduceOp::max:
+        return ByDivide<T, ReduceOp::max>(d, d2, x, y, n, divisor);
+    }
+  });
 }
 
-}  // namespace
+const char* TargetName() {
+  return hwy::TargetName(HWY_TARGET);
+}
+
+// dst = src / divisor, for floats on vectors (integers: the reference).
+template <typename T>
+void DivideLoop(std::byte* dst, const std::byte* src, std::size_t n, int divisor) {
+  std::size_t i = 0;
+  if constexpr (!std::is_integral_v<T>) {
+    using L = Lanes<T>;
+    const typename L::D d;
+    const typename L::DS ds;
+    using S = hn::TFromD<typename L::DS>;
+    const std::size_t lanes = hn::Lanes(d);
+    const auto div = hn::Set(d, static_cast<hn::TFromD<typename L::D>>(divisor));
+    for (; i + lanes <= n; i += lanes)
+      hn::StoreU(L::Narrow(d, hn::Div(L::Load(d, src + i * sizeof(T)), div)), ds,
+                 reinterpret_cast<S*>(dst + i * sizeof(T)));
+  }
+  reference::divide(dst + i * sizeof(T), src + i * sizeof(T), n - i, data_type_of<T>(), divisor);
+}
+
+void Divide(void* dst, const void* src, std::size_t n, DataType dtype, int divisor) {
+  detail::dispatch(dtype, [&]<typename T>() {
+    DivideLoop<T>(static_cast<std::byte*>(dst), static_cast<const std::byte*>(src), n, divisor);
+  });
+}
+
+}  // namespace loom::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+// ---- Dispatch -----------------------------------------------------------------------------------
+#if HWY_ONCE
+namespace loom::kernels {
+
+namespace {
+std::atomic<std::size_t> stream_bytes{kDefaultStreamBytes};
+}
+void set_stream_threshold(std::size_t bytes) {
+  stream_bytes.store(bytes, std::memory_order_relaxed);
+}
+std::size_t stream_threshold() {
+  return stream_bytes.load(std::memory_order_relaxed);
+}
+
+HWY_EXPORT(ReduceCopy);
+HWY_EXPORT(Divide);
+HWY_EXPORT(TargetName);
 
 void reduce(void* dst, const void* a, const void* b, std::size_t n, DataType dtype, ReduceOp op) {
-  reduce_copy(dst, nullptr, a, b, n, dtype, op == ReduceOp::avg ? ReduceOp::sum : op, 1);
+  HWY_DYNAMIC_DISPATCH(ReduceCopy)
+  (dst, nullptr, a, b, n, dtype, op == ReduceOp::avg ? ReduceOp::sum : op, 1);
 }
 
 void reduce_copy(void* dst, void* dst2, const void* a, const void* b, std::size_t n, DataType dtype,
                  ReduceOp op, int divisor) {
-  auto* d = static_cast<char*>(dst);
-  auto* d2 = static_cast<char*>(dst2);
-  auto* x = static_cast<const char*>(a);
-  auto* y = static_cast<const char*>(b);
-  bool divide = op == ReduceOp::avg && divisor != 1;
-  dispatch(dtype, [&]<typename T>() {
-    if (divide) {
-      if (d2)
-        by_op<T, true, true>(op, d, d2, x, y, n, divisor);
-      else
-        by_op<T, true, false>(op, d, d2, x, y, n, divisor);
-    } else {
-      if (d2)
-        by_op<T, false, true>(op, d, d2, x, y, n, divisor);
-      else
-        by_op<T, false, false>(op, d, d2, x, y, n, divisor);
-    }
-  });
+  HWY_DYNAMIC_DISPATCH(ReduceCopy)(dst, dst2, a, b, n, dtype, op, divisor);
 }
 
 void divide(void* dst, const void* src, std::size_t n, DataType dtype, int divisor) {
@@ -72,7 +229,12 @@ void divide(void* dst, const void* src, std::size_t n, DataType dtype, int divis
     if (dst != src) std::memmove(dst, src, n * size_of(dtype));
     return;
   }
-  reference::divide(dst, src, n, dtype, divisor);
+  HWY_DYNAMIC_DISPATCH(Divide)(dst, src, n, dtype, divisor);
+}
+
+const char* simd_target() {
+  return HWY_DYNAMIC_DISPATCH(TargetName)();
 }
 
 }  // namespace loom::kernels
+#endif

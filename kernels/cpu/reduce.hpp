@@ -1,4 +1,5 @@
-// CPU reduction kernels. Element rules, identical in every implementation:
+// CPU reduction kernels: SIMD on Google Highway with run-time dispatch (reduce.cpp), and a scalar
+// reference (reduce_reference.cpp), the oracle of the tests. Element rules, identical in both:
 // - sum and prod of integers wrap (two's complement); avg divides the sum, truncating for integers;
 // - f16 and bf16 are computed in float32 and rounded back to nearest-even;
 // - min and max propagate NaN (any NaN input gives NaN, unlike fmin), and order -0 below +0,
@@ -20,6 +21,16 @@ void reduce_copy(void* dst, void* dst2, const void* a, const void* b, std::size_
                  ReduceOp op, int divisor);
 // dst[i] = src[i] / divisor (avg over a reduction that was summed).
 void divide(void* dst, const void* src, std::size_t n, DataType dtype, int divisor);
+
+// Outputs of at least this many bytes that alias no input are written with non-temporal stores:
+// cached, they would only evict the inputs (measured in bench/kernels). Slices of the engine are
+// smaller, so this applies to large direct calls only. Settable for benchmarks and tests.
+inline constexpr std::size_t kDefaultStreamBytes = std::size_t{8} << 20;
+void set_stream_threshold(std::size_t bytes);
+std::size_t stream_threshold();
+
+// The SIMD target the kernels run on here ("AVX3", "AVX2", "NEON", ...), for logs and benchmarks.
+const char* simd_target();
 
 // The scalar reference: the same contract, one element at a time. The oracle for tests.
 namespace reference {

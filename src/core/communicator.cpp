@@ -20,6 +20,7 @@
 #include "core/topology.hpp"
 #include "core/work.hpp"
 #include "loom/store.hpp"
+#include "reduce.hpp"
 #include "transports/shm/shm_transport.hpp"
 #include "transports/tcp/tcp_transport.hpp"
 #include "transports/transport_table.hpp"
@@ -124,10 +125,11 @@ class Communicator::Impl {
     transport_ = std::move(table);
     engine_ = std::make_unique<algorithms::Engine>(rank, size, *transport_, config_, aborted_);
     core::log().info(
-        "rank {}/{} on {}: {}; tcp at {}, {} sockets per peer; {} slots of {} KiB; timeout {} s",
+        "rank {}/{} on {}: {}; tcp at {}, {} sockets per peer; {} slots of {} KiB; timeout {} s; "
+        "reduction kernels {}",
         rank, size, host_name(), transport_summary_, listen_address_, config_.sockets_per_peer,
         config_.slots, config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10,
-        config_.timeout.count() / 1000);
+        config_.timeout.count() / 1000, kernels::simd_target());
     if (rank == 0) core::log().info("topology: {}", topology_.describe());
     if (rank == 0)
       core::log().info(

@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <vector>
+
+#include <hwy/targets.h>
 
 #include "half.hpp"
 #include "reduce.hpp"
@@ -87,46 +90,153 @@ bool same(DataType t, const std::byte* a, const std::byte* b) {
   return std::memcmp(a, b, size_of(t)) == 0;
 }
 
-TEST(Kernels, MatchTheReferenceForEveryDtypeOpLengthAndAlignment) {
+// Runs `body` once on every SIMD target this machine supports (AVX-512, AVX2, SSE4, ... here),
+// so that a machine of one kind tests the code paths the others take.
+void for_each_target(const std::function<void(const char*)>& body) {
+  for (std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    const char* name = simd_target();
+    EXPECT_STREQ(name, hwy::TargetName(target));
+    SCOPED_TRACE(name);
+    body(name);
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// Compares reduce_copy (with and without a second output) and in-place reduce against the
+// reference for one dtype, op and length, with a, b and dst each at its own byte offset. The
+// buffers live as long as the checker: thousands of calls reuse them.
+class ReferenceCheck {
+ public:
+  void run(DataType t, ReduceOp op, std::size_t n, std::size_t offset,
+           const std::vector<std::byte>& a, const std::vector<std::byte>& b) {
+    const std::size_t elem = size_of(t), bytes = n * elem;
+    const std::size_t oa = offset, ob = (offset * 7 + 3) % 64, od = (offset * 13 + 5) % 64;
+    for (auto* v : {&sa_, &sb_, &unchanged_, &got_, &got2_, &want_}) v->resize(bytes + 65);
+    if (n > 0) {  // memcpy of null is undefined, even for 0 bytes
+      std::memcpy(sa_.data() + oa, a.data(), bytes);
+      std::memcpy(sb_.data() + ob, b.data(), bytes);
+      std::memcpy(unchanged_.data() + oa, a.data(), bytes);
+    }
+    // A guard byte after each output catches writes past the end.
+    got_[od + bytes] = got2_[oa + bytes] = std::byte{0x77};
+    const int divisor = 3;
+    reduce_copy(got_.data() + od, got2_.data() + oa, sa_.data() + oa, sb_.data() + ob, n, t, op,
+                divisor);
+    reference::reduce_copy(want_.data() + od, nullptr, sa_.data() + oa, sb_.data() + ob, n, t, op,
+                           divisor);
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_TRUE(same(t, got_.data() + od + i * elem, want_.data() + od + i * elem))
+          << to_string(t) << " " << to_string(op) << " n=" << n << " offset=" << offset
+          << " i=" << i;
+      ASSERT_EQ(std::memcmp(got_.data() + od + i * elem, got2_.data() + oa + i * elem, elem), 0);
+    }
+    ASSERT_EQ(got_[od + bytes], std::byte{0x77}) << "wrote past the end";
+    ASSERT_EQ(got2_[oa + bytes], std::byte{0x77}) << "wrote past the end of the second output";
+    // In place: dst is a (avg reduces as sum in reduce()).
+    reduce(sa_.data() + oa, sa_.data() + oa, sb_.data() + ob, n, t, op);
+    reference::reduce(want_.data() + od, unchanged_.data() + oa, sb_.data() + ob, n, t, op);
+    for (std::size_t i = 0; i < n; ++i)
+      ASSERT_TRUE(same(t, sa_.data() + oa + i * elem, want_.data() + od + i * elem))
+          << "in place " << to_string(t) << " " << to_string(op) << " n=" << n << " i=" << i;
+  }
+
+ private:
+  std::vector<std::byte> sa_, sb_, unchanged_, got_, got2_, want_;
+};
+
+// One instance per SIMD target this machine supports (AVX-512, AVX2, SSE4, ... here), so that a
+// machine of one kind tests the code paths the others take.
+class KernelsOnTarget : public ::testing::TestWithParam<std::int64_t> {
+ protected:
+  void SetUp() override {
+    hwy::SetSupportedTargetsForTest(GetParam());
+    ASSERT_STREQ(simd_target(), hwy::TargetName(GetParam()));
+  }
+  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
+};
+
+TEST_P(KernelsOnTarget, MatchTheReferenceForEveryDtypeOpLengthAndAlignment) {
   std::mt19937 rng(7);
-  for (DataType t : kTypes)
+  ReferenceCheck check;
+  for (DataType t : kTypes) {
+    const auto a = random_input(t, 257, rng);
+    const auto b = random_input(t, 257, rng);
     for (ReduceOp op : kOps)
-      for (std::size_t n :
-           {0u, 1u, 2u, 3u, 7u, 8u, 15u, 16u, 17u, 31u, 33u, 63u, 64u, 65u, 257u, 4099u}) {
-        const std::size_t elem = size_of(t);
-        auto a = random_input(t, n, rng);
-        auto b = random_input(t, n, rng);
-        for (std::size_t offset : {0u, 1u, 3u, 13u}) {
-          // Unaligned copies of the inputs and outputs, with a guard byte after each output.
-          std::vector<std::byte> sa(n * elem + offset + 1), sb(n * elem + offset + 1);
-          std::copy(a.begin(), a.end(), sa.begin() + static_cast<std::ptrdiff_t>(offset));
-          std::copy(b.begin(), b.end(), sb.begin() + static_cast<std::ptrdiff_t>(offset));
-          std::vector<std::byte> got(n * elem + offset + 1, std::byte{0x77}), got2 = got,
-                                                                              want = got;
-          const int divisor = 3;
-          reduce_copy(got.data() + offset, got2.data() + offset, sa.data() + offset,
-                      sb.data() + offset, n, t, op, divisor);
-          reference::reduce_copy(want.data() + offset, nullptr, sa.data() + offset,
-                                 sb.data() + offset, n, t, op, divisor);
-          for (std::size_t i = 0; i < n; ++i) {
-            ASSERT_TRUE(same(t, got.data() + offset + i * elem, want.data() + offset + i * elem))
-                << to_string(t) << " " << to_string(op) << " n=" << n << " offset=" << offset
-                << " i=" << i;
-            ASSERT_EQ(
-                std::memcmp(got.data() + offset + i * elem, got2.data() + offset + i * elem, elem),
-                0);
-          }
-          ASSERT_EQ(got.back(), std::byte{0x77}) << "wrote past the end";
-          // In place: dst is a.
-          std::vector<std::byte> inplace = sa;
-          reduce(inplace.data() + offset, inplace.data() + offset, sb.data() + offset, n, t, op);
-          reference::reduce(want.data() + offset, sa.data() + offset, sb.data() + offset, n, t, op);
-          for (std::size_t i = 0; i < n; ++i)
-            ASSERT_TRUE(
-                same(t, inplace.data() + offset + i * elem, want.data() + offset + i * elem))
-                << "in place " << to_string(t) << " " << to_string(op) << " i=" << i;
+      for (std::size_t n = 0; n <= 257; ++n)
+        for (std::size_t offset = 0; offset < 64; ++offset) {
+          check.run(t, op, n, offset, a, b);
+          if (HasFatalFailure()) return;
+        }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Targets, KernelsOnTarget,
+                         ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()),
+                         [](const auto& info) { return std::string(hwy::TargetName(info.param)); });
+
+TEST(Kernels, MatchTheReferenceOnAMebiElementBuffer) {
+  // Long runs of whole vectors, at two alignments, on the target this machine dispatches to
+  // (the lengths above cover every target's vector and tail logic).
+  const std::size_t n = (std::size_t{1} << 20) + 13;
+  std::mt19937 rng(11);
+  ReferenceCheck check;
+  for (DataType t : kTypes) {
+    const auto a = random_input(t, n, rng);
+    const auto b = random_input(t, n, rng);
+    for (ReduceOp op : kOps)
+      for (std::size_t offset : {0u, 33u}) {
+        check.run(t, op, n, offset, a, b);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+  }
+}
+
+TEST(Kernels, LargeOutputsMatchTheReferenceWhenStreamed) {
+  // 16 MiB of f32 and of bf16 outputs, not aliasing the inputs: the streaming path.
+  for_each_target([](const char*) {
+    std::mt19937 rng(5);
+    for (DataType t : {DataType::f32, DataType::bf16}) {
+      const std::size_t n = (std::size_t{16} << 20) / size_of(t) + 5;
+      const auto a = random_input(t, n, rng);
+      const auto b = random_input(t, n, rng);
+      for (std::size_t offset : {0u, 2u, 36u}) {
+        std::vector<std::byte> got(n * size_of(t) + 64), want(got.size());
+        reduce_copy(got.data() + offset, nullptr, a.data(), b.data(), n, t, ReduceOp::sum, 1);
+        reference::reduce_copy(want.data() + offset, nullptr, a.data(), b.data(), n, t,
+                               ReduceOp::sum, 1);
+        for (std::size_t i = 0; i < n; ++i)
+          ASSERT_TRUE(
+              same(t, got.data() + offset + i * size_of(t), want.data() + offset + i * size_of(t)))
+              << to_string(t) << " offset " << offset << " i=" << i;
+      }
+    }
+  });
+}
+
+TEST(Kernels, HalfTypesConvertEveryValueLikeTheReference) {
+  // Every f16 and bf16 bit pattern against a spread of second operands: sums and products
+  // reach every rounding case, overflow to inf, subnormal results and NaNs of both inputs.
+  std::vector<std::uint16_t> all(65536);
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::uint16_t>(i);
+  for_each_target([&](const char*) {
+    for (DataType t : {DataType::f16, DataType::bf16}) {
+      auto from = [t](float f) { return t == DataType::f16 ? f32_to_f16(f) : f32_to_bf16(f); };
+      for (float other : {0.0f, -0.0f, 1.0f, -1.5f, 3.0e-3f, 7.77e4f, 1.0e-7f, 0.33333f, 2049.0f,
+                          std::numeric_limits<float>::infinity(), std::nanf("")}) {
+        std::vector<std::uint16_t> b(all.size(), from(other)), got(all.size()), want(all.size());
+        for (ReduceOp op : kOps) {
+          reduce_copy(got.data(), nullptr, all.data(), b.data(), all.size(), t, op, 3);
+          reference::reduce_copy(want.data(), nullptr, all.data(), b.data(), all.size(), t, op, 3);
+          for (std::size_t i = 0; i < all.size(); ++i)
+            ASSERT_TRUE(same(t, reinterpret_cast<const std::byte*>(&got[i]),
+                             reinterpret_cast<const std::byte*>(&want[i])))
+                << to_string(t) << " " << to_string(op) << " x=" << std::hex << i << " y=" << b[i]
+                << " got " << got[i] << " want " << want[i];
         }
       }
+    }
+  });
 }
 
 template <typename T>
@@ -177,16 +287,19 @@ TEST(Kernels, HalfPrecisionReducesInFloatAndRoundsOnce) {
 }
 
 TEST(Kernels, DivideMatchesTheReference) {
-  std::mt19937 rng(3);
-  for (DataType t : kTypes) {
-    auto v = random_input(t, 101, rng);
-    std::vector<std::byte> got(v.size()), want(v.size());
-    divide(got.data(), v.data(), 101, t, 7);
-    reference::divide(want.data(), v.data(), 101, t, 7);
-    for (std::size_t i = 0; i < 101; ++i)
-      ASSERT_TRUE(same(t, got.data() + i * size_of(t), want.data() + i * size_of(t)))
-          << to_string(t) << " " << i;
-  }
+  for_each_target([](const char*) {
+    std::mt19937 rng(3);
+    for (DataType t : kTypes)
+      for (std::size_t n : {0u, 1u, 101u, 1000u}) {
+        auto v = random_input(t, n, rng);
+        std::vector<std::byte> got(v.size()), want(v.size());
+        divide(got.data(), v.data(), n, t, 7);
+        reference::divide(want.data(), v.data(), n, t, 7);
+        for (std::size_t i = 0; i < n; ++i)
+          ASSERT_TRUE(same(t, got.data() + i * size_of(t), want.data() + i * size_of(t)))
+              << to_string(t) << " " << i;
+      }
+  });
 }
 
 }  // namespace
