@@ -147,4 +147,12 @@ decltype(auto) dispatch(DataType dtype, F&& f) {
   return f.template operator()<std::uint8_t>();
 }
 
+// convert() takes f32 to or from f16 and bf16, and f32 to f32.
+inline void check_convertible(DataType to, DataType from) {
+  auto half = [](DataType t) { return t == DataType::f16 || t == DataType::bf16; };
+  if (!((from == DataType::f32 && (half(to) || to == DataType::f32)) ||
+        (to == DataType::f32 && half(from))))
+    throw InvalidArgument("convert: only f32 <-> f16, f32 <-> bf16 and f32 -> f32 are supported");
+}
+
 }  // namespace loom::kernels::detail

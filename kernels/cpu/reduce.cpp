@@ -165,6 +165,36 @@ void ReduceCopy(void* dst, void* dst2, const void* a, const void* b, std::size_t
   });
 }
 
+// dst = src * scale with f32 on one side (check_convertible has run).
+template <typename S, typename D>
+void ConvertLoop(std::byte* dst, const std::byte* src, std::size_t n, float scale) {
+  using LS = Lanes<S>;
+  using LD = Lanes<D>;
+  const typename LS::D d;  // float lanes on both sides
+  const typename LD::DS ds;
+  using Out = hn::TFromD<typename LD::DS>;
+  const std::size_t lanes = hn::Lanes(d);
+  const auto k = hn::Set(d, scale);
+  std::size_t i = 0;
+  for (; i + lanes <= n; i += lanes)
+    hn::StoreU(LD::Narrow(d, hn::Mul(LS::Load(d, src + i * sizeof(S)), k)), ds,
+               reinterpret_cast<Out*>(dst + i * sizeof(D)));
+  reference::convert(dst + i * sizeof(D), data_type_of<D>(), src + i * sizeof(S), data_type_of<S>(),
+                     n - i, scale);
+}
+
+void Convert(void* dst, DataType to, const void* src, DataType from, std::size_t n, float scale) {
+  auto* d = static_cast<std::byte*>(dst);
+  auto* s = static_cast<const std::byte*>(src);
+  if (from == DataType::f32) {
+    if (to == DataType::f16) return ConvertLoop<float, Half>(d, s, n, scale);
+    if (to == DataType::bf16) return ConvertLoop<float, BFloat16>(d, s, n, scale);
+    return ConvertLoop<float, float>(d, s, n, scale);
+  }
+  if (from == DataType::f16) return ConvertLoop<Half, float>(d, s, n, scale);
+  return ConvertLoop<BFloat16, float>(d, s, n, scale);
+}
+
 const char* TargetName() {
   return hwy::TargetName(HWY_TARGET);
 }
@@ -213,6 +243,7 @@ std::size_t stream_threshold() {
 HWY_EXPORT(ReduceCopy);
 HWY_EXPORT(Divide);
 HWY_EXPORT(TargetName);
+HWY_EXPORT(Convert);
 
 void reduce(void* dst, const void* a, const void* b, std::size_t n, DataType dtype, ReduceOp op) {
   HWY_DYNAMIC_DISPATCH(ReduceCopy)
@@ -230,6 +261,11 @@ void divide(void* dst, const void* src, std::size_t n, DataType dtype, int divis
     return;
   }
   HWY_DYNAMIC_DISPATCH(Divide)(dst, src, n, dtype, divisor);
+}
+
+void convert(void* dst, DataType to, const void* src, DataType from, std::size_t n, float scale) {
+  detail::check_convertible(to, from);
+  HWY_DYNAMIC_DISPATCH(Convert)(dst, to, src, from, n, scale);
 }
 
 const char* simd_target() {

@@ -22,6 +22,11 @@ void reduce_copy(void* dst, void* dst2, const void* a, const void* b, std::size_
 // dst[i] = src[i] / divisor (avg over a reduction that was summed).
 void divide(void* dst, const void* src, std::size_t n, DataType dtype, int divisor);
 
+// dst[i] = src[i] * scale, from f32 to f16 or bf16 (rounded to nearest even) or back, or f32 to
+// f32: gradient compression. Other pairs raise InvalidArgument. dst must not overlap src.
+void convert(void* dst, DataType to, const void* src, DataType from, std::size_t n,
+             float scale = 1.0f);
+
 // Outputs of at least this many bytes that alias no input are written with non-temporal stores:
 // cached, they would only evict the inputs (measured in bench/kernels). Slices of the engine are
 // smaller, so this applies to large direct calls only. Settable for benchmarks and tests.
@@ -38,6 +43,7 @@ void reduce(void* dst, const void* a, const void* b, std::size_t n, DataType dty
 void reduce_copy(void* dst, void* dst2, const void* a, const void* b, std::size_t n, DataType dtype,
                  ReduceOp op, int divisor);
 void divide(void* dst, const void* src, std::size_t n, DataType dtype, int divisor);
+void convert(void* dst, DataType to, const void* src, DataType from, std::size_t n, float scale);
 }  // namespace reference
 
 }  // namespace loom::kernels

@@ -38,4 +38,19 @@ void divide(void* dst, const void* src, std::size_t n, DataType dtype, int divis
   });
 }
 
+void convert(void* dst, DataType to, const void* src, DataType from, std::size_t n, float scale) {
+  check_convertible(to, from);
+  dispatch(from, [&]<typename S>() {
+    dispatch(to, [&]<typename D>() {
+      if constexpr (std::is_same_v<typename Compute<S>::type, float> &&
+                    std::is_same_v<typename Compute<D>::type, float>) {
+        for (std::size_t i = 0; i < n; ++i) {
+          float x = Compute<S>::widen(load<S>(static_cast<const char*>(src) + i * sizeof(S)));
+          store(static_cast<char*>(dst) + i * sizeof(D), Compute<D>::narrow(x * scale));
+        }
+      }
+    });
+  });
+}
+
 }  // namespace loom::kernels::reference

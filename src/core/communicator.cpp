@@ -18,8 +18,10 @@
 #include "core/config.hpp"
 #include "core/logging.hpp"
 #include "core/topology.hpp"
+#include "core/trace_internal.hpp"
 #include "core/work.hpp"
 #include "loom/store.hpp"
+#include "loom/trace.hpp"
 #include "reduce.hpp"
 #include "transports/shm/shm_transport.hpp"
 #include "transports/tcp/tcp_transport.hpp"
@@ -85,6 +87,7 @@ class Communicator::Impl {
     if (!store) throw InvalidArgument(fmt::format("init: rank {}: store is null", rank));
     config_ = core::Config::resolve(options, size);
     core::set_log_rank(rank, size);
+    core::set_trace_rank(rank, size);
     // Each communicator built on the same store and prefix gets a fresh key space, so a second
     // communicator never reads the first one's addresses.
     auto base = std::make_shared<PrefixStore>(options.store_prefix, store);
@@ -302,7 +305,12 @@ class Communicator::Impl {
           fmt::format("{}: rank {}: the communicator was aborted", call.describe(), rank_));
     if (call.count == 0 && call.kind != Kind::barrier) return;
     try {
-      engine_->run(call);
+      if (trace::enabled()) {
+        trace::Scope span(call.describe(), "collective");
+        engine_->run(call);
+      } else {
+        engine_->run(call);
+      }
     } catch (...) {
       try {
         rethrow_in_context(call);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# loomrun: environment of each worker, rank prefixes, and the first failure's exit code.
+# loomrun: environment of each worker, rank prefixes, the first failure's exit code, restarts.
 set -u
 loomrun=$1
 fail() { echo "FAIL: $*"; exit 1; }
@@ -24,4 +24,18 @@ code=$?
 [ $? = 127 ] || fail "a program that cannot start should give 127"
 
 "$loomrun" --nnodes 2 --node-rank 2 true >/dev/null 2>&1 && fail "node rank outside nnodes accepted"
+# --max-restarts: a worker that always exits 3 runs 1 + 2 times, then loomrun exits 3.
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+"$loomrun" --nproc-per-node 2 --max-restarts 2 --grace 1 sh -c \
+  'echo "$LOOM_RESTART_COUNT" >> '"$dir"'/starts.$RANK; if [ "$RANK" = 1 ]; then exit 3; fi; sleep 60' >/dev/null 2>&1
+code=$?
+[ "$code" = 3 ] || fail "restarts spent: expected the worker's code 3, got $code"
+[ "$(cat "$dir/starts.1" | tr '\n' ' ')" = "0 1 2 " ] || fail "expected starts 0 1 2, got: $(cat "$dir/starts.1")"
+[ "$(wc -l < "$dir/starts.0")" = 3 ] || fail "every worker is restarted, not only the failing one"
+# A worker killed once under --max-restarts 2: the job completes.
+"$loomrun" --nproc-per-node 2 --max-restarts 2 sh -c \
+  'if [ "$RANK" = 0 ] && [ "$LOOM_RESTART_COUNT" = 0 ]; then kill -KILL $$; fi; exit 0' >/dev/null 2>&1
+code=$?
+[ "$code" = 0 ] || fail "a job restarted after a killed worker should complete, got $code"
 echo "loomrun: all checks passed"

@@ -171,6 +171,28 @@ TEST_P(KernelsOnTarget, MatchTheReferenceForEveryDtypeOpLengthAndAlignment) {
   }
 }
 
+TEST_P(KernelsOnTarget, ConvertMatchesTheReference) {
+  std::mt19937 rng(9);
+  const auto f32 = random_input(DataType::f32, 1000, rng);
+  for (DataType half : {DataType::f16, DataType::bf16})
+    for (std::size_t n : {0u, 1u, 7u, 64u, 999u})
+      for (float scale : {1.0f, 0.25f, 1.0f / 3.0f}) {
+        std::vector<std::byte> got(n * 4 + 8), want(n * 4 + 8), back(n * 4 + 8),
+            back_want(n * 4 + 8);
+        convert(got.data(), half, f32.data(), DataType::f32, n, scale);
+        reference::convert(want.data(), half, f32.data(), DataType::f32, n, scale);
+        for (std::size_t i = 0; i < n; ++i)
+          ASSERT_TRUE(same(half, got.data() + 2 * i, want.data() + 2 * i))
+              << to_string(half) << " n=" << n << " i=" << i;
+        convert(back.data(), DataType::f32, got.data(), half, n, 2.0f);
+        reference::convert(back_want.data(), DataType::f32, got.data(), half, n, 2.0f);
+        for (std::size_t i = 0; i < n; ++i)
+          ASSERT_TRUE(same(DataType::f32, back.data() + 4 * i, back_want.data() + 4 * i));
+      }
+  std::vector<std::byte> x(8);
+  EXPECT_THROW(convert(x.data(), DataType::i32, x.data() + 4, DataType::f32, 1), InvalidArgument);
+}
+
 INSTANTIATE_TEST_SUITE_P(Targets, KernelsOnTarget,
                          ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()),
                          [](const auto& info) { return std::string(hwy::TargetName(info.param)); });

@@ -30,6 +30,7 @@ struct Args {
   std::string master_addr = "127.0.0.1";
   int master_port = -1;  // -1: pick a free port on a single node, else 29500
   double grace_s = 5.0;
+  int max_restarts = 0;
   bool prefix = true;
   std::vector<std::string> command;
 };
@@ -45,9 +46,12 @@ struct Args {
       "  --master-port PORT   store port on node 0 (default: free port on one node, 29500 "
       "otherwise)\n"
       "  --grace SECONDS      wait after SIGTERM before SIGKILL when stopping workers (default 5)\n"
+      "  --max-restarts N     when a worker fails, stop the others and start all again, up to N\n"
+      "                       times (default 0); workers see LOOM_RESTART_COUNT\n"
       "  --no-prefix          do not prefix output lines with the rank\n"
       "Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,\n"
-      "MASTER_PORT. When a worker fails the others are stopped and loomrun exits with its code.\n");
+      "MASTER_PORT. When a worker fails the others are stopped; once restarts are spent loomrun\n"
+      "exits with the failing worker's code.\n");
   std::exit(code);
 }
 
@@ -99,6 +103,8 @@ Args parse(int argc, char** argv) {
       a.master_port = parse_int(flag, get(), 0, 65535);
     else if (flag == "--grace")
       a.grace_s = parse_int(flag, get(), 0, 3600);
+    else if (flag == "--max-restarts" || flag == "--max_restarts")
+      a.max_restarts = parse_int(flag, get(), 0, 1 << 20);
     else if (flag == "--no-prefix")
       a.prefix = false;
     else if (arg.rfind("-", 0) == 0) {
@@ -160,44 +166,16 @@ int exit_code_of(int status) {
   return 1;
 }
 
-}  // namespace
+// Starts this node's workers and supervises them until all have exited: the first failing
+// worker's exit code (0 if none failed), and whether a signal to loomrun ended the run.
+struct Outcome {
+  int code;
+  bool interrupted;
+};
 
-int main(int argc, char** argv) {
-  Args args = parse(argc, argv);
+Outcome run_workers(const Args& args, const std::vector<std::string>& base_env, int port,
+                    int attempt) {
   const int world = args.nproc_per_node * args.nnodes;
-
-  std::unique_ptr<loom::StoreServer> store;
-  int port = args.master_port;
-  if (args.node_rank == 0) {
-    try {
-      store = std::make_unique<loom::StoreServer>(
-          args.nnodes == 1 ? args.master_addr : "0.0.0.0",
-          static_cast<std::uint16_t>(port < 0 ? (args.nnodes == 1 ? 0 : 29500) : port));
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "loomrun: cannot host the store on %s:%d: %s\n",
-                   args.master_addr.c_str(), port, e.what());
-      return 1;
-    }
-    port = store->port();
-  } else if (port < 0) {
-    port = 29500;
-  }
-
-  // Environment of every worker, built before fork: the child only calls exec.
-  std::vector<std::string> base_env;
-  for (char** e = environ; *e; ++e) {
-    std::string kv = *e;
-    for (const char* name :
-         {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "NODE_RANK=", "MASTER_ADDR=",
-          "MASTER_PORT=", "LOOM_STORE_HOSTED=", "LOOM_INIT_METHOD="})
-      if (kv.rfind(name, 0) == 0) kv.clear();
-    if (!kv.empty()) base_env.push_back(kv);
-  }
-
-  signal(SIGINT, on_signal);
-  signal(SIGTERM, on_signal);
-  signal(SIGPIPE, SIG_IGN);
-
   std::vector<Worker> workers;
   for (int local = 0; local < args.nproc_per_node; ++local) {
     Worker w;
@@ -211,21 +189,23 @@ int main(int argc, char** argv) {
     env.push_back("MASTER_ADDR=" + args.master_addr);
     env.push_back("MASTER_PORT=" + std::to_string(port));
     env.push_back("LOOM_STORE_HOSTED=1");
+    env.push_back("LOOM_RESTART_COUNT=" + std::to_string(attempt));
     std::vector<char*> envp, argvp;
     for (auto& s : env) envp.push_back(s.data());
     envp.push_back(nullptr);
-    for (auto& s : args.command) argvp.push_back(s.data());
+    std::vector<std::string> command = args.command;
+    for (auto& s : command) argvp.push_back(s.data());
     argvp.push_back(nullptr);
 
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
       std::perror("loomrun: pipe");
-      return 1;
+      return Outcome{1, false};
     }
     pid_t pid = fork();
     if (pid < 0) {
       std::perror("loomrun: fork");
-      return 1;
+      return Outcome{1, false};
     }
     if (pid == 0) {
       setpgid(0, 0);  // its own group: stopping a worker stops everything it started
@@ -323,5 +303,56 @@ int main(int argc, char** argv) {
       break;
     }
   }
-  return failure.value_or(0);
+  return Outcome{failure.value_or(0), g_signal != 0};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args = parse(argc, argv);
+
+  std::unique_ptr<loom::StoreServer> store;
+  int port = args.master_port;
+  if (args.node_rank == 0) {
+    try {
+      store = std::make_unique<loom::StoreServer>(
+          args.nnodes == 1 ? args.master_addr : "0.0.0.0",
+          static_cast<std::uint16_t>(port < 0 ? (args.nnodes == 1 ? 0 : 29500) : port));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "loomrun: cannot host the store on %s:%d: %s\n",
+                   args.master_addr.c_str(), port, e.what());
+      return 1;
+    }
+    port = store->port();
+  } else if (port < 0) {
+    port = 29500;
+  }
+
+  // Environment of every worker, built before fork: the child only calls exec.
+  std::vector<std::string> base_env;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    for (const char* name :
+         {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "NODE_RANK=", "MASTER_ADDR=",
+          "MASTER_PORT=", "LOOM_STORE_HOSTED=", "LOOM_INIT_METHOD=", "LOOM_RESTART_COUNT="})
+      if (kv.rfind(name, 0) == 0) kv.clear();
+    if (!kv.empty()) base_env.push_back(kv);
+  }
+
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  signal(SIGPIPE, SIG_IGN);
+
+  for (int attempt = 0;; ++attempt) {
+    const Outcome outcome = run_workers(args, base_env, port, attempt);
+    if (outcome.code == 0 || outcome.interrupted) return outcome.code;
+    if (attempt >= args.max_restarts) {
+      if (args.max_restarts > 0)
+        std::fprintf(stderr, "loomrun: restarts spent (%d); exiting with code %d\n",
+                     args.max_restarts, outcome.code);
+      return outcome.code;
+    }
+    std::fprintf(stderr, "loomrun: restarting the workers (%d of %d)\n", attempt + 1,
+                 args.max_restarts);
+  }
 }

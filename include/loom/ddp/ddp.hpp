@@ -1,0 +1,72 @@
+// Data-parallel training on Loom, after PyTorch's DistributedDataParallel: parameters broadcast
+// from rank 0 at construction, gradients gathered in buckets (reverse order of the parameters,
+// so the first bucket fills first in backward), each bucket all-reduced (averaged)
+// asynchronously the moment its last gradient is ready, overlapping the rest of backward.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/ddp/layers.hpp"
+#include "loom/loom.hpp"
+
+namespace loom::ddp {
+
+// What travels on the wire: f32, or gradients divided by the world size and rounded to f16 or
+// bf16 (half the bytes), summed (in f32 inside each reduction step) and widened back.
+enum class CommHook { none, fp16, bf16 };
+std::string_view to_string(CommHook hook);
+
+struct DdpOptions {
+  double bucket_cap_mb = 25.0;   // MiB per bucket...
+  double first_bucket_mb = 1.0;  // ...except the first, small so that it starts early
+  CommHook comm_hook = CommHook::none;
+};
+
+struct BucketInfo {
+  std::vector<std::string> parameters;  // in the order their gradients become ready
+  std::size_t elements = 0;
+};
+
+class DistributedDataParallel {
+ public:
+  // Checks that every rank has the same parameter shapes (InvalidArgument naming the first
+  // difference, on every rank), broadcasts rank 0's values, and makes each parameter's
+  // gradient a view into its bucket. `module` and `comm` must outlive this object.
+  DistributedDataParallel(Module& module, Communicator& comm, DdpOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  Tensor forward(const Tensor& input);
+  // The module's backward; buckets start their all-reduce as they fill.
+  Tensor backward(const Tensor& grad_output);
+  // Waits for every bucket: the gradients are then the average over ranks. Call before the
+  // optimizer step. Under no_sync() it only ends the pass (gradients stay local).
+  void finalize();
+
+  // While a NoSync lives, backward passes accumulate gradients locally without communication
+  // (gradient accumulation); the first synchronised pass after it all-reduces the sum.
+  class NoSync {
+   public:
+    explicit NoSync(DistributedDataParallel& ddp);
+    ~NoSync();
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+
+  const std::vector<BucketInfo>& buckets() const;
+  Module& module();
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace loom::ddp
