@@ -81,8 +81,9 @@ transport::Connection& Engine::connection(int peer) {
 
 void select_and_run(Engine& engine, const Collective& call);  // selection.cpp
 
-void Engine::run(const Collective& call) {
+void Engine::run(const Collective& call, bool background) {
   call_ = &call;
+  background_ = background;
   deadline_ = core::Deadline::from_first_wait(config_.timeout);
   used_.clear();
   select_and_run(*this, call);

@@ -49,9 +49,15 @@ struct Collective {
 class Engine {
  public:
   // `aborted` is set from any thread by Communicator::abort(): waits then raise Aborted.
+  // `callers_waiting` counts threads blocked in Work::wait.
   Engine(int rank, int size, transport::Transport& transport, const core::Config& config,
-         const std::atomic<bool>& aborted)
-      : rank_(rank), size_(size), transport_(transport), config_(config), aborted_(aborted) {}
+         const std::atomic<bool>& aborted, const std::atomic<int>& callers_waiting)
+      : rank_(rank),
+        size_(size),
+        transport_(transport),
+        config_(config),
+        aborted_(aborted),
+        callers_waiting_(callers_waiting) {}
   int rank() const { return rank_; }
   int size() const { return size_; }
   const core::Config& config() const { return config_; }
@@ -68,7 +74,15 @@ class Engine {
   // Every connection this call has used so far.
   const std::vector<transport::Connection*>& used() const { return used_; }
   // Runs one call to completion: the algorithm, then a flush of every connection it used.
-  void run(const Collective& call);
+  // background: an asynchronous call, running while the rank's own thread computes.
+  void run(const Collective& call, bool background = false);
+  bool background() const { return background_; }
+  // A background call shares the rank's core with the rank's computation, unless the rank's
+  // thread is waiting for it.
+  bool sharing_core() const {
+    return background_ && config_.background_oversubscribed &&
+           callers_waiting_.load(std::memory_order_relaxed) == 0;
+  }
 
  private:
   int rank_;
@@ -76,7 +90,9 @@ class Engine {
   transport::Transport& transport_;
   core::Config config_;
   const std::atomic<bool>& aborted_;
+  const std::atomic<int>& callers_waiting_;
   const Collective* call_ = nullptr;
+  bool background_ = false;
   core::Deadline deadline_{std::chrono::milliseconds(0)};
   std::vector<transport::Connection*> used_;
 };

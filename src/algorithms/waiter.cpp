@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <thread>
 
@@ -19,11 +20,13 @@ inline void cpu_relax() {
 }
 }  // namespace
 
-Waiter::Waiter(const Engine& engine)
-    : engine_(engine), oversubscribed_(engine.config().oversubscribed) {}
+Waiter::Waiter(const Engine& engine) : engine_(engine) {}
 
 void Waiter::begin() {
-  spin_until_ = core::Clock::now() + std::chrono::microseconds(engine_.config().spin_us);
+  // Yield, and briefly, when ranks outnumber cores or this call runs beside its rank's work.
+  yield_ = engine_.config().oversubscribed || engine_.sharing_core();
+  const int spin_us = yield_ ? std::min(engine_.config().spin_us, 20) : engine_.config().spin_us;
+  spin_until_ = core::Clock::now() + std::chrono::microseconds(spin_us);
 }
 
 bool Waiter::spin() {
@@ -33,7 +36,7 @@ bool Waiter::spin() {
     begin();  // the peer is active: keep spinning, the next bytes are likely close behind
     return true;
   }
-  if (oversubscribed_) {
+  if (yield_) {
     if (core::Clock::now() < spin_until_) {
       sched_yield();  // a yield can last a time slice: look at the clock every time
       return true;

@@ -43,7 +43,7 @@ class Waiter {
   bool poll_waited_fd_ = false;  // the waited connection has descriptors in fds_
   core::Clock::time_point spin_until_;
   unsigned spins_ = 0;
-  bool oversubscribed_;
+  bool yield_ = false;  // spin by yielding, briefly (decided at each begin())
 };
 
 }  // namespace loom::algorithms

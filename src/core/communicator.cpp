@@ -107,9 +107,7 @@ class Communicator::Impl {
     join();
     topology_ = core::exchange_topology(*store_, rank, size, config_.timeout);
     // The spinning policy follows the ranks that really share this host's cores.
-    config_.local_world_size = topology_.ranks_on_host_of(rank);
-    config_.oversubscribed = config_.local_world_size >
-                             static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    config_.set_local_world_size(topology_.ranks_on_host_of(rank));
     std::vector<bool> shm_peers(static_cast<std::size_t>(size), false);
     for (int r = 0; r < size; ++r) {
       const bool local = r != rank && topology_.same_host(rank, r);
@@ -126,7 +124,8 @@ class Communicator::Impl {
         std::make_unique<transport::TransportTable>(std::move(tcp), std::move(shm), shm_peers);
     transport_summary_ = describe_peers(*table);
     transport_ = std::move(table);
-    engine_ = std::make_unique<algorithms::Engine>(rank, size, *transport_, config_, aborted_);
+    engine_ = std::make_unique<algorithms::Engine>(rank, size, *transport_, config_, aborted_,
+                                                   *callers_waiting_);
     core::log().info(
         "rank {}/{} on {}: {}; tcp at {}, {} sockets per peer; {} slots of {} KiB; timeout {} s; "
         "reduction kernels {}",
@@ -159,9 +158,10 @@ class Communicator::Impl {
   Work submit(Collective call) {
     validate(call);
     auto state = std::make_shared<Work::State>();
+    state->waiting = callers_waiting_;
     std::unique_lock lock(mu_);
     admit(call);
-    state->run = [this, call] { execute(call); };
+    state->run = [this, call] { execute(call, true); };
     enqueue(state);
     return Work(state);
   }
@@ -174,7 +174,7 @@ class Communicator::Impl {
     admit(call);
     if (!queue_.empty() || busy_) {  // behind earlier asynchronous calls: keep the order
       auto state = std::make_shared<Work::State>();
-      state->run = [this, call] { execute(call); };
+      state->run = [this, call] { execute(call, true); };
       enqueue(state);
       lock.unlock();
       Work(state).wait();
@@ -196,7 +196,7 @@ class Communicator::Impl {
         }
       }
     } idle{*this};
-    execute(call);
+    execute(call, false);
   }
 
   void abort() {
@@ -299,7 +299,8 @@ class Communicator::Impl {
     }
   }
 
-  void execute(const Collective& call) {
+  // background: on the worker thread, while the caller's thread probably computes.
+  void execute(const Collective& call, bool background) {
     if (aborted_.load())  // queued before abort()
       throw Aborted(
           fmt::format("{}: rank {}: the communicator was aborted", call.describe(), rank_));
@@ -307,9 +308,9 @@ class Communicator::Impl {
     try {
       if (trace::enabled()) {
         trace::Scope span(call.describe(), "collective");
-        engine_->run(call);
+        engine_->run(call, background);
       } else {
-        engine_->run(call);
+        engine_->run(call, background);
       }
     } catch (...) {
       try {
@@ -377,6 +378,8 @@ class Communicator::Impl {
   std::atomic<bool> busy_{false};
   std::atomic<std::uint32_t> queued_{0};  // queue_.size(), readable without the lock
   std::atomic<bool> aborted_{false};
+  // Threads in Work::wait on this communicator's calls (see Engine::caller_waiting).
+  std::shared_ptr<std::atomic<int>> callers_waiting_ = std::make_shared<std::atomic<int>>(0);
   bool destroyed_ = false;
   std::string broken_;
   std::uint64_t next_seq_ = 0;

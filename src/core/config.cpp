@@ -118,14 +118,21 @@ Config Config::resolve(const Options& options, int world_size) {
                     "KiB, the buffer at most 1 GiB",
                     c.buffer_bytes, c.slots));
 
-  c.local_world_size = world_size;
-  if (auto n = env_int("LOCAL_WORLD_SIZE", 1, 1 << 20)) c.local_world_size = static_cast<int>(*n);
-  // Spinning only pays while every rank has a core; oversubscribed ranks yield and block sooner.
-  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  c.oversubscribed = c.local_world_size > static_cast<int>(cores);
-  c.spin_us = c.oversubscribed ? 20 : 200;
-  if (auto n = env_int("LOOM_SPIN_US", 0, 1000000)) c.spin_us = static_cast<int>(*n);
+  c.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (auto n = env_int("LOOM_SPIN_US", 0, 1000000))
+    c.spin_us = static_cast<int>(*n), c.spin_us_set = true;
+  c.set_local_world_size(world_size);
+  if (auto n = env_int("LOCAL_WORLD_SIZE", 1, 1 << 20))
+    c.set_local_world_size(static_cast<int>(*n));
   return c;
+}
+
+void Config::set_local_world_size(int ranks_on_host) {
+  local_world_size = ranks_on_host;
+  // Spinning only pays while every rank has a core; oversubscribed ranks yield and block sooner.
+  oversubscribed = local_world_size > cores;
+  background_oversubscribed = 2 * local_world_size > cores;
+  if (!spin_us_set) spin_us = oversubscribed ? 20 : 200;
 }
 
 }  // namespace loom::core

@@ -27,10 +27,18 @@ struct Config {
   // "auto" (shm within a host, tcp across), "tcp" or "shm"; LOOM_SHM_DISABLE=1 means "tcp".
   std::string transport = "auto";
   // Bounded spinning before blocking, in microseconds; 0 blocks at once.
-  int spin_us = 50;
+  int spin_us = 200;
+  bool spin_us_set = false;  // by LOOM_SPIN_US, which set_local_world_size leaves alone
   int local_world_size = 1;
+  int cores = 1;
   // More ranks on this host than cores: spinning yields the core instead of pausing.
   bool oversubscribed = false;
+  // Ranks on this host plus a communication thread each outnumber the cores: an asynchronous
+  // call, running beside its rank's computation, yields while it spins.
+  bool background_oversubscribed = false;
+
+  // Sets local_world_size and the spinning policy that follows from it.
+  void set_local_world_size(int ranks_on_host);
 
   // Options win over environment, environment over defaults.
   static Config resolve(const Options& options, int world_size);

@@ -32,7 +32,18 @@ bool Work::test() const {
 
 void Work::wait(std::chrono::milliseconds timeout) const {
   if (!state_) throw InvalidArgument("Work::wait: empty Work handle");
+  if (state_->done.load(std::memory_order_acquire) != 0) {
+    if (state_->error) std::rethrow_exception(state_->error);
+    return;
+  }
   core::Deadline deadline(timeout);
+  if (state_->waiting) state_->waiting->fetch_add(1, std::memory_order_relaxed);
+  struct Done {
+    std::atomic<int>* waiting;
+    ~Done() {
+      if (waiting) waiting->fetch_sub(1, std::memory_order_relaxed);
+    }
+  } done_waiting{state_->waiting.get()};
   // A short spin catches operations that are about to finish without a sleep and wake-up.
   const auto spin_until = core::Clock::now() + std::chrono::microseconds(20);
   while (state_->done.load(std::memory_order_acquire) == 0) {

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <exception>
 #include <functional>
+#include <memory>
 
 #include "loom/loom.hpp"
 
@@ -13,6 +14,9 @@ struct Work::State {
   std::exception_ptr error;
   std::atomic<std::uint32_t> done{0};      // futex word: 1 once run has finished
   std::atomic<std::uint32_t> sleepers{0};  // waiters inside futex_wait: wake only if any
+  // The communicator's count of threads blocked in Work::wait: while one waits, the engine's
+  // thread has the rank's core to itself and spins as a blocking call would.
+  std::shared_ptr<std::atomic<int>> waiting;
   // Runs the operation, records its error, and wakes waiters.
   void execute();
 };

@@ -68,9 +68,10 @@ Tensor Linear::backward(const Tensor& grad_output) {
   // dW += dy^T x, then db += column sums of dy: each is final for this pass once computed.
   matmul(grad_output, true, input_, false, weight_.grad, 1.0f, 1.0f);
   report_ready(weight_);
-  float* db = bias_.grad.data();
+  float* __restrict db = bias_.grad.data();
+  const float* __restrict dy = grad_output.data();
   for (std::size_t r = 0; r < batch; ++r)
-    for (std::size_t j = 0; j < out; ++j) db[j] += grad_output[r * out + j];
+    for (std::size_t j = 0; j < out; ++j) db[j] += dy[r * out + j];
   report_ready(bias_);
   Tensor dx({batch, weight_.value.dim(1)});
   matmul(grad_output, false, weight_.value, false, dx);
@@ -79,7 +80,9 @@ Tensor Linear::backward(const Tensor& grad_output) {
 
 Tensor ReLU::forward(const Tensor& input) {
   output_ = Tensor(input.shape());
-  for (std::size_t i = 0; i < input.numel(); ++i) output_[i] = std::max(input[i], 0.0f);
+  const float* __restrict x = input.data();
+  float* __restrict y = output_.data();
+  for (std::size_t i = 0, n = input.numel(); i < n; ++i) y[i] = std::max(x[i], 0.0f);
   return output_;
 }
 
@@ -88,7 +91,10 @@ Tensor ReLU::backward(const Tensor& grad_output) {
     throw InvalidArgument(fmt::format("{}: gradient {} does not match the output {}", name_,
                                       grad_output.shape_string(), output_.shape_string()));
   Tensor dx(grad_output.shape());
-  for (std::size_t i = 0; i < dx.numel(); ++i) dx[i] = output_[i] > 0.0f ? grad_output[i] : 0.0f;
+  const float* __restrict y = output_.data();
+  const float* __restrict g = grad_output.data();
+  float* __restrict d = dx.data();
+  for (std::size_t i = 0, n = dx.numel(); i < n; ++i) d[i] = y[i] > 0.0f ? g[i] : 0.0f;
   return dx;
 }
 

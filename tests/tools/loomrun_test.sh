@@ -28,7 +28,10 @@ code=$?
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$loomrun" --nproc-per-node 2 --max-restarts 2 --grace 1 sh -c \
-  'echo "$LOOM_RESTART_COUNT" >> '"$dir"'/starts.$RANK; if [ "$RANK" = 1 ]; then exit 3; fi; sleep 60' >/dev/null 2>&1
+  'echo "$LOOM_RESTART_COUNT" >> '"$dir"'/starts.$RANK
+   if [ "$RANK" = 1 ]; then  # fail once rank 0 has started too
+     until grep -qx "$LOOM_RESTART_COUNT" '"$dir"'/starts.0 2>/dev/null; do sleep 0.01; done; exit 3
+   fi; sleep 60' >/dev/null 2>&1
 code=$?
 [ "$code" = 3 ] || fail "restarts spent: expected the worker's code 3, got $code"
 [ "$(cat "$dir/starts.1" | tr '\n' ' ')" = "0 1 2 " ] || fail "expected starts 0 1 2, got: $(cat "$dir/starts.1")"

@@ -30,7 +30,7 @@ using namespace loom::ddp;
 struct Args {
   std::vector<std::size_t> layers{784, 1024, 1024, 1024, 10};
   std::size_t batch_size = 64;
-  std::size_t epochs = 1;
+  std::size_t epochs = 3;
   std::size_t max_steps = 0;  // 0: whole epochs
   double lr = 0.05;
   double momentum = 0.9;
@@ -47,6 +47,7 @@ struct Args {
   std::size_t samples = 16384;
   std::uint64_t seed = 1;
   std::size_t calibrate_steps = 10;
+  std::size_t warmup_steps = 2;
   std::string save_params;
 };
 
@@ -57,7 +58,7 @@ struct Args {
       "  --layers W0,W1,...,Wn   MLP widths: inputs, hidden layers, classes\n"
       "                          (default 784,1024,1024,1024,10)\n"
       "  --batch-size N          samples per rank per step (default 64)\n"
-      "  --epochs N              passes over the data (default 1)\n"
+      "  --epochs N              passes over the data (default 3)\n"
       "  --steps N               stop after N optimizer steps in all\n"
       "  --lr X                  learning rate (default 0.05 for sgd, use ~1e-3 for adamw)\n"
       "  --momentum X            SGD momentum (default 0.9)\n"
@@ -76,6 +77,7 @@ struct Args {
       "  --seed N                initialisation, data and shuffling (default 1)\n"
       "  --calibrate-steps N     steps rank 0 times alone, without communication, to\n"
       "                          report scaling efficiency (default 10, 0: skip)\n"
+      "  --warmup-steps N        steps left out of the timing summary (default 2)\n"
       "  --save-params FILE      write the final parameters (raw float32) to FILE\n");
   std::exit(code);
 }
@@ -186,6 +188,8 @@ Args parse(int argc, char** argv) {
       a.seed = count(i);
     else if (f == "--calibrate-steps")
       a.calibrate_steps = count(i);
+    else if (f == "--warmup-steps")
+      a.warmup_steps = count(i);
     else if (f == "--save-params")
       a.save_params = value(i);
     else {
@@ -392,6 +396,7 @@ class Trainer {
     times_.optimizer += seconds(t1 - to);
     times_.total += seconds(t1 - t0);
     ++times_.steps;
+    if (++steps_taken_ <= a_.warmup_steps) times_ = StepTimes{};  // warm-up: not timed
     return {loss * scale, acc * scale};
   }
 
@@ -474,6 +479,7 @@ class Trainer {
   SoftmaxCrossEntropy criterion_;
   TrainingState state_;
   StepTimes times_;
+  std::size_t steps_taken_ = 0;
   Tensor x_;
   std::vector<int> labels_;
 };
