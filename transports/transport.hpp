@@ -21,10 +21,18 @@
 
 namespace loom::transport {
 
+// Set by the sender on every slot: which call the bytes belong to (an opaque signature the engine
+// encodes: sequence number, operation, type, reduction, root, count).
+struct Tag {
+  std::uint64_t word = 0;
+  std::uint64_t count = 0;
+  bool operator==(const Tag&) const = default;
+};
+
 struct RecvSlot {
   const std::byte* data;
   std::size_t bytes;
-  std::uint64_t tag;  // set by the sender: identifies the collective the bytes belong to
+  Tag tag;
 };
 
 class Connection {
@@ -37,7 +45,7 @@ class Connection {
   // Sender side. The next free slot, or nullptr while every slot is in flight. Calling it again
   // before post_send returns the same slot.
   virtual std::byte* try_acquire_send_slot() = 0;
-  virtual void post_send(std::size_t bytes, std::uint64_t tag) = 0;
+  virtual void post_send(std::size_t bytes, Tag tag) = 0;
 
   // Receiver side. The oldest filled slot, or nullopt. Stays valid until release_recv_slot().
   virtual std::optional<RecvSlot> try_recv_slot() = 0;
@@ -50,7 +58,7 @@ class Connection {
   // the channel of a message by its size, so they always agree.
   virtual std::size_t inline_capacity() const { return 0; }
   virtual std::byte* try_acquire_inline() { return nullptr; }
-  virtual void post_inline(std::size_t, std::uint64_t) { no_inline_channel(); }
+  virtual void post_inline(std::size_t, Tag) { no_inline_channel(); }
   virtual std::optional<RecvSlot> try_recv_inline() { return std::nullopt; }
   virtual void release_inline() { no_inline_channel(); }
 

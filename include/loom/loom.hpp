@@ -47,6 +47,12 @@ class TimeoutError : public Error {
 class PeerError : public Error {
  public:
   using Error::Error;
+  PeerError(const std::string& what, int peer) : Error(what), peer_(peer) {}
+  // The rank at fault, or -1 when it is not known.
+  int peer() const { return peer_; }
+
+ private:
+  int peer_ = -1;
 };
 // Ranks issued different collectives at the same position in their sequence.
 class CollectiveMismatch : public Error {
@@ -74,7 +80,9 @@ struct Options {
   std::optional<int> slots;                          // LOOM_SLOTS per connection, default 8
   std::optional<std::string> algorithm;              // LOOM_ALGO: force an algorithm ("ring", ...)
   std::optional<std::string> transport;              // LOOM_TRANSPORT: "auto", "tcp" or "shm"
-  std::string store_prefix = "loom";                 // key namespace of this communicator
+  // The job secret authenticating data connections: LOOM_SECRET, else LOOM_SECRET_FILE's contents.
+  std::optional<std::string> secret;
+  std::string store_prefix = "loom";  // key namespace of this communicator
 };
 
 // ---- Work ---------------------------------------------------------------------------------------

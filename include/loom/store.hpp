@@ -33,6 +33,9 @@ class Store {
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
   // Which of the keys exist now, without waiting.
   virtual std::vector<bool> check(const std::vector<std::string>& keys) = 0;
+  // A second, independent connection to the same store, for another thread (the communicator's
+  // health monitor); null when this store cannot make one.
+  virtual std::shared_ptr<Store> clone() const { return nullptr; }
 
   void set(const std::string& key, const std::string& value) {
     set(key, Bytes(value.begin(), value.end()));
@@ -44,11 +47,14 @@ class Store {
 };
 
 // Client of a StoreServer over TCP. Thread-safe. Retries the connection until `timeout` passes,
-// so clients may start before the server.
+// so clients may start before the server. Each connection authenticates with the job secret
+// (`secret`, else LOOM_SECRET or LOOM_SECRET_FILE) in an HMAC-SHA256 challenge-response, and
+// checks that the server knows it too; without a secret on both sides nothing is checked.
 class TcpStore : public Store {
  public:
   TcpStore(const std::string& host, std::uint16_t port,
-           std::chrono::milliseconds timeout = std::chrono::seconds(300));
+           std::chrono::milliseconds timeout = std::chrono::seconds(300),
+           std::optional<std::string> secret = std::nullopt);
   ~TcpStore() override;
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
@@ -57,6 +63,7 @@ class TcpStore : public Store {
   bool remove(const std::string& key) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   std::vector<bool> check(const std::vector<std::string>& keys) override;
+  std::shared_ptr<Store> clone() const override;
   using Store::set;
   const std::string& host() const;
   std::uint16_t port() const;
@@ -79,6 +86,7 @@ class FileStore : public Store {
   bool remove(const std::string& key) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   std::vector<bool> check(const std::vector<std::string>& keys) override;
+  std::shared_ptr<Store> clone() const override;
   using Store::set;
 
  private:
@@ -96,6 +104,7 @@ class PrefixStore : public Store {
   bool remove(const std::string& key) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   std::vector<bool> check(const std::vector<std::string>& keys) override;
+  std::shared_ptr<Store> clone() const override;
   using Store::set;
 
  private:
@@ -104,13 +113,16 @@ class PrefixStore : public Store {
   std::shared_ptr<Store> base_;
 };
 
-// The store server, serving on its own thread until destroyed.
+// The store server, serving on its own thread until destroyed. Clients must prove they know the
+// job secret (`secret`, else LOOM_SECRET or LOOM_SECRET_FILE); one that does not is logged with
+// its address and closed before any request of it is read.
 class StoreServer {
  public:
   // Binds host:port (port 0 picks a free one).
-  StoreServer(const std::string& host, std::uint16_t port);
+  StoreServer(const std::string& host, std::uint16_t port,
+              std::optional<std::string> secret = std::nullopt);
   // Serves on an already listening socket (ownership moves to the server).
-  explicit StoreServer(int listening_fd);
+  explicit StoreServer(int listening_fd, std::optional<std::string> secret = std::nullopt);
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;

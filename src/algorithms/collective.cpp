@@ -30,25 +30,57 @@ std::string_view to_string(Kind kind) {
   return "?";
 }
 
-std::uint64_t Collective::compute_tag() const {
-  // A 32-bit hash of the fields every rank must agree on. send and recv share one signature
-  // (they are the two halves of one transfer) and are numbered per peer, in a space of their own.
-  auto mix =
-      [](std::uint64_t x) {  // MurmurHash3's finaliser: every input bit moves every output bit
-        x ^= x >> 33;
-        x *= 0xff51afd7ed558ccdull;
-        x ^= x >> 33;
-        x *= 0xc4ceb9fe1a85ec53ull;
-        return x ^ (x >> 33);
-      };
-  Kind k = kind == Kind::recv ? Kind::send : kind;
-  std::uint64_t fields =
-      static_cast<std::uint64_t>(k) | static_cast<std::uint64_t>(dtype) << 8 |
-      static_cast<std::uint64_t>(op) << 16 |
-      static_cast<std::uint64_t>(static_cast<std::uint32_t>(k == Kind::send ? 0 : root)) << 32;
-  std::uint64_t h = mix(fields ^ mix(count + 0x9e3779b97f4a7c15ull));
-  std::uint64_t space = k == Kind::send ? (1ull << 31) : 0;
-  return (((seq & 0x7fffffff) | space) << 32) | (h & 0xffffffffull);
+// The tag's word: bit 63..33 sequence number (31 bits), bit 32 set for send/recv (numbered per
+// peer, in a space of their own), 31..28 kind, 27..24 dtype, 23..20 reduction, 19..0 root (the
+// peer's rank for send/recv is left out: the two ends see different ones). Never 0: kind >= 1.
+transport::Tag Collective::compute_tag() const {
+  const bool p2p = kind == Kind::send || kind == Kind::recv;
+  const Kind k = kind == Kind::recv ? Kind::send : kind;  // the two halves of one transfer
+  std::uint64_t word =
+      (seq & 0x7fffffffull) << 33 | static_cast<std::uint64_t>(p2p) << 32 |
+      static_cast<std::uint64_t>(k) << 28 | static_cast<std::uint64_t>(dtype) << 24 |
+      static_cast<std::uint64_t>(op) << 20 | (p2p ? 0 : static_cast<std::uint64_t>(root) & 0xfffff);
+  return transport::Tag{word, count};
+}
+
+std::string describe_tag(const transport::Tag& tag) {
+  const auto seq = tag.word >> 33;
+  const bool p2p = (tag.word >> 32) & 1;
+  const auto kind = static_cast<Kind>((tag.word >> 28) & 0xf);
+  const auto dtype = static_cast<DataType>((tag.word >> 24) & 0xf);
+  const auto op = static_cast<ReduceOp>((tag.word >> 20) & 0xf);
+  const auto root = tag.word & 0xfffff;
+  const bool known_type = static_cast<int>(dtype) <= static_cast<int>(DataType::u64);
+  const std::string type = known_type ? std::string(loom::to_string(dtype)) : "?";
+  const std::string reduction = static_cast<int>(op) <= static_cast<int>(ReduceOp::avg)
+                                    ? std::string(loom::to_string(op))
+                                    : "?";
+  std::string call;
+  switch (kind) {
+    case Kind::barrier:
+      call = "barrier()";
+      break;
+    case Kind::all_gather:
+      call = fmt::format("all_gather({} x {})", type, tag.count);
+      break;
+    case Kind::broadcast:
+      call = fmt::format("broadcast({} x {}, root {})", type, tag.count, root);
+      break;
+    case Kind::reduce:
+      call = fmt::format("reduce({} x {}, {}, root {})", type, tag.count, reduction, root);
+      break;
+    case Kind::all_reduce:
+    case Kind::reduce_scatter:
+      call = fmt::format("{}({} x {}, {})", to_string(kind), type, tag.count, reduction);
+      break;
+    case Kind::send:
+    case Kind::recv:
+      call = fmt::format("send({} x {})", type, tag.count);
+      break;
+    default:
+      return fmt::format("an unknown call (tag {:#x})", tag.word);
+  }
+  return fmt::format("{} as {} #{}", call, p2p ? "message" : "collective", seq);
 }
 
 std::string Collective::describe() const {
@@ -81,9 +113,17 @@ transport::Connection& Engine::connection(int peer) {
 
 void select_and_run(Engine& engine, const Collective& call);  // selection.cpp
 
+const transport::Tag* Engine::own_call_like(const transport::Tag& tag) const {
+  const transport::Tag& mine = history_[(tag.word >> 33) % kHistory];
+  const bool same_space_and_seq = (mine.word >> 32) == (tag.word >> 32);
+  return mine.word != 0 && same_space_and_seq ? &mine : nullptr;
+}
+
 void Engine::run(const Collective& call, bool background) {
   call_ = &call;
   background_ = background;
+  if (call.kind != Kind::send && call.kind != Kind::recv)
+    history_[(call.tag().word >> 33) % kHistory] = call.tag();
   deadline_ = core::Deadline::from_first_wait(config_.timeout);
   used_.clear();
   select_and_run(*this, call);

@@ -1,6 +1,7 @@
 // One call as the engine sees it, and the context an algorithm runs in.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "core/config.hpp"
 #include "core/deadline.hpp"
+#include "core/halt.hpp"
 #include "loom/loom.hpp"
 #include "transports/transport.hpp"
 
@@ -35,35 +37,41 @@ struct Collective {
   const void* in = nullptr;
   void* out = nullptr;
 
-  // Carried with every slot: sequence number and a signature of (kind, dtype, op, count, root),
-  // so a rank that receives bytes of another call raises CollectiveMismatch instead of using them.
-  std::uint64_t tag() const { return tag_ ? tag_ : (tag_ = compute_tag()); }
+  // Carried with every slot: sequence number, kind, dtype, op, root and count, so a rank that
+  // receives bytes of another call raises CollectiveMismatch naming both calls.
+  const transport::Tag& tag() const {
+    if (tag_.word == 0) tag_ = compute_tag();
+    return tag_;
+  }
   std::string describe() const;  // "all_reduce #3 (f32 x 1024, sum)"
 
  private:
-  std::uint64_t compute_tag() const;
-  mutable std::uint64_t tag_ = 0;  // computed once per call: every slot carries it
+  transport::Tag compute_tag() const;
+  mutable transport::Tag tag_;  // computed once per call: every slot carries it
 };
+
+// The call a tag stands for, as a sentence: "broadcast(f32 x 1024, root 0) as collective #17".
+std::string describe_tag(const transport::Tag& tag);
 
 // What an algorithm may use: its rank, the group size, connections and the call's deadline.
 class Engine {
  public:
-  // `aborted` is set from any thread by Communicator::abort(): waits then raise Aborted.
-  // `callers_waiting` counts threads blocked in Work::wait.
+  // `halt` is triggered from any thread (abort(), another rank's failure): waits then raise
+  // its error. `callers_waiting` counts threads blocked in Work::wait.
   Engine(int rank, int size, transport::Transport& transport, const core::Config& config,
-         const std::atomic<bool>& aborted, const std::atomic<int>& callers_waiting)
+         const core::Halt& halt, const std::atomic<int>& callers_waiting)
       : rank_(rank),
         size_(size),
         transport_(transport),
         config_(config),
-        aborted_(aborted),
+        halt_(halt),
         callers_waiting_(callers_waiting) {}
   int rank() const { return rank_; }
   int size() const { return size_; }
   const core::Config& config() const { return config_; }
   const Collective& call() const { return *call_; }
   const core::Deadline& deadline() const { return deadline_; }
-  bool aborted() const { return aborted_.load(std::memory_order_relaxed); }
+  const core::Halt& halt() const { return halt_; }
   int ring_next(int k = 1) const { return (rank_ + k) % size_; }
   int ring_prev(int k = 1) const { return ((rank_ - k) % size_ + size_) % size_; }
 
@@ -73,6 +81,9 @@ class Engine {
   bool all_peers_shared_memory() const { return transport_.all_shared_memory(); }
   // Every connection this call has used so far.
   const std::vector<transport::Connection*>& used() const { return used_; }
+  // This rank's own call with the sequence number of `tag`, if it is among the last ones run:
+  // a peer's message for a call this rank has already finished names what this rank did then.
+  const transport::Tag* own_call_like(const transport::Tag& tag) const;
   // Runs one call to completion: the algorithm, then a flush of every connection it used.
   // background: an asynchronous call, running while the rank's own thread computes.
   void run(const Collective& call, bool background = false);
@@ -89,12 +100,14 @@ class Engine {
   int size_;
   transport::Transport& transport_;
   core::Config config_;
-  const std::atomic<bool>& aborted_;
+  const core::Halt& halt_;
   const std::atomic<int>& callers_waiting_;
   const Collective* call_ = nullptr;
   bool background_ = false;
   core::Deadline deadline_{std::chrono::milliseconds(0)};
   std::vector<transport::Connection*> used_;
+  static constexpr std::size_t kHistory = 64;
+  std::array<transport::Tag, kHistory> history_{};  // tags of the last calls, by sequence number
 };
 
 }  // namespace loom::algorithms

@@ -78,16 +78,17 @@ void Primitives::release() {
 
 void Primitives::mismatch(const transport::RecvSlot& slot, std::size_t expected_bytes) const {
   const Collective& c = engine_.call();
-  std::uint64_t their_seq = slot.tag >> 32;
-  std::uint64_t our_seq = c.tag() >> 32;
+  // Against this rank's call of the same number, when it has run it already.
+  const transport::Tag* own = engine_.own_call_like(slot.tag);
+  const transport::Tag& ours = own ? *own : c.tag();
   std::string detail =
-      their_seq != our_seq
-          ? fmt::format("rank {} sent data for its call #{}", recv_from_->peer(),
-                        their_seq & 0x7fffffff)
-          : fmt::format(
-                "rank {} called it with a different operation, type, count or root ({} "
-                "bytes where {} were expected)",
-                recv_from_->peer(), slot.bytes, expected_bytes);
+      slot.tag == c.tag()
+          ? fmt::format(
+                "rank {} sent {} bytes where {} were expected (LOOM_BUFFSIZE or "
+                "LOOM_SLOTS differ between ranks?)",
+                recv_from_->peer(), slot.bytes, expected_bytes)
+          : fmt::format("rank {} called {} while rank {} called {}", recv_from_->peer(),
+                        describe_tag(slot.tag), engine_.rank(), describe_tag(ours));
   throw CollectiveMismatch(
       fmt::format("{}: rank {}: collective mismatch: {}", c.describe(), engine_.rank(), detail));
 }

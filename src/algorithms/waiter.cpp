@@ -49,10 +49,9 @@ bool Waiter::spin() {
 }
 
 transport::Connection* Waiter::prepare_sleep(int peer, const char* what) {
-  if (engine_.aborted())
-    throw Aborted(
-        fmt::format("{}: rank {}: the communicator was aborted while waiting for {} rank {}",
-                    engine_.call().describe(), engine_.rank(), what, peer));
+  if (engine_.halt().triggered())
+    engine_.halt().raise(fmt::format("{}: rank {} (waiting for {} rank {})",
+                                     engine_.call().describe(), engine_.rank(), what, peer));
   if (engine_.deadline().expired()) {
     std::string via;
     for (auto* c : engine_.used())

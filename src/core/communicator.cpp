@@ -15,7 +15,10 @@
 #include <fmt/format.h>
 
 #include "algorithms/collective.hpp"
+#include "core/abort_record.hpp"
 #include "core/config.hpp"
+#include "core/halt.hpp"
+#include "core/health_monitor.hpp"
 #include "core/logging.hpp"
 #include "core/topology.hpp"
 #include "core/trace_internal.hpp"
@@ -65,7 +68,7 @@ std::uint64_t random_token() {
   } catch (const Aborted& e) {
     throw Aborted(with(e));
   } catch (const PeerError& e) {
-    throw PeerError(with(e));
+    throw PeerError(with(e), e.peer());
   } catch (const Error& e) {
     throw Error(with(e));
   } catch (const std::exception& e) {
@@ -124,7 +127,7 @@ class Communicator::Impl {
         std::make_unique<transport::TransportTable>(std::move(tcp), std::move(shm), shm_peers);
     transport_summary_ = describe_peers(*table);
     transport_ = std::move(table);
-    engine_ = std::make_unique<algorithms::Engine>(rank, size, *transport_, config_, aborted_,
+    engine_ = std::make_unique<algorithms::Engine>(rank, size, *transport_, config_, halt_,
                                                    *callers_waiting_);
     core::log().info(
         "rank {}/{} on {}: {}; tcp at {}, {} sockets per peer; {} slots of {} KiB; timeout {} s; "
@@ -140,6 +143,7 @@ class Communicator::Impl {
           "all_gather ring, broadcast chain, reduce chain, barrier dissemination{}",
           config_.algorithm.empty() ? "" : " (LOOM_ALGO=" + config_.algorithm + ")");
     worker_ = std::thread([this] { work_loop(); });
+    start_monitor();
   }
 
   ~Impl() { shutdown(); }
@@ -189,9 +193,9 @@ class Communicator::Impl {
         // sides (enqueue counts, then the worker reads busy_): either this sees the count, or
         // the worker sees busy_ clear.
         impl.busy_.store(false, std::memory_order_seq_cst);
-        if (impl.queued_.load(std::memory_order_seq_cst) != 0 || impl.aborted_.load()) {
+        if (impl.queued_.load(std::memory_order_seq_cst) != 0 || impl.halt_.triggered()) {
           std::lock_guard relock(impl.mu_);
-          impl.close_if_aborted();
+          impl.close_if_halted();
           impl.wake_.notify_one();
         }
       }
@@ -201,16 +205,50 @@ class Communicator::Impl {
 
   void abort() {
     std::lock_guard lock(mu_);
-    if (destroyed_ || aborted_.exchange(true)) return;
-    // A running call sees aborted_ at its next wait (within its spin window or 100 ms of
-    // sleep) and fails; the connections are closed once the engine is idle, here or by the
-    // thread that ran the call, never while the engine uses them.
-    if (!busy_) transport_->abort();
+    if (destroyed_) return;
+    core::AbortRecord mine{
+        core::AbortRecord::Kind::aborted, rank_, rank_,
+        fmt::format("rank {} on host {} aborted its communicator", rank_, host_of(rank_))};
+    if (!halt_.trigger(mine, true)) return;
+    // A running call sees the halt at its next wait (within its spin window or 100 ms of
+    // sleep), fails, and tells the others; the connections are closed once the engine is idle,
+    // here or by the thread that ran the call, never while the engine uses them.
+    if (busy_) return;
+    publish(mine);
+    transport_->abort();
   }
 
   // Under mu_, with the engine idle (busy_ clear; seq_cst with abort(): one of the two closes).
-  void close_if_aborted() {
-    if (aborted_.load() && !destroyed_) transport_->abort();
+  void close_if_halted() {
+    if (halt_.triggered() && !destroyed_) transport_->abort();
+  }
+
+  // The watch over the other ranks, on its own connection to the store (none when the store
+  // cannot open a second one: failures then still reach each rank through its connections).
+  void start_monitor() {
+    std::shared_ptr<Store> own = store_->clone();
+    if (!own) {
+      core::log().debug("rank {}: the store cannot be cloned: no health monitor", rank_);
+      return;
+    }
+    core::HealthMonitor::Settings s;
+    s.rank = rank_;
+    s.size = size_;
+    s.stall_warn = config_.stall_warn;
+    s.heartbeat_timeout = config_.heartbeat_timeout;
+    for (int r = 0; r < size_; ++r) s.hosts.push_back(host_of(r));
+    monitor_ = std::make_unique<core::HealthMonitor>(
+        std::move(own), std::move(s), progress_,
+        [this](const core::AbortRecord& record) { halt_from_record(record); });
+  }
+
+  // The health monitor found another rank's record: stop, the way abort() does.
+  void halt_from_record(const core::AbortRecord& record) {
+    std::lock_guard lock(mu_);
+    if (destroyed_ || !halt_.trigger(record, false)) return;
+    core::log().error("rank {}: stopping: {} (reported by rank {})", rank_, record.cause,
+                      record.reporter);
+    if (!busy_) transport_->abort();
   }
 
   void shutdown() {
@@ -220,6 +258,7 @@ class Communicator::Impl {
     wake_.notify_all();
     lock.unlock();
     if (worker_.joinable()) worker_.join();
+    monitor_.reset();
     engine_.reset();
     transport_.reset();
   }
@@ -250,16 +289,11 @@ class Communicator::Impl {
 
   // Under mu_: refuses calls on a destroyed or broken communicator, then numbers the call.
   void admit(Collective& call) {
-    if (aborted_.load())
-      throw Aborted(fmt::format("{}: rank {}: the communicator was aborted",
-                                algorithms::to_string(call.kind), rank_));
+    if (halt_.triggered())
+      halt_.raise_unusable(fmt::format("{}: rank {}", algorithms::to_string(call.kind), rank_));
     if (destroyed_)
       throw InvalidArgument(fmt::format("{}: rank {}: the communicator was destroyed",
                                         algorithms::to_string(call.kind), rank_));
-    if (!broken_.empty())
-      throw PeerError(
-          fmt::format("{}: rank {}: the communicator is unusable after an earlier failure: {}",
-                      algorithms::to_string(call.kind), rank_, broken_));
     if (call.kind == Kind::send)
       call.seq = sent_[call.root]++;
     else if (call.kind == Kind::recv)
@@ -301,10 +335,12 @@ class Communicator::Impl {
 
   // background: on the worker thread, while the caller's thread probably computes.
   void execute(const Collective& call, bool background) {
-    if (aborted_.load())  // queued before abort()
-      throw Aborted(
-          fmt::format("{}: rank {}: the communicator was aborted", call.describe(), rank_));
+    if (halt_.triggered())  // queued before the halt
+      halt_.raise_unusable(fmt::format("{}: rank {}", call.describe(), rank_));
     if (call.count == 0 && call.kind != Kind::barrier) return;
+    progress_.word.store(call.tag().word, std::memory_order_relaxed);
+    progress_.count.store(call.tag().count, std::memory_order_relaxed);
+    progress_.in_call.store(true, std::memory_order_relaxed);
     try {
       if (trace::enabled()) {
         trace::Scope span(call.describe(), "collective");
@@ -312,19 +348,80 @@ class Communicator::Impl {
       } else {
         engine_->run(call, background);
       }
+      progress_.in_call.store(false, std::memory_order_relaxed);
     } catch (...) {
+      progress_.in_call.store(false, std::memory_order_relaxed);
       try {
         rethrow_in_context(call);
       } catch (const Error& e) {
-        {
-          std::lock_guard lock(mu_);
-          if (broken_.empty()) broken_ = e.what();
-        }
-        core::log().error("{}", e.what());
-        transport_->abort();  // peers waiting on this rank fail now instead of at their timeout
-        throw;
+        fail(call, e);
       }
     }
+  }
+
+  // After a failure: tell the other ranks through the store (or learn what another rank told),
+  // close the connections so that no peer waits on this rank, and raise. A rank that only saw a
+  // neighbour close raises the cause that the first rank to know published.
+  [[noreturn]] void fail(const Collective& call, const Error& e) {
+    const bool local_abort = dynamic_cast<const Aborted*>(&e) != nullptr;
+    core::AbortRecord mine = record_of(e);
+    core::AbortRecord standing = mine;
+    try {
+      standing = core::publish_abort(*store_, mine);
+    } catch (const Error& store_error) {  // no store: peers still see the connections close
+      core::log().warn("rank {}: cannot publish the failure: {}", rank_, store_error.what());
+    }
+    halt_.trigger(standing, local_abort);
+    transport_->abort();  // peers waiting on this rank fail now instead of at their timeout
+    // A peer's failure is told the same way on every rank (naming the rank and its host); this
+    // rank's own mismatch or timeout keeps its own words.
+    if (!local_abort &&
+        (standing.reporter != rank_ || standing.kind == core::AbortRecord::Kind::peer_failed)) {
+      core::log().error("{}: rank {}: {} (reported by rank {})", call.describe(), rank_,
+                        standing.cause, standing.reporter);
+      standing.raise(fmt::format("{}: rank {}", call.describe(), rank_));
+    }
+    core::log().error("{}", e.what());
+    throw;
+  }
+
+  // What this rank's own error tells the others.
+  core::AbortRecord record_of(const Error& e) const {
+    using Kind = core::AbortRecord::Kind;
+    const std::string what = e.what();
+    if (dynamic_cast<const CollectiveMismatch*>(&e)) {
+      const auto at = what.find("collective mismatch: ");
+      return {
+          Kind::mismatch, rank_, -1,
+          "collective mismatch: " + (at == std::string::npos
+                                         ? what
+                                         : what.substr(at + std::strlen("collective mismatch: ")))};
+    }
+    if (dynamic_cast<const TimeoutError*>(&e))
+      return {Kind::timeout, rank_, -1, fmt::format("rank {} timed out: {}", rank_, what)};
+    if (dynamic_cast<const Aborted*>(&e))
+      return {Kind::aborted, rank_, rank_,
+              fmt::format("rank {} on host {} aborted its communicator", rank_, host_of(rank_))};
+    if (const auto* peer = dynamic_cast<const PeerError*>(&e); peer && peer->peer() >= 0)
+      return {Kind::peer_failed, rank_, peer->peer(),
+              fmt::format("rank {} on host {} is gone or failed (seen by rank {}: {})",
+                          peer->peer(), host_of(peer->peer()), rank_, what)};
+    return {Kind::peer_failed, rank_, rank_,
+            fmt::format("rank {} on host {} failed: {}", rank_, host_of(rank_), what)};
+  }
+
+  void publish(const core::AbortRecord& record) {
+    try {
+      core::publish_abort(*store_, record);
+    } catch (const Error& e) {
+      core::log().warn("rank {}: cannot publish the abort: {}", rank_, e.what());
+    }
+  }
+
+  std::string host_of(int rank) const {
+    if (rank < 0 || static_cast<std::size_t>(rank) >= topology_.host_of_rank.size()) return "?";
+    const std::string& id = topology_.host_of_rank[static_cast<std::size_t>(rank)];
+    return id.substr(0, id.find('|'));
   }
 
   void work_loop() {
@@ -345,7 +442,7 @@ class Communicator::Impl {
       state->execute();
       lock.lock();
       busy_.store(false, std::memory_order_relaxed);
-      close_if_aborted();
+      close_if_halted();
     }
   }
 
@@ -377,11 +474,12 @@ class Communicator::Impl {
   // thread clears it without the lock.
   std::atomic<bool> busy_{false};
   std::atomic<std::uint32_t> queued_{0};  // queue_.size(), readable without the lock
-  std::atomic<bool> aborted_{false};
+  core::Halt halt_;
+  core::Progress progress_;
+  std::unique_ptr<core::HealthMonitor> monitor_;
   // Threads in Work::wait on this communicator's calls (see Engine::caller_waiting).
   std::shared_ptr<std::atomic<int>> callers_waiting_ = std::make_shared<std::atomic<int>>(0);
   bool destroyed_ = false;
-  std::string broken_;
   std::uint64_t next_seq_ = 0;
   std::map<int, std::uint64_t> sent_;
   std::map<int, std::uint64_t> received_;

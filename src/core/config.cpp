@@ -1,5 +1,7 @@
 #include "core/config.hpp"
 
+#include "core/auth.hpp"
+
 #include <cerrno>
 #include <cstdlib>
 #include <thread>
@@ -106,6 +108,10 @@ Config Config::resolve(const Options& options, int world_size) {
     c.algorithm = *options.algorithm;
   else if (auto s = env_string("LOOM_ALGO"))
     c.algorithm = *s;
+  if (auto s = env_int("LOOM_STALL_WARN", 1, 7 * 24 * 3600))
+    c.stall_warn = std::chrono::seconds(*s);
+  if (auto s = env_int("LOOM_HEARTBEAT_TIMEOUT", 0, 7 * 24 * 3600))
+    c.heartbeat_timeout = std::chrono::seconds(*s);
 
   if (c.sockets_per_peer < 1 || c.sockets_per_peer > 64)
     throw InvalidArgument(
@@ -118,6 +124,7 @@ Config Config::resolve(const Options& options, int world_size) {
                     "KiB, the buffer at most 1 GiB",
                     c.buffer_bytes, c.slots));
 
+  c.secret = options.secret ? *options.secret : job_secret();
   c.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (auto n = env_int("LOOM_SPIN_US", 0, 1000000))
     c.spin_us = static_cast<int>(*n), c.spin_us_set = true;

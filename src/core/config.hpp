@@ -26,6 +26,12 @@ struct Config {
   std::string algorithm;
   // "auto" (shm within a host, tcp across), "tcp" or "shm"; LOOM_SHM_DISABLE=1 means "tcp".
   std::string transport = "auto";
+  // A collective waiting this long gets a stall report (LOOM_STALL_WARN, seconds).
+  std::chrono::milliseconds stall_warn{std::chrono::seconds(30)};
+  // A rank whose heartbeat stops this long is declared failed (LOOM_HEARTBEAT_TIMEOUT; 0: off).
+  std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(30)};
+  // The job secret that authenticates data connections; empty: none (see core/auth.hpp).
+  std::string secret;
   // Bounded spinning before blocking, in microseconds; 0 blocks at once.
   int spin_us = 200;
   bool spin_us_set = false;  // by LOOM_SPIN_US, which set_local_world_size leaves alone

@@ -92,6 +92,10 @@ class LockedFile {
 
 }  // namespace
 
+std::shared_ptr<Store> FileStore::clone() const {
+  return std::make_shared<FileStore>(path_);
+}
+
 FileStore::FileStore(std::string path) : path_(std::move(path)) {
   LockedFile probe(path_);
 }

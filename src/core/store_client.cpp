@@ -1,10 +1,12 @@
 // TcpStore client: synchronous requests over one connection, guarded by a mutex.
 #include <unistd.h>
 
+#include <array>
 #include <mutex>
 
 #include <fmt/format.h>
 
+#include "core/auth.hpp"
 #include "core/socket_io.hpp"
 #include "core/store_protocol.hpp"
 #include "core/tcp_connect.hpp"
@@ -28,8 +30,8 @@ constexpr std::chrono::milliseconds kReplyGrace = std::chrono::seconds(10);
 
 class TcpStore::Impl {
  public:
-  Impl(std::string host, std::uint16_t port, std::chrono::milliseconds timeout)
-      : host_(std::move(host)), port_(port) {
+  Impl(std::string host, std::uint16_t port, std::chrono::milliseconds timeout, std::string secret)
+      : host_(std::move(host)), port_(port), secret_(std::move(secret)) {
     connect(Deadline(timeout));
   }
   ~Impl() {
@@ -37,6 +39,7 @@ class TcpStore::Impl {
   }
   const std::string& host() const { return host_; }
   std::uint16_t port() const { return port_; }
+  const std::string& secret() const { return secret_; }
 
   // Sends one request and returns the reply's payload; raises TimeoutError on a timeout status.
   std::vector<std::uint8_t> call(const char* what, const std::string& key, WireWriter& request,
@@ -87,6 +90,35 @@ class TcpStore::Impl {
     fd_ = core::connect_tcp(host_, port_, deadline, error);
     if (fd_ < 0)
       throw TimeoutError(fmt::format("store: cannot connect to {}:{}: {}", host_, port_, error));
+    try {
+      authenticate();
+    } catch (...) {
+      drop();
+      throw;
+    }
+  }
+  // The server's challenge, this client's response, the server's proof: see core/auth.hpp.
+  void authenticate() {
+    const Deadline deadline(kRequestTimeout);
+    auto fail = [&](const std::string& why) {
+      return StoreError(fmt::format("store: {}:{}: authentication failed: {}", host_, port_, why));
+    };
+    std::array<std::uint8_t, core::Challenge::kBytes> raw{};
+    if (auto r = core::read_exact(fd_, raw.data(), raw.size(), deadline); r != IoResult::ok)
+      throw fail("no challenge from the server: " + core::describe(r));
+    auto challenge = core::Challenge::decode(raw.data(), raw.size());
+    if (!challenge) throw fail("the server's challenge is not Loom's (not a Loom store?)");
+    core::Handshake handshake("loom-store", secret_);
+    auto reply = handshake.respond(*challenge, {});
+    if (!reply.error.empty()) throw fail(reply.error);
+    if (auto r = core::write_exact(fd_, reply.bytes.data(), reply.bytes.size(), deadline);
+        r != IoResult::ok)
+      throw fail(core::describe(r));
+    std::vector<std::uint8_t> proof(handshake.proof_bytes());
+    if (auto r = core::read_exact(fd_, proof.data(), proof.size(), deadline); r != IoResult::ok)
+      throw fail("the server rejected this client's secret (" + core::describe(r) + ")");
+    if (!handshake.verify_proof(proof.data(), proof.size(), {}))
+      throw fail("the server does not know the job secret");
   }
   void drop() {
     ::close(fd_);
@@ -96,6 +128,7 @@ class TcpStore::Impl {
   std::mutex mu_;
   std::string host_;
   std::uint16_t port_;
+  std::string secret_;
   int fd_ = -1;
 };
 
@@ -111,8 +144,9 @@ std::uint32_t clamp_ms(std::chrono::milliseconds t) {
 }
 }  // namespace
 
-TcpStore::TcpStore(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout)
-    : impl_(std::make_unique<Impl>(host, port, timeout)) {}
+TcpStore::TcpStore(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout,
+                   std::optional<std::string> secret)
+    : impl_(std::make_unique<Impl>(host, port, timeout, secret ? *secret : core::job_secret())) {}
 TcpStore::~TcpStore() = default;
 const std::string& TcpStore::host() const {
   return impl_->host();
@@ -191,6 +225,15 @@ std::vector<bool> TcpStore::check(const std::vector<std::string>& keys) {
 }
 
 // ---- PrefixStore --------------------------------------------------------------------------------
+
+std::shared_ptr<Store> TcpStore::clone() const {
+  return std::make_shared<TcpStore>(impl_->host(), impl_->port(), kRequestTimeout, impl_->secret());
+}
+
+std::shared_ptr<Store> PrefixStore::clone() const {
+  auto base = base_->clone();
+  return base ? std::make_shared<PrefixStore>(prefix_, std::move(base)) : nullptr;
+}
 
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
     : prefix_(std::move(prefix)), base_(std::move(base)) {}

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <asio.hpp>
 
+#include "core/auth.hpp"
 #include "core/logging.hpp"
 #include "core/store_protocol.hpp"
 #include "core/wire.hpp"
@@ -18,12 +19,19 @@ using namespace core::store_protocol;
 using core::WireReader;
 using core::WireWriter;
 
+namespace {
+// A client that has not authenticated within this time is dropped.
+constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
+}  // namespace
+
 class StoreServer::Impl {
  public:
-  explicit Impl(asio::ip::tcp::acceptor::protocol_type proto, int fd) : acceptor_(io_, proto, fd) {
+  Impl(asio::ip::tcp::acceptor::protocol_type proto, int fd, std::string secret)
+      : acceptor_(io_, proto, fd), secret_(std::move(secret)) {
     start();
   }
-  Impl(const std::string& host, std::uint16_t port) : acceptor_(io_) {
+  Impl(const std::string& host, std::uint16_t port, std::string secret)
+      : acceptor_(io_), secret_(std::move(secret)) {
     asio::ip::tcp::resolver resolver(io_);
     auto endpoint = *resolver.resolve(host, std::to_string(port)).begin();
     acceptor_.open(endpoint.endpoint().protocol());
@@ -54,10 +62,26 @@ class StoreServer::Impl {
   class Session : public std::enable_shared_from_this<Session> {
    public:
     Session(Impl& server, asio::ip::tcp::socket socket)
-        : server_(server), socket_(std::move(socket)) {
+        : server_(server),
+          socket_(std::move(socket)),
+          handshake_("loom-store", server.secret_),
+          timer_(server.io_) {
       asio::error_code ec;
       auto ep = socket_.remote_endpoint(ec);
       peer_ = ec ? "unknown" : fmt::format("{}:{}", ep.address().to_string(), ep.port());
+    }
+    // Challenge, response, proof (core/auth.hpp); requests are read only after that.
+    void authenticate() {
+      timer_.expires_after(kHandshakeTimeout);
+      timer_.async_wait([self = shared_from_this()](asio::error_code ec) {
+        if (!ec) self->reject("did not authenticate in time");
+      });
+      auto challenge = std::make_shared<std::array<std::uint8_t, core::Challenge::kBytes>>(
+          handshake_.challenge().encode());
+      asio::async_write(socket_, asio::buffer(*challenge),
+                        [self = shared_from_this(), challenge](asio::error_code ec, std::size_t) {
+                          if (!ec) self->read_response();
+                        });
     }
     void read_request() {
       asio::async_read(socket_, asio::buffer(header_),
@@ -95,6 +119,32 @@ class StoreServer::Impl {
     }
 
    private:
+    void read_response() {
+      response_.resize(handshake_.response_bytes());
+      asio::async_read(socket_, asio::buffer(response_),
+                       [self = shared_from_this()](asio::error_code ec, std::size_t) {
+                         if (!ec) self->on_response();
+                       });
+    }
+    void on_response() {
+      std::string why;
+      auto proof = handshake_.check_response(response_.data(), response_.size(), {}, &why);
+      if (!proof) return reject(why);
+      auto out = std::make_shared<std::vector<std::uint8_t>>(std::move(*proof));
+      asio::async_write(socket_, asio::buffer(*out),
+                        [self = shared_from_this(), out](asio::error_code ec, std::size_t) {
+                          if (ec) return;
+                          self->timer_.cancel();
+                          self->read_request();
+                        });
+    }
+    // Nothing is said to a client that failed the handshake: the connection just closes.
+    void reject(const std::string& why) {
+      core::log().warn("store server: rejected a connection from {}: {}", peer_, why);
+      asio::error_code ignored;
+      timer_.cancel();
+      socket_.close(ignored);
+    }
     void on_header() {
       std::uint32_t len;
       std::memcpy(&len, header_.data(), 4);
@@ -110,6 +160,9 @@ class StoreServer::Impl {
     }
     Impl& server_;
     asio::ip::tcp::socket socket_;
+    core::Handshake handshake_;
+    asio::steady_timer timer_;
+    std::vector<std::uint8_t> response_;
     std::string peer_;
     std::array<std::uint8_t, 4> header_{};
     std::vector<std::uint8_t> body_;
@@ -126,7 +179,7 @@ class StoreServer::Impl {
     acceptor_.async_accept([this](asio::error_code ec, asio::ip::tcp::socket socket) {
       if (ec) return;  // acceptor closed
       socket.set_option(asio::ip::tcp::no_delay(true));
-      std::make_shared<Session>(*this, std::move(socket))->read_request();
+      std::make_shared<Session>(*this, std::move(socket))->authenticate();
       accept();
     });
   }
@@ -285,20 +338,23 @@ class StoreServer::Impl {
 
   asio::io_context io_;
   asio::ip::tcp::acceptor acceptor_;
+  std::string secret_;
   std::thread thread_;
   std::uint16_t port_ = 0;
   std::map<std::string, std::vector<std::uint8_t>> data_;
   std::list<PendingWait> pending_;
 };
 
-StoreServer::StoreServer(const std::string& host, std::uint16_t port)
-    : impl_(std::make_unique<Impl>(host, port)) {}
-StoreServer::StoreServer(int listening_fd) {
+StoreServer::StoreServer(const std::string& host, std::uint16_t port,
+                         std::optional<std::string> secret)
+    : impl_(std::make_unique<Impl>(host, port, secret ? *secret : core::job_secret())) {}
+StoreServer::StoreServer(int listening_fd, std::optional<std::string> secret) {
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);
   ::getsockname(listening_fd, reinterpret_cast<sockaddr*>(&ss), &len);
-  impl_ = std::make_unique<Impl>(
-      ss.ss_family == AF_INET6 ? asio::ip::tcp::v6() : asio::ip::tcp::v4(), listening_fd);
+  impl_ =
+      std::make_unique<Impl>(ss.ss_family == AF_INET6 ? asio::ip::tcp::v6() : asio::ip::tcp::v4(),
+                             listening_fd, secret ? *secret : core::job_secret());
 }
 StoreServer::~StoreServer() = default;
 std::uint16_t StoreServer::port() const {

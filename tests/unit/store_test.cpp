@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <thread>
 
+#include "core/auth.hpp"
 #include "core/socket_io.hpp"
 #include "core/tcp_connect.hpp"
 #include "loom/store.hpp"
@@ -106,13 +108,34 @@ TEST_P(StoreContract, PrefixStoresDoNotSeeEachOther) {
 INSTANTIATE_TEST_SUITE_P(Stores, StoreContract, ::testing::Values("tcp", "file"),
                          [](const auto& info) { return info.param; });
 
-// Sends raw bytes to the server and returns the reply status (or -1 when the server closed the
-// connection without one).
-int raw_exchange(std::uint16_t port, const std::vector<std::uint8_t>& bytes) {
+// Connects and answers the server's challenge (with `secret`, or none): the fd, ready for
+// requests, or -1 when the server closed the connection.
+int authenticated_connection(std::uint16_t port, const std::string& secret = "") {
   std::string error;
   core::Deadline deadline(2s);
   int fd = core::connect_tcp("127.0.0.1", port, deadline, error);
   EXPECT_GE(fd, 0) << error;
+  std::array<std::uint8_t, core::Challenge::kBytes> raw{};
+  EXPECT_EQ(core::read_exact(fd, raw.data(), raw.size(), deadline), core::IoResult::ok);
+  auto challenge = core::Challenge::decode(raw.data(), raw.size());
+  EXPECT_TRUE(challenge.has_value());
+  core::Handshake handshake("loom-store", secret);
+  auto reply = handshake.respond(*challenge, {});
+  EXPECT_EQ(reply.error, "");
+  core::write_exact(fd, reply.bytes.data(), reply.bytes.size(), deadline);
+  std::vector<std::uint8_t> proof(handshake.proof_bytes());
+  if (core::read_exact(fd, proof.data(), proof.size(), deadline) != core::IoResult::ok) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends raw bytes to the server and returns the reply status (or -1 when the server closed the
+// connection without one).
+int raw_exchange(std::uint16_t port, const std::vector<std::uint8_t>& bytes) {
+  int fd = authenticated_connection(port);
+  core::Deadline deadline(2s);
   core::write_exact(fd, bytes.data(), bytes.size(), deadline);
   std::uint32_t len = 0;
   std::uint8_t status = 0xff;
@@ -132,7 +155,7 @@ std::vector<std::uint8_t> frame(std::uint32_t len, const std::vector<std::uint8_
 }
 
 TEST(StoreServer, RejectsMalformedAndOversizedMessagesAndKeepsServing) {
-  StoreServer server("127.0.0.1", 0);
+  StoreServer server("127.0.0.1", 0, std::string());  // no secret: the raw bytes reach the parser
   const int kError = 2;
   EXPECT_EQ(raw_exchange(server.port(), frame(0, {})), kError);                  // empty
   EXPECT_EQ(raw_exchange(server.port(), frame(0x7fffffff, {1, 2, 3})), kError);  // oversized length
@@ -148,10 +171,69 @@ TEST(StoreServer, RejectsMalformedAndOversizedMessagesAndKeepsServing) {
   EXPECT_EQ(
       raw_exchange(server.port(), frame(static_cast<std::uint32_t>(long_key.size()), long_key)),
       kError);
-  TcpStore client("127.0.0.1", server.port(), 2s);
+  TcpStore client("127.0.0.1", server.port(), 2s, std::string());
   client.set("still", std::string("alive"));
   EXPECT_EQ(client.get_string("still", 1s), "alive");
   EXPECT_EQ(client.get_string("k", 1s), "");
+}
+
+// Reads until the server closes the connection; true if it did within 2 s.
+bool closed_by_server(int fd) {
+  core::Deadline deadline(2s);
+  std::uint8_t byte;
+  core::IoResult r;
+  while ((r = core::read_exact(fd, &byte, 1, deadline)) == core::IoResult::ok) {
+  }
+  ::close(fd);
+  return r != core::IoResult::timeout;
+}
+
+TEST(StoreAuth, WrongMissingReplayedAndGarbageHandshakesAreRejectedAndTheStoreServesOn) {
+  StoreServer server("127.0.0.1", 0, std::string("s3cret"));
+  EXPECT_THROW(TcpStore("127.0.0.1", server.port(), 2s, std::string("wrong")), StoreError);
+  EXPECT_THROW(TcpStore("127.0.0.1", server.port(), 2s, std::string()), StoreError);
+
+  // A recorded response does not open another connection: its challenge has a new nonce.
+  std::string error;
+  core::Deadline deadline(2s);
+  int first = core::connect_tcp("127.0.0.1", server.port(), deadline, error);
+  std::array<std::uint8_t, core::Challenge::kBytes> raw{};
+  ASSERT_EQ(core::read_exact(first, raw.data(), raw.size(), deadline), core::IoResult::ok);
+  core::Handshake honest("loom-store", "s3cret");
+  auto recorded = honest.respond(*core::Challenge::decode(raw.data(), raw.size()), {});
+  ASSERT_EQ(recorded.bytes.size(), 64u);
+  ::close(first);
+  int replay = core::connect_tcp("127.0.0.1", server.port(), deadline, error);
+  ASSERT_EQ(core::read_exact(replay, raw.data(), raw.size(), deadline), core::IoResult::ok);
+  core::write_exact(replay, recorded.bytes.data(), recorded.bytes.size(), deadline);
+  EXPECT_TRUE(closed_by_server(replay)) << "a replayed response was accepted";
+
+  // A request where the response belongs never reaches the parser.
+  int sneaky = core::connect_tcp("127.0.0.1", server.port(), deadline, error);
+  ASSERT_EQ(core::read_exact(sneaky, raw.data(), raw.size(), deadline), core::IoResult::ok);
+  auto set = frame(16, {1, 5, 0, 0, 0, 'o', 'w', 'n', 'e', 'd', 1, 0, 0, 0, 'x'});
+  set.resize(64, 0);
+  core::write_exact(sneaky, set.data(), set.size(), deadline);
+  EXPECT_TRUE(closed_by_server(sneaky));
+
+  // Random bytes, and a client that says nothing.
+  int garbage = core::connect_tcp("127.0.0.1", server.port(), deadline, error);
+  std::vector<std::uint8_t> noise(200);
+  for (std::size_t i = 0; i < noise.size(); ++i) noise[i] = static_cast<std::uint8_t>(i * 97 + 13);
+  core::write_exact(garbage, noise.data(), noise.size(), deadline);
+  EXPECT_TRUE(closed_by_server(garbage));
+
+  TcpStore good("127.0.0.1", server.port(), 2s, std::string("s3cret"));
+  good.set("still", std::string("serving"));
+  EXPECT_EQ(good.get_string("still", 1s), "serving");
+  EXPECT_EQ(good.check({"owned"}), std::vector<bool>{false});
+}
+
+TEST(StoreAuth, AClientWithASecretRefusesAServerWithout) {
+  StoreServer open_server("127.0.0.1", 0, std::string());
+  EXPECT_THROW(TcpStore("127.0.0.1", open_server.port(), 2s, std::string("s3cret")), StoreError);
+  TcpStore plain("127.0.0.1", open_server.port(), 2s, std::string());
+  plain.set("k", std::string("v"));
 }
 
 TEST(StoreServer, ClientRejectsOverlongKeysBeforeSending) {

@@ -308,8 +308,35 @@ Outcome run_workers(const Args& args, const std::vector<std::string>& base_env, 
 
 }  // namespace
 
+// 32 random bytes from the kernel, as hex.
+std::string random_secret() {
+  unsigned char bytes[32];
+  FILE* f = std::fopen("/dev/urandom", "rb");
+  if (f == nullptr || std::fread(bytes, 1, sizeof(bytes), f) != sizeof(bytes)) {
+    std::fprintf(stderr, "loomrun: cannot read /dev/urandom for the job secret\n");
+    std::exit(1);
+  }
+  std::fclose(f);
+  std::string hex;
+  for (unsigned char b : bytes)
+    hex += "0123456789abcdef"[b >> 4], hex += "0123456789abcdef"[b & 15];
+  return hex;
+}
+
 int main(int argc, char** argv) {
   Args args = parse(argc, argv);
+  // The job secret authenticates every store and data connection. One node: make one and hand
+  // it to the workers. Several nodes: every loomrun must be given the same one.
+  const char* secret = std::getenv("LOOM_SECRET");
+  const char* secret_file = std::getenv("LOOM_SECRET_FILE");
+  if ((secret == nullptr || *secret == '\0') && (secret_file == nullptr || *secret_file == '\0')) {
+    if (args.nnodes == 1)
+      setenv("LOOM_SECRET", random_secret().c_str(), 1);
+    else
+      std::fprintf(stderr,
+                   "loomrun: warning: no LOOM_SECRET or LOOM_SECRET_FILE; across nodes every "
+                   "loomrun needs the same one, so this job's connections are not authenticated\n");
+  }
 
   std::unique_ptr<loom::StoreServer> store;
   int port = args.master_port;

@@ -82,7 +82,7 @@ void ShmConnection::close() {
 }
 
 void ShmConnection::peer_gone(const char* why) const {
-  throw PeerError(fmt::format("rank {} <-> rank {} (shm): the peer {}", self_, peer_, why));
+  throw PeerError(fmt::format("rank {} <-> rank {} (shm): the peer {}", self_, peer_, why), peer_);
 }
 
 void ShmConnection::check_peer_open() const {
@@ -115,8 +115,8 @@ std::byte* ShmConnection::try_acquire_send_slot() {
   return send_data_ + (posted_ % slots_) * slot_bytes_;
 }
 
-void ShmConnection::post_send(std::size_t bytes, std::uint64_t tag) {
-  send_->meta[posted_ % slots_] = SlotMeta{bytes, tag};
+void ShmConnection::post_send(std::size_t bytes, Tag tag) {
+  send_->meta[posted_ % slots_] = SlotMeta{bytes, tag.word, tag.count};
   ++posted_;
   // seq_cst pairs with the peer's store to waiting[] in sleep(): one of the two sees the other.
   send_->head.store(posted_, std::memory_order_seq_cst);
@@ -131,8 +131,10 @@ std::optional<RecvSlot> ShmConnection::try_recv_slot() {
   const SlotMeta& m = recv_->meta[consumed_ % slots_];
   if (m.bytes > slot_bytes_)
     throw PeerError(fmt::format("rank {} <- rank {} (shm {}): corrupt slot of {} bytes", self_,
-                                peer_, name_, m.bytes));
-  return RecvSlot{recv_data_ + (consumed_ % slots_) * slot_bytes_, m.bytes, m.tag};
+                                peer_, name_, m.bytes),
+                    peer_);
+  return RecvSlot{recv_data_ + (consumed_ % slots_) * slot_bytes_, m.bytes,
+                  Tag{m.tag_word, m.tag_count}};
 }
 
 void ShmConnection::release_recv_slot() {
@@ -153,9 +155,10 @@ std::byte* ShmConnection::try_acquire_inline() {
   return send_mail_[inline_sent_ % slots_].data;
 }
 
-void ShmConnection::post_inline(std::size_t bytes, std::uint64_t tag) {
+void ShmConnection::post_inline(std::size_t bytes, Tag tag) {
   Mailbox& m = send_mail_[inline_sent_ % slots_];
-  m.tag = tag;
+  m.tag_word = tag.word;
+  m.tag_count = tag.count;
   m.bytes = bytes;
   ++inline_sent_;
   m.flag.store(inline_sent_, std::memory_order_seq_cst);  // seq_cst: see post_send
@@ -170,8 +173,9 @@ std::optional<RecvSlot> ShmConnection::try_recv_inline() {
   }
   if (m.bytes > kInlineCapacity)
     throw PeerError(fmt::format("rank {} <- rank {} (shm {}): corrupt inline message of {} bytes",
-                                self_, peer_, name_, m.bytes));
-  return RecvSlot{m.data, m.bytes, m.tag};
+                                self_, peer_, name_, m.bytes),
+                    peer_);
+  return RecvSlot{m.data, m.bytes, Tag{m.tag_word, m.tag_count}};
 }
 
 void ShmConnection::release_inline() {

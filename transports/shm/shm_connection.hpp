@@ -20,12 +20,12 @@ class ShmConnection final : public Connection {
   int peer() const override { return peer_; }
   std::size_t slot_bytes() const override { return slot_bytes_; }
   std::byte* try_acquire_send_slot() override;
-  void post_send(std::size_t bytes, std::uint64_t tag) override;
+  void post_send(std::size_t bytes, Tag tag) override;
   std::optional<RecvSlot> try_recv_slot() override;
   void release_recv_slot() override;
   std::size_t inline_capacity() const override { return kInlineCapacity; }
   std::byte* try_acquire_inline() override;
-  void post_inline(std::size_t bytes, std::uint64_t tag) override;
+  void post_inline(std::size_t bytes, Tag tag) override;
   std::optional<RecvSlot> try_recv_inline() override;
   void release_inline() override;
   bool progress() override { return false; }  // the peer reads our writes directly

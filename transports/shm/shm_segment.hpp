@@ -19,7 +19,8 @@ inline constexpr std::size_t kPage = 4096;
 
 struct SlotMeta {
   std::uint64_t bytes;
-  std::uint64_t tag;
+  std::uint64_t tag_word;
+  std::uint64_t tag_count;
 };
 
 // Counters on separate cache lines: the sender writes head, the receiver tail and acked.
@@ -50,9 +51,9 @@ static_assert(sizeof(SegmentHeader) <= kPage);
 inline constexpr std::size_t kInlineCapacity = 1024;
 struct alignas(64) Mailbox {
   std::atomic<std::uint64_t> flag;
-  std::uint64_t tag;
+  std::uint64_t tag_word;
+  std::uint64_t tag_count;
   std::uint64_t bytes;
-  std::uint64_t reserved;
   std::byte data[kInlineCapacity];
 };
 static_assert(offsetof(Mailbox, data) == 32 && sizeof(Mailbox) % 64 == 0);

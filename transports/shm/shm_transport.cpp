@@ -29,17 +29,26 @@ ShmTransport::ShmTransport(Store& store, int rank, std::uint64_t job_token,
 
 ShmTransport::~ShmTransport() {
   connections_.clear();
-  for (const auto& name : created_) ::shm_unlink(name.c_str());  // normally gone already
+  // Normally every name is gone already (the mapping side unlinks it). A peer that died before
+  // mapping, or a creator that died before the peer mapped, leaves one: either end removes it.
+  for (std::size_t peer = 0; peer < pids_.size(); ++peer)
+    if (static_cast<int>(peer) != rank_ && pids_[peer] > 0)
+      ::shm_unlink(segment_name(static_cast<int>(peer)).c_str());
 }
 
 void ShmTransport::abort() {
   for (auto& [peer, conn] : connections_) conn->close();
 }
 
+std::string ShmTransport::segment_name(int peer) const {
+  return fmt::format("/loom-{:016x}-{}-{}", job_token_, std::min(rank_, peer),
+                     std::max(rank_, peer));
+}
+
 Connection& ShmTransport::connect(int peer, const core::Deadline& deadline) {
   if (auto it = connections_.find(peer); it != connections_.end()) return *it->second;
   const int low = std::min(rank_, peer), high = std::max(rank_, peer);
-  const std::string name = fmt::format("/loom-{:016x}-{}-{}", job_token_, low, high);
+  const std::string name = segment_name(peer);
   const std::string key = fmt::format("shm/{}/{}", low, high);
   const std::size_t slot_bytes = config_.buffer_bytes / static_cast<std::size_t>(config_.slots);
   const std::size_t slots = static_cast<std::size_t>(config_.slots);
@@ -52,7 +61,6 @@ Connection& ShmTransport::connect(int peer, const core::Deadline& deadline) {
   if (rank_ == low) {
     int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) throw fail("create", errno);
-    created_.push_back(name);
     if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
       int err = errno;
       ::close(fd);

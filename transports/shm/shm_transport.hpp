@@ -28,7 +28,7 @@ class ShmTransport final : public Transport {
   core::Config config_;
   std::vector<int> pids_;
   std::map<int, std::unique_ptr<ShmConnection>> connections_;
-  std::vector<std::string> created_;  // names this rank created, unlinked again at the end
+  std::string segment_name(int peer) const;
 };
 
 }  // namespace loom::transport::shm

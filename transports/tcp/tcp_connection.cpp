@@ -42,7 +42,7 @@ std::byte* TcpConnection::try_acquire_send_slot() {
   return send_buffer_.get() + (send_posted_ % slots_) * slot_bytes_;
 }
 
-void TcpConnection::post_send(std::size_t bytes, std::uint64_t tag) {
+void TcpConnection::post_send(std::size_t bytes, Tag tag) {
   SlotInfo& info = send_slots_[send_posted_ % slots_];
   info = SlotInfo{bytes, tag, false};
   ++send_posted_;
@@ -91,7 +91,8 @@ bool TcpConnection::write_some(Socket& s) {
     SlotInfo& info = send_slots_[slot];
     if (s.send_offset == 0)
       s.send_header = FrameHeader{static_cast<std::uint32_t>(info.bytes),
-                                  static_cast<std::uint32_t>(info.bytes) ^ kFrameMagic, info.tag};
+                                  static_cast<std::uint32_t>(info.bytes) ^ kFrameMagic,
+                                  info.tag.word, info.tag.count};
     const std::size_t total = sizeof(FrameHeader) + info.bytes;
     iovec iov[2];
     int iovcnt = 0;
@@ -150,14 +151,18 @@ bool TcpConnection::read_some(Socket& s) {
     s.recv_offset += static_cast<std::size_t>(n);
     if (s.recv_offset == sizeof(FrameHeader)) {
       const FrameHeader& h = s.recv_header;
-      if ((h.bytes ^ kFrameMagic) != h.check || h.bytes > slot_bytes_)
-        throw PeerError(fmt::format(
-            "rank {} <- rank {} ({}): corrupt frame header (length {}, slot holds {}): the peer "
-            "runs a different configuration (LOOM_BUFFSIZE, LOOM_SLOTS) or is not a Loom peer",
-            self_, peer_, peer_address_, h.bytes, slot_bytes_));
+      if (!frame_header_valid(h, slot_bytes_))
+        throw PeerError(
+            fmt::format(
+                "rank {} <- rank {} ({}): corrupt frame header (length {}, slot holds {}): the "
+                "peer "
+                "runs a different configuration (LOOM_BUFFSIZE, LOOM_SLOTS) or is not a Loom peer",
+                self_, peer_, peer_address_, h.bytes, slot_bytes_),
+            peer_);
     }
     if (s.recv_offset == sizeof(FrameHeader) + s.recv_header.bytes) {
-      recv_slots_[slot] = SlotInfo{s.recv_header.bytes, s.recv_header.tag, true};
+      recv_slots_[slot] =
+          SlotInfo{s.recv_header.bytes, Tag{s.recv_header.tag_word, s.recv_header.tag_count}, true};
       s.recv_offset = 0;
       s.next_recv += sockets_.size();
     }
@@ -194,7 +199,8 @@ void TcpConnection::fail(const std::string& what, int err) const {
                           ? "connection closed by the peer (it exited, crashed or aborted)"
                           : std::string(std::strerror(err));
   throw PeerError(fmt::format("rank {} {} rank {} ({}): {}", self_, what == "send" ? "->" : "<-",
-                              peer_, peer_address_, cause));
+                              peer_, peer_address_, cause),
+                  peer_);
 }
 
 }  // namespace loom::transport::tcp

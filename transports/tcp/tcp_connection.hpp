@@ -9,12 +9,19 @@
 
 namespace loom::transport::tcp {
 
+inline constexpr std::uint32_t kFrameMagic = 0x4c4f4f4d;  // "LOOM"
+
 struct FrameHeader {
   std::uint32_t bytes;
   std::uint32_t check;  // bytes ^ kFrameMagic: catches a desynchronised stream early
-  std::uint64_t tag;
+  std::uint64_t tag_word;
+  std::uint64_t tag_count;
 };
-inline constexpr std::uint32_t kFrameMagic = 0x4c4f4f4d;  // "LOOM"
+static_assert(sizeof(FrameHeader) == 24);
+// Whether a received header can be believed: the check word matches and the payload fits a slot.
+inline bool frame_header_valid(const FrameHeader& h, std::size_t slot_bytes) {
+  return (h.bytes ^ kFrameMagic) == h.check && h.bytes <= slot_bytes;
+}
 
 class TcpConnection final : public Connection {
  public:
@@ -25,7 +32,7 @@ class TcpConnection final : public Connection {
   int peer() const override { return peer_; }
   std::size_t slot_bytes() const override { return slot_bytes_; }
   std::byte* try_acquire_send_slot() override;
-  void post_send(std::size_t bytes, std::uint64_t tag) override;
+  void post_send(std::size_t bytes, Tag tag) override;
   std::optional<RecvSlot> try_recv_slot() override;
   void release_recv_slot() override;
   bool progress() override;
@@ -39,7 +46,7 @@ class TcpConnection final : public Connection {
  private:
   struct SlotInfo {
     std::size_t bytes = 0;
-    std::uint64_t tag = 0;
+    Tag tag;
     bool ready = false;  // send: fully written; recv: fully received
   };
   struct Socket {

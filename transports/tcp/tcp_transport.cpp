@@ -6,19 +6,19 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 
 #include <fmt/format.h>
 
+#include "core/auth.hpp"
 #include "core/logging.hpp"
 #include "core/socket_io.hpp"
 #include "core/tcp_connect.hpp"
 
 namespace loom::transport::tcp {
-namespace {
-
-struct Hello {
+struct TcpTransport::Hello {
   std::uint32_t magic;
   std::uint32_t version;
   std::uint64_t job_token;
@@ -27,6 +27,8 @@ struct Hello {
   std::int32_t index;
   std::int32_t sockets;
 };
+
+namespace {
 constexpr std::uint32_t kHelloMagic = 0x4c4d4831;  // "LMH1"
 constexpr std::uint32_t kVersion = 1;
 // A connecting peer sends its hello at once; one that does not is not a Loom peer.
@@ -125,17 +127,70 @@ int TcpTransport::dial(int peer, int index, const std::string& address,
     std::string msg = fmt::format("tcp connect: rank {} could not reach rank {} at {}: {}", rank_,
                                   peer, address, error);
     if (deadline.expired()) throw TimeoutError(msg);
-    throw PeerError(msg);
+    throw PeerError(msg, peer);
   }
   set_buffers(fd, config_.socket_buffer_bytes);
-  Hello hello{kHelloMagic, kVersion, job_token_, rank_, peer, index, config_.sockets_per_peer};
-  if (core::IoResult r = core::write_exact(fd, &hello, sizeof(hello), deadline);
-      r != core::IoResult::ok) {
+  // The acceptor's challenge, then the hello with this side's response, then its proof.
+  auto fail = [&](const std::string& why) {
     ::close(fd);
-    throw PeerError(fmt::format("tcp connect: rank {} -> rank {} at {}: hello failed: {}", rank_,
-                                peer, address, core::describe(r)));
-  }
+    return PeerError(
+        fmt::format("tcp connect: rank {} -> rank {} at {}: {}", rank_, peer, address, why), peer);
+  };
+  std::array<std::uint8_t, core::Challenge::kBytes> raw{};
+  if (auto r = core::read_exact(fd, raw.data(), raw.size(), deadline); r != core::IoResult::ok)
+    throw fail("no challenge: " + core::describe(r));
+  auto challenge = core::Challenge::decode(raw.data(), raw.size());
+  if (!challenge) throw fail("the peer's challenge is not Loom's");
+  Hello hello{kHelloMagic, kVersion, job_token_, rank_, peer, index, config_.sockets_per_peer};
+  core::Handshake handshake("loom-data", config_.secret);
+  const std::string_view context(reinterpret_cast<const char*>(&hello), sizeof(hello));
+  auto reply = handshake.respond(*challenge, context);
+  if (!reply.error.empty()) throw fail(reply.error);
+  std::vector<std::uint8_t> message(sizeof(hello));
+  std::memcpy(message.data(), &hello, sizeof(hello));
+  message.insert(message.end(), reply.bytes.begin(), reply.bytes.end());
+  if (auto r = core::write_exact(fd, message.data(), message.size(), deadline);
+      r != core::IoResult::ok)
+    throw fail("hello failed: " + core::describe(r));
+  std::vector<std::uint8_t> proof(handshake.proof_bytes());
+  if (auto r = core::read_exact(fd, proof.data(), proof.size(), deadline); r != core::IoResult::ok)
+    throw fail("the peer rejected this rank's job secret (" + core::describe(r) + ")");
+  if (!handshake.verify_proof(proof.data(), proof.size(), context))
+    throw fail("the peer does not know the job secret");
   return fd;
+}
+
+// The accepting side of the handshake; an empty string when `fd` is a peer of this job.
+std::string TcpTransport::handshake_accepted(int fd, Hello& hello) {
+  const core::Deadline deadline(
+      std::chrono::duration_cast<std::chrono::milliseconds>(kHelloTimeout));
+  core::Handshake handshake("loom-data", config_.secret);
+  const auto challenge = handshake.challenge().encode();
+  if (auto r = core::write_exact(fd, challenge.data(), challenge.size(), deadline);
+      r != core::IoResult::ok)
+    return "challenge not sent: " + core::describe(r);
+  std::vector<std::uint8_t> message(sizeof(hello) + handshake.response_bytes());
+  if (auto r = core::read_exact(fd, message.data(), message.size(), deadline);
+      r != core::IoResult::ok)
+    return "no hello: " + core::describe(r);
+  std::memcpy(&hello, message.data(), sizeof(hello));
+  std::string why;
+  const std::string_view context(reinterpret_cast<const char*>(message.data()), sizeof(hello));
+  auto proof = handshake.check_response(message.data() + sizeof(hello), handshake.response_bytes(),
+                                        context, &why);
+  if (!proof) return why;  // before any field of the hello is believed
+  if (hello.magic != kHelloMagic || hello.version != kVersion) return "not a Loom peer";
+  if (hello.job_token != job_token_) return "hello from another job or communicator";
+  if (hello.to != rank_ || hello.from < 0 || hello.from >= rank_ || hello.index < 0 ||
+      hello.index >= config_.sockets_per_peer)
+    return fmt::format("hello names ranks {}->{} socket {}", hello.from, hello.to, hello.index);
+  if (hello.sockets != config_.sockets_per_peer)
+    return fmt::format("peer uses LOOM_NSOCKS={}, this rank {}", hello.sockets,
+                       config_.sockets_per_peer);
+  if (auto r = core::write_exact(fd, proof->data(), proof->size(), deadline);
+      r != core::IoResult::ok)
+    return "proof not sent: " + core::describe(r);
+  return {};
 }
 
 void TcpTransport::accept_until(int peer, const core::Deadline& deadline) {
@@ -157,22 +212,7 @@ void TcpTransport::accept_until(int peer, const core::Deadline& deadline) {
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     Hello hello{};
-    core::Deadline hello_deadline(
-        std::chrono::duration_cast<std::chrono::milliseconds>(kHelloTimeout));
-    core::IoResult r = core::read_exact(fd, &hello, sizeof(hello), hello_deadline);
-    std::string why;
-    if (r != core::IoResult::ok)
-      why = "no hello: " + core::describe(r);
-    else if (hello.magic != kHelloMagic || hello.version != kVersion)
-      why = "not a Loom peer";
-    else if (hello.job_token != job_token_)
-      why = "hello from another job or communicator";
-    else if (hello.to != rank_ || hello.from < 0 || hello.from >= rank_ || hello.index < 0 ||
-             hello.index >= config_.sockets_per_peer)
-      why = fmt::format("hello names ranks {}->{} socket {}", hello.from, hello.to, hello.index);
-    else if (hello.sockets != config_.sockets_per_peer)
-      why = fmt::format("peer uses LOOM_NSOCKS={}, this rank {}", hello.sockets,
-                        config_.sockets_per_peer);
+    const std::string why = handshake_accepted(fd, hello);
     if (!why.empty()) {
       core::log().warn("tcp: rank {} rejected a connection from {}: {}", rank_,
                        core::peer_address(fd), why);

@@ -25,8 +25,10 @@ class TcpTransport final : public Transport {
   const std::string& listen_address() const { return listen_address_; }
 
  private:
+  struct Hello;
   int dial(int peer, int index, const std::string& address, const core::Deadline& deadline);
   void accept_until(int peer, const core::Deadline& deadline);
+  std::string handshake_accepted(int fd, Hello& hello);
 
   Store& store_;
   int rank_;
