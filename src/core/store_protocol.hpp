@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace loom::core::store_protocol {
 
@@ -12,5 +14,19 @@ enum class Status : std::uint8_t { ok = 0, timeout = 1, error = 2 };
 inline constexpr std::uint32_t kMaxMessageBytes = 64u << 20;
 inline constexpr std::uint32_t kMaxKeyBytes = 4096;
 inline constexpr std::uint32_t kMaxKeysPerWait = 1u << 16;
+
+// One decoded request body (after the length prefix).
+struct Request {
+  Op op{};
+  std::vector<std::string> keys;       // one, or several for wait and check
+  std::vector<std::uint8_t> value;     // set: the value; compare_set: the desired value
+  std::vector<std::uint8_t> expected;  // compare_set
+  std::int64_t delta = 0;              // add
+  std::uint32_t timeout_ms = 0;        // get, wait
+};
+
+// Decodes a request body, checking every field against the bytes received and the limits
+// above; raises StoreError naming what is wrong. Nothing is allocated beyond what was received.
+Request parse_request(const std::uint8_t* data, std::size_t size);
 
 }  // namespace loom::core::store_protocol

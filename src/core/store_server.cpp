@@ -16,7 +16,6 @@
 namespace loom {
 
 using namespace core::store_protocol;
-using core::WireReader;
 using core::WireWriter;
 
 namespace {
@@ -184,50 +183,25 @@ class StoreServer::Impl {
     });
   }
 
-  static std::string checked_key(WireReader& r) {
-    std::string key = r.str();
-    if (key.size() > kMaxKeyBytes)
-      throw StoreError(fmt::format("key of {} bytes is too long", key.size()));
-    return key;
-  }
-
   void handle(const std::shared_ptr<Session>& session, const std::vector<std::uint8_t>& body) {
     try {
-      WireReader r(body.data(), body.size());
-      auto op = static_cast<Op>(r.u8());
+      Request req = parse_request(body.data(), body.size());
+      const std::string& key = req.keys.empty() ? std::string() : req.keys.front();
       WireWriter w;
-      switch (op) {
-        case Op::set: {
-          std::string key = checked_key(r);
-          data_[key] = r.blob();
-          expect_end(r);
+      switch (req.op) {
+        case Op::set:
+          data_[key] = std::move(req.value);
           session->respond(Status::ok, {});
           notify(key);
           return;
-        }
         case Op::get:
-        case Op::wait: {
-          std::vector<std::string> keys;
-          if (op == Op::get) {
-            keys.push_back(checked_key(r));
-          } else {
-            std::uint32_t n = r.u32();
-            if (n > kMaxKeysPerWait)
-              throw StoreError(fmt::format("wait for {} keys is too many", n));
-            for (std::uint32_t i = 0; i < n; ++i) keys.push_back(checked_key(r));
-          }
-          std::uint32_t timeout_ms = r.u32();
-          expect_end(r);
-          park(session, std::move(keys), op == Op::get, timeout_ms);
+        case Op::wait:
+          park(session, std::move(req.keys), req.op == Op::get, req.timeout_ms);
           return;
-        }
         case Op::add: {
-          std::string key = checked_key(r);
-          std::int64_t delta = r.i64();
-          expect_end(r);
           std::int64_t value = 0;
           if (auto it = data_.find(key); it != data_.end()) value = parse_int(it->second, key);
-          value += delta;
+          value += req.delta;
           std::string text = std::to_string(value);
           data_[key] = std::vector<std::uint8_t>(text.begin(), text.end());
           w.i64(value);
@@ -236,19 +210,10 @@ class StoreServer::Impl {
           return;
         }
         case Op::compare_set: {
-          std::string key = checked_key(r);
-          auto expected = r.blob();
-          auto desired = r.blob();
-          expect_end(r);
           auto it = data_.find(key);
           bool changed = false;
-          if (it == data_.end()) {
-            if (expected.empty()) {
-              data_[key] = desired;
-              changed = true;
-            }
-          } else if (it->second == expected) {
-            it->second = desired;
+          if (it == data_.end() ? req.expected.empty() : it->second == req.expected) {
+            data_[key] = std::move(req.value);
             changed = true;
           }
           auto now = data_.find(key);
@@ -257,33 +222,20 @@ class StoreServer::Impl {
           if (changed) notify(key);
           return;
         }
-        case Op::remove: {
-          std::string key = checked_key(r);
-          expect_end(r);
+        case Op::remove:
           w.u8(data_.erase(key) ? 1 : 0);
           session->respond(Status::ok, w.buffer());
           return;
-        }
-        case Op::check: {
-          std::uint32_t n = r.u32();
-          if (n > kMaxKeysPerWait) throw StoreError(fmt::format("check of {} keys is too many", n));
-          std::vector<std::string> keys;
-          for (std::uint32_t i = 0; i < n; ++i) keys.push_back(checked_key(r));
-          expect_end(r);
-          for (const auto& k : keys) w.u8(data_.count(k) ? 1 : 0);
+        case Op::check:
+          for (const auto& k : req.keys) w.u8(data_.count(k) ? 1 : 0);
           session->respond(Status::ok, w.buffer());
           return;
-        }
       }
-      throw StoreError(fmt::format("unknown opcode {}", static_cast<int>(op)));
     } catch (const std::exception& e) {
       session->fail(e.what());
     }
   }
 
-  static void expect_end(const WireReader& r) {
-    if (!r.done()) throw StoreError("malformed message: trailing bytes after the last field");
-  }
   static std::int64_t parse_int(const std::vector<std::uint8_t>& v, const std::string& key) {
     std::string s(v.begin(), v.end());
     try {

@@ -1,6 +1,6 @@
 // SIGKILL one rank in the middle of a collective, again and again: every survivor raises
 // PeerError naming the dead rank within 5 s, none hangs, nothing is left in /dev/shm.
-//   LOOM_KILL_TRIALS=N   trials per case (default 3)
+//   LOOM_KILL_TRIALS=N   trials per case (default 5)
 //   LOOM_KILL_REPORT=F   append "world,op,transport,trial,victim,worst detection ms" per trial
 #include <dirent.h>
 #include <gtest/gtest.h>
@@ -39,7 +39,7 @@ std::int64_t now_ms() {  // CLOCK_MONOTONIC: comparable across the processes of 
 
 int trials() {
   const char* v = std::getenv("LOOM_KILL_TRIALS");
-  return v ? std::max(1, std::atoi(v)) : 3;
+  return v ? std::max(1, std::atoi(v)) : 5;
 }
 
 std::vector<std::string> shm_segments_of(Store& store) {

@@ -51,7 +51,7 @@ std::pair<std::string, std::uint16_t> split_address(const std::string& addr) {
 
 TcpTransport::TcpTransport(Store& store, int rank, int size, std::uint64_t job_token,
                            const core::Config& config, const std::string& route_hint)
-    : store_(store), rank_(rank), size_(size), job_token_(job_token), config_(config) {
+    : store_(store), rank_(rank), job_token_(job_token), config_(config) {
   std::string ip =
       choose_local_address(config.socket_ifname, route_hint, config.local_world_size >= size);
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -32,7 +32,6 @@ class TcpTransport final : public Transport {
 
   Store& store_;
   int rank_;
-  int size_;
   std::uint64_t job_token_;
   core::Config config_;
   int listen_fd_ = -1;
