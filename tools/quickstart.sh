@@ -18,6 +18,8 @@ Next:
                                       other ops: reducescatter broadcast reduce; -d f16 i8 u64 ...
   LOOM_DEBUG=INFO ...                 see transports, rings and settings chosen at start
   LOOM_NSOCKS=4 LOOM_BUFFSIZE=8M ...  tune the TCP transport
+  cmake --build build --target loom-train && build/tools/loomrun --nproc-per-node 2 build/tools/loom-train
+                                      train an MLP data-parallel (DDP), with a step time report
   tools/test.sh                       the whole test suite
   README.md                           the API, environment variables and running across machines
 NEXT

@@ -122,6 +122,7 @@ const transport::Tag* Engine::own_call_like(const transport::Tag& tag) const {
 void Engine::run(const Collective& call, bool background) {
   call_ = &call;
   background_ = background;
+  slice_bytes_ = 0;
   if (call.kind != Kind::send && call.kind != Kind::recv)
     history_[(call.tag().word >> 33) % kHistory] = call.tag();
   deadline_ = core::Deadline::from_first_wait(config_.timeout);

@@ -88,6 +88,10 @@ class Engine {
   // background: an asynchronous call, running while the rank's own thread computes.
   void run(const Collective& call, bool background = false);
   bool background() const { return background_; }
+  // How much one slot carries in this call (chosen by selection.cpp; 0: a whole slot). Both
+  // ends of every connection compute the same value from the same call.
+  std::size_t slice_bytes() const { return slice_bytes_; }
+  void set_slice_bytes(std::size_t bytes) { slice_bytes_ = bytes; }
   // A background call shares the rank's core with the rank's computation, unless the rank's
   // thread is waiting for it.
   bool sharing_core() const {
@@ -104,6 +108,7 @@ class Engine {
   const std::atomic<int>& callers_waiting_;
   const Collective* call_ = nullptr;
   bool background_ = false;
+  std::size_t slice_bytes_ = 0;
   core::Deadline deadline_{std::chrono::milliseconds(0)};
   std::vector<transport::Connection*> used_;
   static constexpr std::size_t kHistory = 64;

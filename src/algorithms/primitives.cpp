@@ -20,6 +20,7 @@ Primitives::Primitives(Engine& engine, transport::Connection* recv_from,
       recv_inline_max_(recv_from ? recv_from->inline_capacity() : 0) {
   std::size_t slot = std::min(recv_from ? recv_from->slot_bytes() : SIZE_MAX,
                               send_to ? send_to->slot_bytes() : SIZE_MAX);
+  if (engine.slice_bytes() != 0) slot = std::min(slot, engine.slice_bytes());
   slice_elems_ = std::max<std::size_t>(1, slot / elem_);
 }
 

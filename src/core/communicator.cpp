@@ -111,6 +111,7 @@ class Communicator::Impl {
     topology_ = core::exchange_topology(*store_, rank, size, config_.timeout);
     // The spinning policy follows the ranks that really share this host's cores.
     config_.set_local_world_size(topology_.ranks_on_host_of(rank));
+    config_.any_host_oversubscribed = topology_.any_host_oversubscribed();
     std::vector<bool> shm_peers(static_cast<std::size_t>(size), false);
     for (int r = 0; r < size; ++r) {
       const bool local = r != rank && topology_.same_host(rank, r);

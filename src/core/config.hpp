@@ -39,6 +39,9 @@ struct Config {
   int cores = 1;
   // More ranks on this host than cores: spinning yields the core instead of pausing.
   bool oversubscribed = false;
+  // Some host of the job runs more ranks than it has cores (the same on every rank): slot
+  // hand-overs then go through the scheduler, and slices are chosen larger.
+  bool any_host_oversubscribed = false;
   // Ranks on this host plus a communication thread each outnumber the cores: an asynchronous
   // call, running beside its rank's computation, yields while it spins.
   bool background_oversubscribed = false;

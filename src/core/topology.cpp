@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -35,6 +38,12 @@ std::string local_host_id() {
                      namespace_id("/proc/self/ns/net"), namespace_id("/proc/self/ns/mnt"));
 }
 
+bool Topology::any_host_oversubscribed() const {
+  for (std::size_t r = 0; r < host_of_rank.size(); ++r)
+    if (ranks_on_host_of(static_cast<int>(r)) > cores_of_rank[r]) return true;
+  return false;
+}
+
 int Topology::ranks_on_host_of(int rank) const {
   int n = 0;
   for (const auto& h : host_of_rank) n += h == host_of_rank[rank];
@@ -53,14 +62,20 @@ std::string Topology::describe() const {
 }
 
 Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout) {
-  store.set(fmt::format("topology/{}", rank), fmt::format("{}\n{}", ::getpid(), local_host_id()));
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  store.set(fmt::format("topology/{}", rank),
+            fmt::format("{} {}\n{}", ::getpid(), cores, local_host_id()));
   Topology t;
   for (int r = 0; r < size; ++r) {
     std::string v = store.get_string(fmt::format("topology/{}", r), timeout);
     auto nl = v.find('\n');
     if (nl == std::string::npos)
       throw StoreError(fmt::format("init: malformed topology record of rank {}", r));
-    t.pid_of_rank.push_back(std::stoi(v.substr(0, nl)));
+    int pid = 0, cores = 0;
+    if (std::sscanf(v.substr(0, nl).c_str(), "%d %d", &pid, &cores) != 2 || cores < 1)
+      throw StoreError(fmt::format("init: malformed topology record of rank {}", r));
+    t.pid_of_rank.push_back(pid);
+    t.cores_of_rank.push_back(cores);
     t.host_of_rank.push_back(v.substr(nl + 1));
   }
   return t;

@@ -16,6 +16,9 @@ std::string local_host_id();
 struct Topology {
   std::vector<std::string> host_of_rank;
   std::vector<int> pid_of_rank;
+  std::vector<int> cores_of_rank;  // processors each rank's host has
+  // Whether any host runs more ranks than it has cores: the same answer on every rank.
+  bool any_host_oversubscribed() const;
   bool same_host(int a, int b) const { return host_of_rank[a] == host_of_rank[b]; }
   int ranks_on_host_of(int rank) const;
   // "host A: ranks 0,1; host B: ranks 2,3" for the INFO log.

@@ -208,6 +208,9 @@ class DistributedDataParallel::Impl {
     Bucket& b = buckets_[index];
     b.launched = true;
     in_flight_ = true;
+    if (trace::enabled())  // marks which collective is which bucket in the trace
+      trace::Scope span(fmt::format("bucket {} launched ({} parameters)", index, b.slots.size()),
+                        "communication");
     const std::size_t n = b.flat.numel();
     if (options_.comm_hook == CommHook::none) {
       b.work =
