@@ -21,7 +21,7 @@ mpi_row() {  # ranks bytes iters -> "time_us busbw"
 for round in $(seq 1 "$rounds"); do
   copy=$("$memcpy" $((64 << 20)) 20 | cut -d, -f3)
   echo "round $round: single-thread memcpy $copy GB/s"
-  for spec in "2 67108864 20" "2 16777216 50" "2 1048576 500" "2 8 5000" "4 16777216 30"; do
+  for spec in "2 67108864 20" "2 16777216 50" "2 1048576 500" "2 8 100000" "4 16777216 30"; do
     read -r np bytes iters <<<"$spec"
     read -r lt lb < <(loom_row "$np" "$bytes" "$iters")
     read -r mt mb < <(mpi_row "$np" "$bytes" "$iters")

@@ -23,14 +23,17 @@ loom_row() {  # model ranks(0 = --no-ddp) -> "samples/s step_ms"
   echo "$out" | awk '/summary: /{for (i = 1; i <= NF; i++) if ($i == "summary:") r = $(i + 1)}
                      /total /{t = $NF} END {print r, t}'
 }
-torch_row() {  # model ranks(0 = --no-ddp) -> "samples/s step_ms"
+torch_row() {  # model ranks(0 = --no-ddp) -> "samples/s step_ms", or "fail fail"
   local extra=(--ranks 2)
   [ "$2" = 0 ] && extra=(--no-ddp)
-  # Gloo rendezvous occasionally hangs here when a worker dies early: bound it, retry once.
-  local out
-  out=$(timeout 300 "$python" "$here/torch_ddp.py" --layers "$1" --batch-size 64 --steps "$steps" "${extra[@]}") ||
-    out=$(timeout 300 "$python" "$here/torch_ddp.py" --layers "$1" --batch-size 64 --steps "$steps" "${extra[@]}")
-  echo "$out" | awk -F, '{print $3, $4}'
+  # Gloo's rendezvous now and then hangs or a worker dies at start: bound each try, try thrice.
+  local out="" attempt
+  for attempt in 1 2 3; do
+    out=$(timeout 180 "$python" "$here/torch_ddp.py" --layers "$1" --batch-size 64 --steps "$steps" \
+      "${extra[@]}" 2>/dev/null) && break
+    out=""
+  done
+  if [ -z "$out" ]; then echo "fail fail"; else echo "$out" | awk -F, '{print $3, $4}'; fi
 }
 
 for model in 784,1024,1024,1024,10 784,256,256,10; do
@@ -41,6 +44,10 @@ for model in 784,1024,1024,1024,10 784,256,256,10; do
     read -r la las < <(loom_row "$model" 0)
     read -r td tds < <(torch_row "$model" 2)
     read -r ta tas < <(torch_row "$model" 0)
+    if [ "$td" = fail ] || [ "$ta" = fail ]; then
+      echo "  $round      PyTorch did not finish this round (three tries); loom: $ld / $la samples/s"
+      continue
+    fi
     awk -v r="$round" -v ld="$ld" -v lds="$lds" -v la="$la" -v las="$las" -v td="$td" -v tds="$tds" \
         -v ta="$ta" -v tas="$tas" 'BEGIN {
       le = lds - las; te = tds - tas

@@ -106,9 +106,11 @@ std::string Collective::describe() const {
 }
 
 transport::Connection& Engine::connection(int peer) {
-  transport::Connection& c = transport_.connect(peer, deadline_);
-  if (std::find(used_.begin(), used_.end(), &c) == used_.end()) used_.push_back(&c);
-  return c;
+  if (by_peer_.empty()) by_peer_.assign(static_cast<std::size_t>(size_), nullptr);
+  transport::Connection*& known = by_peer_[static_cast<std::size_t>(peer)];
+  if (known == nullptr) known = &transport_.connect(peer, deadline_);
+  if (std::find(used_.begin(), used_.end(), known) == used_.end()) used_.push_back(known);
+  return *known;
 }
 
 void select_and_run(Engine& engine, const Collective& call);  // selection.cpp

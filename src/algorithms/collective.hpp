@@ -92,6 +92,14 @@ class Engine {
   // ends of every connection compute the same value from the same call.
   std::size_t slice_bytes() const { return slice_bytes_; }
   void set_slice_bytes(std::size_t bytes) { slice_bytes_ = bytes; }
+  // The last all-reduce decision, kept by selection.cpp for the next call of the same size.
+  struct Plan {
+    std::size_t count = 0;
+    DataType dtype = DataType::u8;
+    int algorithm = -1;  // -1: none yet
+    std::size_t slice = 0;
+  };
+  Plan& all_reduce_plan() { return plan_; }
   // A background call shares the rank's core with the rank's computation, unless the rank's
   // thread is waiting for it.
   bool sharing_core() const {
@@ -109,6 +117,8 @@ class Engine {
   const Collective* call_ = nullptr;
   bool background_ = false;
   std::size_t slice_bytes_ = 0;
+  Plan plan_;
+  std::vector<transport::Connection*> by_peer_;  // connections made so far, by rank
   core::Deadline deadline_{std::chrono::milliseconds(0)};
   std::vector<transport::Connection*> used_;
   static constexpr std::size_t kHistory = 64;

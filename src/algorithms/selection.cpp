@@ -101,17 +101,26 @@ void log_choice(const Collective& call, const CostModel& model, int chosen,
                    candidates[chosen].name, slice >> 10, bytes, model.transport, table);
 }
 
+using AllReduce = void (*)(Engine&, const Collective&);
+constexpr AllReduce kAllReduces[] = {ring_all_reduce, recursive_doubling_all_reduce,
+                                     one_shot_all_reduce};
+
 void choose_all_reduce(Engine& engine, const Collective& call) {
+  // A loop of calls of one size decides once (the inputs are fixed per communicator).
+  Engine::Plan& plan = engine.all_reduce_plan();
+  if (plan.count == call.count && plan.dtype == call.dtype && plan.algorithm >= 0) {
+    engine.set_slice_bytes(plan.slice);
+    return kAllReduces[plan.algorithm](engine, call);
+  }
   const int n = engine.size();
   const double bytes = static_cast<double>(call.count * size_of(call.dtype));
   const CostModel& model = model_of(engine);
   const bool small =
       n > 1 && bytes <= static_cast<double>(recursive_doubling_max_bytes(engine.config()));
   const Candidate candidates[] = {
-      {"ring", ring_cost(model, n, bytes), true, ring_all_reduce},
-      {"recursive_doubling", recursive_doubling_cost(model, n, bytes), small,
-       recursive_doubling_all_reduce},
-      {"one_shot", one_shot_cost(model, n, bytes), small, one_shot_all_reduce},
+      {"ring", ring_cost(model, n, bytes), true, kAllReduces[0]},
+      {"recursive_doubling", recursive_doubling_cost(model, n, bytes), small, kAllReduces[1]},
+      {"one_shot", one_shot_cost(model, n, bytes), small, kAllReduces[2]},
   };
   constexpr int kCount = 3;
   int chosen = 0;
@@ -144,6 +153,7 @@ void choose_all_reduce(Engine& engine, const Collective& call) {
   }
   engine.set_slice_bytes(slice);
   log_choice(call, model, chosen, candidates, kCount, slice);
+  plan = Engine::Plan{call.count, call.dtype, chosen, slice};
   candidates[chosen].run(engine, call);
 }
 
