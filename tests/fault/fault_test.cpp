@@ -13,12 +13,6 @@
 #include "core/socket_io.hpp"
 #include "core/tcp_connect.hpp"
 
-// GCC 12 takes copies of Options (std::optional<std::string> members) for maybe-uninitialized
-// reads at -O3: a known false positive (GCC bug 105562).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
 namespace loom {
 namespace {
 

@@ -2,7 +2,6 @@
 // PeerError naming the dead rank within 5 s, none hangs, nothing is left in /dev/shm.
 //   LOOM_KILL_TRIALS=N   trials per case (default 5)
 //   LOOM_KILL_REPORT=F   append "world,op,transport,trial,victim,worst detection ms" per trial
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -19,12 +18,6 @@
 
 #include "../support/ranks.hpp"
 
-// GCC 12 takes copies of Options (std::optional<std::string> members) for maybe-uninitialized
-// reads at -O3: a known false positive (GCC bug 105562).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
 namespace loom {
 namespace {
 
@@ -40,20 +33,6 @@ std::int64_t now_ms() {  // CLOCK_MONOTONIC: comparable across the processes of 
 int trials() {
   const char* v = std::getenv("LOOM_KILL_TRIALS");
   return v ? std::max(1, std::atoi(v)) : 5;
-}
-
-std::vector<std::string> shm_segments_of(Store& store) {
-  Bytes token = store.get("loom/g1/job_token", 10s);
-  std::uint64_t t = 0;
-  std::memcpy(&t, token.data(), std::min<std::size_t>(8, token.size()));
-  const std::string prefix = fmt::format("loom-{:016x}-", t);
-  std::vector<std::string> found;
-  if (DIR* d = ::opendir("/dev/shm")) {
-    while (dirent* e = ::readdir(d))
-      if (std::string(e->d_name).rfind(prefix, 0) == 0) found.push_back(e->d_name);
-    ::closedir(d);
-  }
-  return found;
 }
 
 using Case = std::tuple<int, std::string, std::string>;  // world, op, transport
@@ -122,7 +101,7 @@ TEST_P(KillTrials, SurvivorsRaisePeerErrorNamingTheDeadRankWithinFiveSeconds) {
             if (r != victim)
               worst = std::max<std::int64_t>(
                   worst, std::stoll(ctx.store->get_string(fmt::format("detection/{}", r), 30s)));
-          EXPECT_EQ(shm_segments_of(*ctx.store), std::vector<std::string>{});
+          EXPECT_EQ(testing::segments_of(*ctx.store), std::vector<std::string>{});
           if (const char* report = std::getenv("LOOM_KILL_REPORT"))
             std::ofstream(report, std::ios::app) << fmt::format("{},{},{},{},{},{}\n", ctx.size, op,
                                                                 transport, trial, victim, worst);

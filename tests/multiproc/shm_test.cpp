@@ -1,5 +1,4 @@
 // Shared-memory segments: selected for peers on one host, and never left behind in /dev/shm.
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -12,8 +11,6 @@
 #include <thread>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "../support/ranks.hpp"
 
 namespace loom {
@@ -22,21 +19,7 @@ namespace {
 using namespace std::chrono_literals;
 using testing::RankContext;
 using testing::run_ranks_raw;
-
-// The segments of the communicator built on this store (named after its job token).
-std::vector<std::string> segments_of(Store& store) {
-  Bytes token = store.get("loom/g1/job_token", 10s);
-  std::uint64_t t = 0;
-  std::memcpy(&t, token.data(), std::min<std::size_t>(8, token.size()));
-  const std::string prefix = fmt::format("loom-{:016x}-", t);
-  std::vector<std::string> found;
-  if (DIR* d = ::opendir("/dev/shm")) {
-    while (dirent* e = ::readdir(d))
-      if (std::string(e->d_name).rfind(prefix, 0) == 0) found.push_back(e->d_name);
-    ::closedir(d);
-  }
-  return found;
-}
+using testing::segments_of;
 
 TEST(SharedMemory, IsChosenOnOneHostAndSegmentsAreGoneAfterNormalExit) {
   run_ranks_raw(4, [](RankContext& ctx) {

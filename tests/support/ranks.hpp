@@ -37,4 +37,7 @@ struct RunOptions {
 void run_ranks(int world, const std::function<void(Communicator&)>& body, RunOptions opts = {});
 void run_ranks_raw(int world, const std::function<void(RankContext&)>& body, RunOptions opts = {});
 
+// The /dev/shm segments of the first communicator built on this store (named after its job token).
+std::vector<std::string> segments_of(Store& store);
+
 }  // namespace loom::testing
