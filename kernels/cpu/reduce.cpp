@@ -36,24 +36,23 @@ struct Lanes {
   }
   static hn::Vec<DS> Narrow(D, hn::Vec<D> v) { return v; }
 };
-template <>
-struct Lanes<Half> {
+// f16 and bf16: 16-bit storage lanes, widened to float lanes (as many) and rounded back.
+template <bool kBrainFloat>
+struct HalfLanes {
   using D = hn::ScalableTag<float>;
   using DS = hn::Rebind<uint16_t, D>;
   static hn::Vec<D> Load(D d, const std::byte* p) {
-    return F16ToF32(d, hn::LoadU(DS(), reinterpret_cast<const uint16_t*>(p)));
+    const auto bits = hn::LoadU(DS(), reinterpret_cast<const uint16_t*>(p));
+    return kBrainFloat ? BF16ToF32(d, bits) : F16ToF32(d, bits);
   }
-  static hn::Vec<DS> Narrow(D d, hn::Vec<D> v) { return F32ToF16(d, v); }
+  static hn::Vec<DS> Narrow(D d, hn::Vec<D> v) {
+    return kBrainFloat ? F32ToBF16(d, v) : F32ToF16(d, v);
+  }
 };
 template <>
-struct Lanes<BFloat16> {
-  using D = hn::ScalableTag<float>;
-  using DS = hn::Rebind<uint16_t, D>;
-  static hn::Vec<D> Load(D d, const std::byte* p) {
-    return BF16ToF32(d, hn::LoadU(DS(), reinterpret_cast<const uint16_t*>(p)));
-  }
-  static hn::Vec<DS> Narrow(D d, hn::Vec<D> v) { return F32ToBF16(d, v); }
-};
+struct Lanes<Half> : HalfLanes<false> {};
+template <>
+struct Lanes<BFloat16> : HalfLanes<true> {};
 
 // x op y on lanes, with the reference's rules: integers wrap; float min/max propagate NaN (x's
 // first) and order -0 below +0.
