@@ -365,13 +365,7 @@ class Communicator::Impl {
   // neighbour close raises the cause that the first rank to know published.
   [[noreturn]] void fail(const Collective& call, const Error& e) {
     const bool local_abort = dynamic_cast<const Aborted*>(&e) != nullptr;
-    core::AbortRecord mine = record_of(e);
-    core::AbortRecord standing = mine;
-    try {
-      standing = core::publish_abort(*store_, mine);
-    } catch (const Error& store_error) {  // no store: peers still see the connections close
-      core::log().warn("rank {}: cannot publish the failure: {}", rank_, store_error.what());
-    }
+    const core::AbortRecord standing = publish(record_of(e));
     halt_.trigger(standing, local_abort);
     transport_->abort();  // peers waiting on this rank fail now instead of at their timeout
     // A peer's failure is told the same way on every rank (naming the rank and its host); this
@@ -411,11 +405,14 @@ class Communicator::Impl {
             fmt::format("rank {} on host {} failed: {}", rank_, host_of(rank_), what)};
   }
 
-  void publish(const core::AbortRecord& record) {
+  // Publishes `mine` unless a record stands already; returns the one that stands (`mine` when
+  // the store cannot be reached: peers still see this rank's connections close).
+  core::AbortRecord publish(const core::AbortRecord& mine) {
     try {
-      core::publish_abort(*store_, record);
+      return core::publish_abort(*store_, mine);
     } catch (const Error& e) {
-      core::log().warn("rank {}: cannot publish the abort: {}", rank_, e.what());
+      core::log().warn("rank {}: cannot publish the failure: {}", rank_, e.what());
+      return mine;
     }
   }
 
