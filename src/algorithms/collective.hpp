@@ -58,10 +58,13 @@ class Engine {
  public:
   // `halt` is triggered from any thread (abort(), another rank's failure): waits then raise
   // its error. `callers_waiting` counts threads blocked in Work::wait.
+  // `hosts`: the ranks of each host, hosts ordered by their lowest rank, ranks ascending.
   Engine(int rank, int size, transport::Transport& transport, const core::Config& config,
-         const core::Halt& halt, const std::atomic<int>& callers_waiting)
+         const core::Halt& halt, const std::atomic<int>& callers_waiting,
+         std::vector<std::vector<int>> hosts)
       : rank_(rank),
         size_(size),
+        hosts_(std::move(hosts)),
         transport_(transport),
         config_(config),
         halt_(halt),
@@ -72,6 +75,13 @@ class Engine {
   const Collective& call() const { return *call_; }
   const core::Deadline& deadline() const { return deadline_; }
   const core::Halt& halt() const { return halt_; }
+  const std::vector<std::vector<int>>& hosts() const { return hosts_; }
+  // Whether every host runs the same number of ranks (the hierarchical algorithm needs it).
+  bool hosts_even() const {
+    for (const auto& h : hosts_)
+      if (h.size() != hosts_.front().size()) return false;
+    return !hosts_.empty();
+  }
   int ring_next(int k = 1) const { return (rank_ + k) % size_; }
   int ring_prev(int k = 1) const { return ((rank_ - k) % size_ + size_) % size_; }
 
@@ -110,6 +120,7 @@ class Engine {
  private:
   int rank_;
   int size_;
+  std::vector<std::vector<int>> hosts_;
   transport::Transport& transport_;
   core::Config config_;
   const core::Halt& halt_;

@@ -15,31 +15,29 @@ std::size_t ring_chunk_elems(Engine& engine, transport::Connection& next, DataTy
   return std::max<std::size_t>(1, slice / size_of(dtype)) * slots;
 }
 
-void ring_all_reduce(Engine& engine, const Collective& call) {
-  const int n = engine.size();
-  const std::size_t elem = size_of(call.dtype);
-  auto* in = static_cast<const std::byte*>(call.in);
-  auto* out = static_cast<std::byte*>(call.out);
+void ring_all_reduce_pass(Engine& engine, const RingPosition& ring, const void* input, void* output,
+                          std::size_t count, DataType dtype, int divisor) {
+  const int n = ring.size;
+  const std::size_t elem = size_of(dtype);
+  auto* in = static_cast<const std::byte*>(input);
+  auto* out = static_cast<std::byte*>(output);
   if (n == 1) {
-    if (in != out) std::memcpy(out, in, call.count * elem);
+    if (in != out) std::memcpy(out, in, count * elem);
     return;
   }
-  const int divisor = call.op == ReduceOp::avg ? n : 1;
-  transport::Connection& next = engine.connection(engine.ring_next());
-  transport::Connection& prev = engine.connection(engine.ring_prev());
-  Primitives prims(engine, &prev, &next);
-  const std::size_t chunk = ring_chunk_elems(engine, next, call.dtype);
+  Primitives prims(engine, ring.prev, ring.next);
+  const std::size_t chunk = ring_chunk_elems(engine, *ring.next, dtype);
   auto mod = [n](int x) { return ((x % n) + n) % n; };
 
-  for (std::size_t grid = 0; grid < call.count; grid += chunk * static_cast<std::size_t>(n)) {
+  for (std::size_t grid = 0; grid < count; grid += chunk * static_cast<std::size_t>(n)) {
     // Chunk c of this round covers [grid + c*size, grid + (c+1)*size) clipped to the buffer.
-    const std::size_t size = std::min(chunk, (call.count - grid + n - 1) / n);
+    const std::size_t size = std::min(chunk, (count - grid + n - 1) / n);
     auto offset = [&](int c) { return grid + static_cast<std::size_t>(c) * size; };
     auto length = [&](int c) {
       std::size_t o = offset(c);
-      return o >= call.count ? 0 : std::min(size, call.count - o);
+      return o >= count ? 0 : std::min(size, count - o);
     };
-    const int r = engine.rank();
+    const int r = ring.position;
     int c = mod(r - 1);
     prims.send(in + offset(c) * elem, length(c));
     for (int j = 2; j < n; ++j) {
@@ -55,6 +53,17 @@ void ring_all_reduce(Engine& engine, const Collective& call) {
     c = mod(r + 1);
     prims.recv(out + offset(c) * elem, length(c));
   }
+}
+
+void ring_all_reduce(Engine& engine, const Collective& call) {
+  const int n = engine.size();
+  RingPosition ring{n, engine.rank(), nullptr, nullptr};
+  if (n > 1) {
+    ring.next = &engine.connection(engine.ring_next());
+    ring.prev = &engine.connection(engine.ring_prev());
+  }
+  ring_all_reduce_pass(engine, ring, call.in, call.out, call.count, call.dtype,
+                       call.op == ReduceOp::avg ? n : 1);
 }
 
 }  // namespace loom::algorithms

@@ -5,6 +5,8 @@
 //   ring                 2(n-1)             2(n-1)/n * S
 //   recursive_doubling   log2 p (+2 if n>p) S per hop
 //   one_shot             1                  (n-1) * S
+//   hierarchical         2(L-1) local       2(L-1)/L * S local
+//   (H hosts x L ranks)  + 2(H-1) network   + 2(H-1)/H * S through each host's network link
 //
 // time = hops * alpha + bytes * beta. alpha is one hop's latency, beta the inverse bandwidth of a
 // link: for TCP on this kind of machine a hop costs tens of microseconds (wake-ups dominate), for
@@ -47,6 +49,7 @@ struct Candidate {
   double cost_us;
   bool fits;
   void (*run)(Engine&, const Collective&);
+  const char* unfit = " (too large)";  // why it cannot run, for the log
 };
 
 double ring_cost(const CostModel& m, int n, double bytes) {
@@ -64,6 +67,16 @@ double one_shot_cost(const CostModel& m, int n, double bytes) {
   return m.alpha_us + (n - 1) * bytes * m.beta_us_per_byte;
 }
 
+// The local phases run over shared memory unless TCP is forced; the network phase's L rings
+// share each host's link, so its bytes count once per host.
+double hierarchical_cost(const Engine& engine, double bytes) {
+  const double hosts = static_cast<double>(engine.hosts().size());
+  const double local = static_cast<double>(engine.hosts().front().size());
+  const CostModel& near = engine.config().transport == "tcp" ? kTcp : kShm;
+  return 2.0 * (local - 1) * (near.alpha_us + bytes / local * near.beta_us_per_byte) +
+         2.0 * (hosts - 1) * (kTcp.alpha_us + bytes / hosts * kTcp.beta_us_per_byte);
+}
+
 // The slice for `unit` bytes crossing `stages` pipeline stages (see the top of the file).
 std::size_t slice_bytes(const CostModel& m, double unit, int stages, const core::Config& config) {
   constexpr double kMin = 16 * 1024;
@@ -79,6 +92,15 @@ std::size_t slice_bytes(const CostModel& m, double unit, int stages, const core:
              : static_cast<std::size_t>(s);
 }
 
+}  // namespace
+
+std::size_t pipeline_slice(bool shared_memory, double unit, int stages,
+                           const core::Config& config) {
+  return slice_bytes(shared_memory ? kShm : kTcp, unit, stages, config);
+}
+
+namespace {
+
 const CostModel& model_of(const Engine& engine) {
   return engine.all_peers_shared_memory() ? kShm : kTcp;
 }
@@ -87,7 +109,7 @@ const CostModel& model_of(const Engine& engine) {
 // table rather than a locked set: this runs on every call, on the latency path.
 void log_choice(const Collective& call, const CostModel& model, int chosen,
                 const Candidate* candidates, int count, std::size_t slice) {
-  static std::atomic<bool> seen[3][65];
+  static std::atomic<bool> seen[4][65];
   const std::size_t bytes = call.count * size_of(call.dtype);
   const int size_class = bytes == 0 ? 0 : 64 - __builtin_clzll(bytes);  // bit width
   if (seen[chosen][size_class].load(std::memory_order_relaxed) ||
@@ -95,15 +117,18 @@ void log_choice(const Collective& call, const CostModel& model, int chosen,
     return;
   std::string table;
   for (int i = 0; i < count; ++i)
-    table += fmt::format("{}{} {:.1f} us{}", i ? ", " : "", candidates[i].name,
-                         candidates[i].cost_us, candidates[i].fits ? "" : " (too large)");
+    table +=
+        candidates[i].cost_us >= 1e299
+            ? fmt::format("{}{} n/a", i ? ", " : "", candidates[i].name)
+            : fmt::format("{}{} {:.1f} us{}", i ? ", " : "", candidates[i].name,
+                          candidates[i].cost_us, candidates[i].fits ? "" : candidates[i].unfit);
   core::log().info("{}: {} in slices of {} KiB for {} B over {}; model: {}", to_string(call.kind),
                    candidates[chosen].name, slice >> 10, bytes, model.transport, table);
 }
 
 using AllReduce = void (*)(Engine&, const Collective&);
 constexpr AllReduce kAllReduces[] = {ring_all_reduce, recursive_doubling_all_reduce,
-                                     one_shot_all_reduce};
+                                     one_shot_all_reduce, hierarchical_all_reduce};
 
 void choose_all_reduce(Engine& engine, const Collective& call) {
   // A loop of calls of one size decides once (the inputs are fixed per communicator).
@@ -121,8 +146,15 @@ void choose_all_reduce(Engine& engine, const Collective& call) {
       {"ring", ring_cost(model, n, bytes), true, kAllReduces[0]},
       {"recursive_doubling", recursive_doubling_cost(model, n, bytes), small, kAllReduces[1]},
       {"one_shot", one_shot_cost(model, n, bytes), small, kAllReduces[2]},
+      // Chosen by the model only where ranks span hosts with several ranks each; LOOM_ALGO may
+      // name it for any even layout (one host: a local reduce-scatter and all-gather).
+      {"hierarchical",
+       engine.hosts().size() > 1 && engine.hosts().front().size() > 1 && engine.hosts_even()
+           ? hierarchical_cost(engine, bytes)
+           : 1e300,
+       engine.hosts_even(), kAllReduces[3], " (hosts run different numbers of ranks)"},
   };
-  constexpr int kCount = 3;
+  constexpr int kCount = 4;
   int chosen = 0;
   const std::string& forced = engine.config().algorithm;
   if (forced.empty()) {
@@ -134,14 +166,15 @@ void choose_all_reduce(Engine& engine, const Collective& call) {
       if (forced == candidates[i].name) named = i;
     if (named < 0)
       throw InvalidArgument(fmt::format(
-          "{}: LOOM_ALGO={} is not an all-reduce algorithm (ring, recursive_doubling, one_shot)",
+          "{}: LOOM_ALGO={} is not an all-reduce algorithm (ring, recursive_doubling, one_shot, "
+          "hierarchical)",
           call.describe(), forced));
     chosen = candidates[named].fits ? named : 0;  // beyond its size limit the ring runs regardless
   }
   // The pipelined unit and its stages: the ring moves a 1/n chunk through 2(n-1) hops; the
   // others move the whole buffer, copied in by the sender while the receiver reduces it.
   std::size_t slice = 0;  // up to 16 KiB: whole slots, and no arithmetic on the latency path
-  if (bytes <= 16 * 1024) {
+  if (bytes <= 16 * 1024 || chosen == 3) {  // hierarchical: a slice per phase, its own
   } else if (chosen == 0) {
     slice = slice_bytes(model, bytes / n, 2 * (n - 1), engine.config());
   } else {

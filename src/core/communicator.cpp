@@ -129,7 +129,7 @@ class Communicator::Impl {
     transport_summary_ = describe_peers(*table);
     transport_ = std::move(table);
     engine_ = std::make_unique<algorithms::Engine>(rank, size, *transport_, config_, halt_,
-                                                   *callers_waiting_);
+                                                   *callers_waiting_, topology_.ranks_by_host());
     core::log().info(
         "rank {}/{} on {}: {}; tcp at {}, {} sockets per peer; {} slots of {} KiB; timeout {} s; "
         "reduction kernels {}",
@@ -139,7 +139,8 @@ class Communicator::Impl {
     if (rank == 0) core::log().info("topology: {}", topology_.describe());
     if (rank == 0)
       core::log().info(
-          "algorithms: all_reduce ring, recursive_doubling or one_shot (cost model), "
+          "algorithms: all_reduce ring, recursive_doubling, one_shot or hierarchical (cost "
+          "model), "
           "reduce_scatter ring, "
           "all_gather ring, broadcast chain, reduce chain, barrier dissemination{}",
           config_.algorithm.empty() ? "" : " (LOOM_ALGO=" + config_.algorithm + ")");

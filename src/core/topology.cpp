@@ -50,6 +50,17 @@ int Topology::ranks_on_host_of(int rank) const {
   return n;
 }
 
+std::vector<std::vector<int>> Topology::ranks_by_host() const {
+  std::vector<std::vector<int>> hosts;
+  std::map<std::string, std::size_t> index;
+  for (std::size_t r = 0; r < host_of_rank.size(); ++r) {
+    auto [it, added] = index.emplace(host_of_rank[r], hosts.size());
+    if (added) hosts.emplace_back();
+    hosts[it->second].push_back(static_cast<int>(r));
+  }
+  return hosts;
+}
+
 std::string Topology::describe() const {
   std::map<std::string, std::vector<int>> by_host;
   for (std::size_t r = 0; r < host_of_rank.size(); ++r)

@@ -21,6 +21,8 @@ struct Topology {
   bool any_host_oversubscribed() const;
   bool same_host(int a, int b) const { return host_of_rank[a] == host_of_rank[b]; }
   int ranks_on_host_of(int rank) const;
+  // The ranks of each host, hosts ordered by their lowest rank, ranks ascending.
+  std::vector<std::vector<int>> ranks_by_host() const;
   // "host A: ranks 0,1; host B: ranks 2,3" for the INFO log.
   std::string describe() const;
 };

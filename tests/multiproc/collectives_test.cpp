@@ -166,6 +166,51 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives,
                                   (algo.empty() ? std::string("auto") : algo);
                          });
 
+// The hierarchical all-reduce over pretend hosts (shared memory inside one, TCP across):
+// world size and how ranks are placed: "halves" (0..n/2-1 on one host), "pairs" (ranks 2h and
+// 2h+1 on host h), "cyclic" (rank r on host r % 2, as Slurm's cyclic distribution places them).
+// An uneven layout (3 ranks in halves) must fall back to the ring and stay correct.
+class Hierarchical : public ::testing::TestWithParam<std::tuple<int, std::string>> {
+ protected:
+  testing::RunOptions run_options() const {
+    testing::RunOptions o;
+    o.options.algorithm = "hierarchical";
+    o.options.transport = "auto";
+    const std::string layout = std::get<1>(GetParam());
+    o.host_id = [layout](int rank, int size) {
+      int host = layout == "halves"  ? (rank < size / 2 ? 0 : 1)
+                 : layout == "pairs" ? rank / 2
+                                     : rank % 2;
+      return "host-" + std::to_string(host);
+    };
+    return o;
+  }
+};
+
+TEST_P(Hierarchical, AllReduceMatchesTheReferenceForEveryDtypeAndOp) {
+  run_ranks(
+      std::get<0>(GetParam()),
+      [](Communicator& comm) {
+        for (DataType t : kTypes)
+          for (ReduceOp op : kOps)
+            for (std::size_t count : {0u, 1u, 3u, 7u, 4093u, 100003u})
+              for (bool in_place : {false, true})
+                check(comm, Coll::all_reduce, t, op, count, in_place);
+        check(comm, Coll::all_reduce, DataType::f32, ReduceOp::sum, (1u << 20) + 3, false);
+        check(comm, Coll::all_reduce, DataType::i32, ReduceOp::max, (1u << 20) + 3, true);
+      },
+      run_options());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, Hierarchical,
+    ::testing::Values(std::make_tuple(2, "halves"), std::make_tuple(3, "halves"),
+                      std::make_tuple(4, "halves"), std::make_tuple(4, "cyclic"),
+                      std::make_tuple(6, "pairs"), std::make_tuple(8, "pairs")),
+    [](const auto& info) {
+      return std::get<1>(info.param) + "_world" + std::to_string(std::get<0>(info.param));
+    });
+
 TEST(CollectiveEdgeCases, SixteenMebiElementAllReduceIsExactOnEveryTransport) {
   for (const char* transport : {"tcp", "shm"})
     for (int world : {2, 4}) {
