@@ -188,7 +188,7 @@ Outcome run_workers(const Args& args, const std::vector<std::string>& base_env, 
     env.push_back("NODE_RANK=" + std::to_string(args.node_rank));
     env.push_back("MASTER_ADDR=" + args.master_addr);
     env.push_back("MASTER_PORT=" + std::to_string(port));
-    env.push_back("LOOM_STORE_HOSTED=1");
+    env.push_back("LOOM_STORE_HOSTED=1");  // also tells init() that loomrun launched it
     env.push_back("LOOM_RESTART_COUNT=" + std::to_string(attempt));
     std::vector<char*> envp, argvp;
     for (auto& s : env) envp.push_back(s.data());
