@@ -78,8 +78,9 @@ std::string LaunchEnv::describe() const {
                        ? fmt::format("store {}:{}{}", master_addr, master_port,
                                      store_hosted_by_launcher ? " (hosted by loomrun)" : "")
                        : init_method;
-  return fmt::format("launched by {}: rank {}/{}, local rank {}/{}, node {}; {}", launcher, rank,
-                     world_size, local_rank, local_world_size, node_rank, at);
+  return fmt::format("launched by {}: rank {}/{}, local rank {}/{}{}; {}", launcher, rank,
+                     world_size, local_rank, local_world_size,
+                     node_rank >= 0 ? fmt::format(", node {}", node_rank) : "", at);
 }
 
 std::vector<std::string> expand_slurm_hostlist(std::string_view list) {
@@ -173,7 +174,7 @@ LaunchEnv detect_launch_env(const EnvLookup& lookup) {
     out.local_rank = env.integer("LOCAL_RANK", 0, kMaxRanks - 1).value_or(out.rank);
     out.local_world_size = env.integer("LOCAL_WORLD_SIZE", 1, kMaxRanks).value_or(out.world_size);
     out.node_rank = env.integer("NODE_RANK", 0, kMaxRanks - 1)
-                        .value_or(env.integer("GROUP_RANK", 0, kMaxRanks - 1).value_or(0));
+                        .value_or(env.integer("GROUP_RANK", 0, kMaxRanks - 1).value_or(-1));
     out.store_hosted_by_launcher = loomrun;
     read_rendezvous(env, out, std::nullopt, std::nullopt);
   } else if (lookup("OMPI_COMM_WORLD_RANK")) {
@@ -183,7 +184,7 @@ LaunchEnv detect_launch_env(const EnvLookup& lookup) {
     out.world_size = env.required("OMPI_COMM_WORLD_SIZE", 1, kMaxRanks);
     out.local_rank = env.integer("OMPI_COMM_WORLD_LOCAL_RANK", 0, kMaxRanks - 1).value_or(0);
     out.local_world_size = env.integer("OMPI_COMM_WORLD_LOCAL_SIZE", 1, kMaxRanks).value_or(1);
-    out.node_rank = env.integer("OMPI_COMM_WORLD_NODE_RANK", 0, kMaxRanks - 1).value_or(0);
+    // (OMPI_COMM_WORLD_NODE_RANK is a rank within the node, not the node's index.)
     read_rendezvous(env, out, std::nullopt, std::nullopt);
   } else if (lookup("SLURM_PROCID")) {
     out.launcher = "slurm";
@@ -191,12 +192,12 @@ LaunchEnv detect_launch_env(const EnvLookup& lookup) {
     out.rank = env.required("SLURM_PROCID", 0, kMaxRanks - 1);
     out.world_size = env.required("SLURM_NTASKS", 1, kMaxRanks);
     out.local_rank = env.integer("SLURM_LOCALID", 0, kMaxRanks - 1).value_or(0);
-    out.node_rank = env.integer("SLURM_NODEID", 0, kMaxRanks - 1).value_or(0);
+    out.node_rank = env.integer("SLURM_NODEID", 0, kMaxRanks - 1).value_or(-1);
     auto per_node = env.string("SLURM_STEP_TASKS_PER_NODE");
     if (!per_node) per_node = env.string("SLURM_TASKS_PER_NODE");
     if (per_node) {
       auto counts = expand_slurm_tasks_per_node(*per_node);
-      if (static_cast<std::size_t>(out.node_rank) < counts.size())
+      if (out.node_rank >= 0 && static_cast<std::size_t>(out.node_rank) < counts.size())
         out.local_world_size = counts[static_cast<std::size_t>(out.node_rank)];
     }
     // The master is the step's first node; the port follows the job and step, so that two

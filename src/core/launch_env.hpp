@@ -16,7 +16,7 @@ struct LaunchEnv {
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
-  int node_rank = 0;
+  int node_rank = -1;  // the node's index, where the launcher says (-1: it does not)
   // The rendezvous: "env://" with master_addr:master_port, or a tcp:// or file:// URL.
   std::string init_method = "env://";
   std::string master_addr;

@@ -45,9 +45,6 @@ up() {
   [ "$(id -u)" = 0 ] || die "up: needs root (network, UTS and mount namespaces)"
   [ -e "$state/count" ] && die "up: cluster '$name' is already up (cluster.sh down first)"
   mkdir -p "$state"
-  # Persistent namespaces are bind mounts of /proc/PID/ns files: they need a private mount.
-  mount --bind "$state" "$state"
-  mount --make-private "$state"
   echo "$n" > "$state/count"
   {
     echo "127.0.0.1 localhost"
@@ -72,12 +69,22 @@ up() {
       tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 20ms
       tc -n "$switch" qdisc add dev "v$i" root tbf rate "$rate" burst 256kb latency 20ms
     fi
-    touch "$state/uts$i" "$state/mnt$i"
-    unshare --uts="$state/uts$i" hostname "$(node_host "$i")"
-    mkdir -p "$state/shm$i"
-    # The node's mount namespace: its own /dev/shm (a fresh tmpfs) and /etc/hosts naming the nodes.
-    unshare --mount="$state/mnt$i" --propagation private sh -c \
-      "mount -t tmpfs -o mode=1777,size=50% tmpfs /dev/shm && mount --bind '$state/hosts' /etc/hosts"
+    # A process holds the node's UTS and mount namespaces (its hostname, a fresh tmpfs on
+    # /dev/shm, /etc/hosts naming the nodes); exec joins them through /proc/PID/ns, which works
+    # from any mount namespace, a node's included.
+    ip netns exec "$ns" unshare --uts --mount --propagation private sh -c \
+      'hostname "$1" && mount -t tmpfs -o mode=1777,size=50% tmpfs /dev/shm &&
+       mount --bind "$2" /etc/hosts && exec sleep infinity' \
+      sh "$(node_host "$i")" "$state/hosts" </dev/null >/dev/null 2>&1 &
+    echo $! > "$state/pid$i"
+  done
+  for i in $(seq 1 "$n"); do
+    local pid; pid=$(cat "$state/pid$i")
+    for _ in $(seq 1 100); do
+      [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = sleep ] && break
+      sleep 0.05
+    done
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = sleep ] || die "up: node $i did not start"
   done
   echo "$rate" > "$state/rate"
   echo "cluster $name: $n node(s) up, $subnet.1-$n${rate:+, links shaped to $rate}, mtu $mtu"
@@ -87,8 +94,7 @@ run_on() {
   local i=$1; shift
   [ -e "$state/count" ] || die "exec: cluster '$name' is not up"
   [[ $i =~ ^[0-9]+$ ]] && [ "$i" -ge 1 ] && [ "$i" -le "$(count)" ] || die "exec: no node $i"
-  exec nsenter --net="/run/netns/$(node_ns "$i")" --uts="$state/uts$i" --mount="$state/mnt$i" \
-    --wd="$PWD" -- "$@"
+  exec nsenter --target "$(cat "$state/pid$i")" --net --uts --mount --wd="$PWD" -- "$@"
 }
 
 down() {
@@ -108,15 +114,10 @@ down() {
     ip netns del "$ns" 2>/dev/null || true
   done
   [ -e "/run/netns/$switch" ] && ip netns del "$switch"
-  if [ -d "$state" ]; then
-    for f in "$state"/uts* "$state"/mnt*; do [ -e "$f" ] && { umount "$f" 2>/dev/null || true; }; done
-    mountpoint -q "$state" && umount "$state"
-    rm -rf "$state"
-  fi
+  rm -rf "$state"
   # Verify.
   local left=""
   ip netns list | grep -qE "^${name}-(n[0-9]|sw)( |$)" && left+=" namespaces"
-  grep -q " $state" /proc/self/mounts && left+=" mounts"
   [ -e "$state" ] && left+=" state"
   [ -z "$left" ] || die "down: left behind:$left"
   echo "cluster $name: down${n:+ ($n node(s) removed)}, nothing left"
