@@ -8,7 +8,8 @@ set -euo pipefail
 packages=(cmake ninja-build g++ clang-format pkg-config
           libasio-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev
           libibverbs-dev librdmacm-dev libgloo-dev libopenmpi-dev openmpi-bin iproute2
-          libopenblas-dev zlib1g-dev libssl-dev clang libclang-rt-14-dev)
+          libopenblas-dev zlib1g-dev libssl-dev clang libclang-rt-14-dev
+          slurmctld slurmd slurm-client munge)
 [[ " $* " == *" --torch "* ]] && packages+=(python3-torch libopenblas0-pthread)
 
 missing=()

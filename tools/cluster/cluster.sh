@@ -72,7 +72,8 @@ up() {
     # A process holds the node's UTS and mount namespaces (its hostname, a fresh tmpfs on
     # /dev/shm, /etc/hosts naming the nodes); exec joins them through /proc/PID/ns, which works
     # from any mount namespace, a node's included.
-    ip netns exec "$ns" unshare --uts --mount --propagation private sh -c \
+    # (nsenter, not ip netns exec: that remounts /sys, hiding the cgroup mounts slurmd reads.)
+    nsenter --net="/run/netns/$ns" unshare --uts --mount --propagation private sh -c \
       'hostname "$1" && mount -t tmpfs -o mode=1777,size=50% tmpfs /dev/shm &&
        mount --bind "$2" /etc/hosts && exec sleep infinity' \
       sh "$(node_host "$i")" "$state/hosts" </dev/null >/dev/null 2>&1 &
