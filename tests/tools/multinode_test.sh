@@ -54,6 +54,18 @@ run() {
   grep -q "out of bounds values : 0 OK" "$dir/node1.log" || fail "$nodes nodes, loom-perf $*: wrong results"
 }
 
+# Eight nodes: each its own hostname, /dev/shm and address; down leaves nothing.
+"$cluster" up 8 --rate 1gbit >/dev/null || fail "cluster up 8"
+"$cluster" exec 1 sh -c 'echo x > /dev/shm/loom-bed-probe' || fail "node 1: /dev/shm not writable"
+for i in $(seq 1 8); do
+  [ "$("$cluster" exec "$i" hostname)" = "${LOOM_CLUSTER}node$i" ] || fail "node $i: wrong hostname"
+  "$cluster" exec "$i" ip -br addr show eth0 | grep -q "$("$cluster" addr "$i")/24" || fail "node $i: no address"
+  [ "$i" = 1 ] || ! "$cluster" exec "$i" test -e /dev/shm/loom-bed-probe || fail "node $i sees node 1's /dev/shm"
+done
+[ -e /dev/shm/loom-bed-probe ] && fail "the machine sees node 1's /dev/shm"
+"$cluster" down >/dev/null || fail "cluster down 8"
+echo "8 nodes: own hostnames, addresses and /dev/shm; down left nothing"
+
 for nodes in 2 4; do
   "$cluster" up "$nodes" >/dev/null || fail "cluster up $nodes"
   for algo in ring hierarchical; do
