@@ -9,7 +9,7 @@ port=$(( 20000 + RANDOM % 20000 ))
 run_pair() {
   local pids=()
   for r in 0 1; do
-    env "$@" RANK=$r WORLD_SIZE=2 "$perf" -b 8 -e 64K -f 16 -n 2 -w 1 --check > "$dir/out$r" 2>&1 &
+    timeout 90 env "$@" RANK=$r WORLD_SIZE=2 "$perf" -b 8 -e 64K -f 16 -n 2 -w 1 --check > "$dir/out$r" 2>&1 &
     pids+=($!)
   done
   local rc=0
