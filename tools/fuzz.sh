@@ -17,7 +17,7 @@ tools/deps.sh
 build=build-fuzz
 mkdir -p "$build"
 cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DLOOM_FUZZ=ON -DLOOM_WERROR=ON -DLOOM_BUILD_TESTS=OFF -DLOOM_BUILD_BENCH=OFF >/dev/null
+  -DLOOM_FUZZ=ON -DLOOM_CUDA=OFF -DLOOM_WERROR=ON -DLOOM_BUILD_TESTS=OFF -DLOOM_BUILD_BENCH=OFF >/dev/null
 targets=(store_request_fuzz handshake_fuzz frame_fuzz)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 

@@ -78,6 +78,15 @@ class Connection {
   virtual void sleep(int timeout_ms) = 0;
   virtual std::string describe() const = 0;
 
+  // The host memory that slot and inline pointers point into, so that a GPU data path can map
+  // it into the device (pinned, mapped) before its kernels read or write slots. Empty for a
+  // transport whose slots are device memory.
+  struct Region {
+    void* base;
+    std::size_t bytes;
+  };
+  virtual std::vector<Region> host_regions() const = 0;
+
  private:
   [[noreturn]] static void no_inline_channel() {
     throw std::logic_error("this transport has no inline channel (inline_capacity() is 0)");
@@ -90,6 +99,11 @@ class Transport {
   virtual std::string_view name() const = 0;
   // The connection to `peer`, set up on first use; both ranks must ask for it.
   virtual Connection& connect(int peer, const core::Deadline& deadline) = 0;
+  // The connection for calls on GPU buffers: one whose slots are device memory where the
+  // transport has one for this peer (CUDA IPC), else the host connection (slots staged).
+  virtual Connection& connect_device(int peer, const core::Deadline& deadline) {
+    return connect(peer, deadline);
+  }
   // After a failure: tell every connected peer, so that none of them waits for this rank.
   virtual void abort() = 0;
   // Whether every peer is reached through shared memory.

@@ -1,5 +1,6 @@
 // The transport of each peer: shared memory for ranks on this host, TCP for the rest (unless
-// LOOM_TRANSPORT or LOOM_SHM_DISABLE say otherwise). The engine sees one Transport.
+// LOOM_TRANSPORT or LOOM_SHM_DISABLE say otherwise); for calls on GPU buffers, CUDA IPC where
+// shared memory would serve. The engine sees one Transport.
 #pragma once
 
 #include <memory>
@@ -24,9 +25,16 @@ class TransportTable final : public Transport {
                                                       : tcp_->connect(peer, deadline);
   }
   bool all_shared_memory() const override { return all_shared_memory_; }
+  // Device-memory connections for the peers shared memory reaches (CUDA IPC), when available.
+  void set_device_transport(std::unique_ptr<Transport> device) { device_ = std::move(device); }
+  Connection& connect_device(int peer, const core::Deadline& deadline) override {
+    return device_ && shm_peers_[static_cast<std::size_t>(peer)] ? device_->connect(peer, deadline)
+                                                                 : connect(peer, deadline);
+  }
   void abort() override {
     tcp_->abort();
     if (shm_) shm_->abort();
+    if (device_) device_->abort();
   }
   const char* transport_of(int peer) const {
     return shm_peers_[static_cast<std::size_t>(peer)] ? "shm" : "tcp";
@@ -35,6 +43,7 @@ class TransportTable final : public Transport {
  private:
   std::unique_ptr<Transport> tcp_;
   std::unique_ptr<Transport> shm_;
+  std::unique_ptr<Transport> device_;
   std::vector<bool> shm_peers_;
   bool all_shared_memory_;
 };

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "device.hpp"
 #include "loom/loom.hpp"
 #include "verify/patterns.hpp"
 
@@ -31,6 +32,7 @@ struct Args {
   std::size_t increment = 0;
   int iters = 20, warmup = 5, root = 0;
   bool check = false, csv = false, in_place = false;
+  bool cuda = false;  // --device cuda
   std::string json;
 };
 
@@ -51,6 +53,8 @@ struct Args {
       "  -w ITERS   warm-up iterations per size (default 5)\n"
       "  -R ROOT    root of broadcast and reduce (default 0)\n"
       "  --inplace  run in place\n"
+      "  --device D host (default) or cuda: buffers in the memory of the local rank's GPU\n"
+      "             (LOCAL_RANK modulo the visible GPUs), calls ordered on a CUDA stream\n"
       "  -c, --check  verify results: count wrong elements (#wrong)\n"
       "  --csv      print CSV rows instead of the table\n"
       "  --json F   also write the rows to F as JSON\n"
@@ -136,7 +140,14 @@ Args parse(int argc, char** argv) {
       a.check = true;
     else if (f == "--inplace")
       a.in_place = true;
-    else if (f == "--csv")
+    else if (f == "--device") {
+      const std::string d = next();
+      if (d != "host" && d != "cuda") {
+        std::fprintf(stderr, "loom-perf: --device is host or cuda, not '%s'\n", d.c_str());
+        std::exit(2);
+      }
+      a.cuda = d == "cuda";
+    } else if (f == "--csv")
       a.csv = true;
     else if (f == "--json")
       a.json = next();
@@ -183,7 +194,37 @@ int main(int argc, char** argv) {
       s = next;
     }
     const std::size_t max_bytes = sizes.empty() ? 0 : sizes.back();
+    // Host buffers, or the staging copies of the device buffers (filled and checked on the host).
     std::vector<char> in(max_bytes + 64), out(max_bytes + 64);
+    char* in_base = in.data();
+    char* out_base = out.data();
+    loom::CudaStream stream = nullptr;
+    std::string device_text = "host memory";
+    if (a.cuda) {
+      if (auto why = perf::device_unavailable(); !why.empty()) {
+        std::fprintf(stderr, "loom-perf: --device cuda: %s\n", why.c_str());
+        return 2;
+      }
+      const char* local = std::getenv("LOCAL_RANK");
+      const int device = perf::select_device(local ? std::atoi(local) : rank);
+      in_base = static_cast<char*>(perf::device_alloc(max_bytes + 64));
+      out_base = static_cast<char*>(perf::device_alloc(max_bytes + 64));
+      stream = perf::stream_create();
+      device_text = "device " + std::to_string(device) + " (" + perf::device_name(device) + ")";
+    }
+    // Input elements [0, elems) from the host pattern into the call's input.
+    auto fill_input = [&](char* dst, std::size_t elems, int pattern_rank, std::size_t first) {
+      if (!a.cuda) return fill(dst, elems, pattern_rank, a.dtype, a.redop, first);
+      fill(in.data(), elems, pattern_rank, a.dtype, a.redop, first);
+      perf::copy_to_device(dst, in.data(), elems * elem);
+    };
+    // The call's output as host memory.
+    auto output = [&](const char* src, std::size_t elems) -> const char* {
+      if (!a.cuda) return src;
+      perf::stream_sync(stream);
+      perf::copy_to_host(out.data(), src, elems * elem);
+      return out.data();
+    };
 
     const double bus_factor = a.op == Op::allreduce ? 2.0 * (n - 1) / n
                               : split               ? static_cast<double>(n - 1) / n
@@ -193,7 +234,7 @@ int main(int argc, char** argv) {
                   a.op_name.c_str(), std::string(loom::to_string(a.dtype)).c_str(),
                   std::string(loom::to_string(a.redop)).c_str(), n, a.iters, a.warmup,
                   a.in_place ? "in place" : "out of place");
-      std::printf("# %s\n", comm.describe().c_str());
+      std::printf("# %s; buffers in %s\n", comm.describe().c_str(), device_text.c_str());
       std::printf("#%12s %12s %6s %6s %12s %12s %12s %8s\n", "size(B)", "count", "type", "redop",
                   "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
     }
@@ -205,8 +246,8 @@ int main(int argc, char** argv) {
     for (std::size_t bytes : sizes) {
       const std::size_t total = bytes / elem;               // elements in the whole buffer
       const std::size_t count = split ? total / n : total;  // the count argument of the call
-      char* inp = in.data();
-      char* outp = out.data();
+      char* inp = in_base;
+      char* outp = out_base;
       if (a.in_place) {
         if (a.op == Op::allgather)
           inp = outp + static_cast<std::size_t>(rank) * count * elem;
@@ -218,29 +259,31 @@ int main(int argc, char** argv) {
       auto run_once = [&] {
         switch (a.op) {
           case Op::allreduce:
-            comm.all_reduce(inp, outp, count, a.dtype, a.redop);
+            comm.all_reduce(inp, outp, count, a.dtype, a.redop, stream);
             break;
           case Op::reducescatter:
-            comm.reduce_scatter(inp, outp, count, a.dtype, a.redop);
+            comm.reduce_scatter(inp, outp, count, a.dtype, a.redop, stream);
             break;
           case Op::allgather:
-            comm.all_gather(inp, outp, count, a.dtype);
+            comm.all_gather(inp, outp, count, a.dtype, stream);
             break;
           case Op::broadcast:
-            comm.broadcast(inp, outp, count, a.dtype, a.root);
+            comm.broadcast(inp, outp, count, a.dtype, a.root, stream);
             break;
           case Op::reduce:
-            comm.reduce(inp, outp, count, a.dtype, a.redop, a.root);
+            comm.reduce(inp, outp, count, a.dtype, a.redop, a.root, stream);
             break;
         }
       };
       // Timing runs on whatever the buffers hold; prod stays finite because fill() starts each
       // size from small values, and the check below refills.
-      fill(inp, a.op == Op::reducescatter ? total : count, rank, a.dtype, a.redop);
+      fill_input(inp, a.op == Op::reducescatter ? total : count, rank, 0);
       for (int i = 0; i < a.warmup; ++i) run_once();
+      if (a.cuda) perf::stream_sync(stream);
       comm.barrier();
       auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < a.iters; ++i) run_once();
+      if (a.cuda) perf::stream_sync(stream);
       double us =
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
           a.iters;
@@ -252,46 +295,47 @@ int main(int argc, char** argv) {
         std::uint64_t w = 0;
         switch (a.op) {
           case Op::allreduce: {
-            fill(inp, count, rank, a.dtype, a.redop);
+            fill_input(inp, count, rank, 0);
             run_once();
             auto want = expected_reduction(0, count, n, a.dtype, a.redop);
-            w = count_wrong(outp, want.data(), count, a.dtype);
+            w = count_wrong(output(outp, count), want.data(), count, a.dtype);
             break;
           }
           case Op::reducescatter: {
-            fill(inp, total, rank, a.dtype, a.redop);
+            fill_input(inp, total, rank, 0);
             run_once();
             auto want = expected_reduction(static_cast<std::size_t>(rank) * count, count, n,
                                            a.dtype, a.redop);
-            w = count_wrong(outp, want.data(), count, a.dtype);
+            w = count_wrong(output(outp, count), want.data(), count, a.dtype);
             break;
           }
           case Op::allgather: {
             // Rank r contributes its pattern for the elements of block r.
-            fill(inp, count, rank, a.dtype, a.redop, static_cast<std::size_t>(rank) * count);
+            fill_input(inp, count, rank, static_cast<std::size_t>(rank) * count);
             run_once();
+            const char* got = output(outp, total);
             std::vector<std::byte> want(count * elem);
             for (int r = 0; r < n; ++r) {
               fill(want.data(), count, r, a.dtype, a.redop, static_cast<std::size_t>(r) * count);
-              w += count_wrong(outp + static_cast<std::size_t>(r) * count * elem, want.data(),
-                               count, a.dtype);
+              w += count_wrong(got + static_cast<std::size_t>(r) * count * elem, want.data(), count,
+                               a.dtype);
             }
             break;
           }
           case Op::broadcast: {
-            fill(inp, count, rank, a.dtype, a.redop);
+            fill_input(inp, count, rank, 0);
             run_once();
             std::vector<std::byte> want(count * elem);
             fill(want.data(), count, a.root, a.dtype, a.redop);
-            w = count_wrong(outp, want.data(), count, a.dtype);
+            w = count_wrong(output(outp, count), want.data(), count, a.dtype);
             break;
           }
           case Op::reduce: {
-            fill(inp, count, rank, a.dtype, a.redop);
+            fill_input(inp, count, rank, 0);
             run_once();
             if (rank == a.root) {
               auto want = expected_reduction(0, count, n, a.dtype, a.redop);
-              w = count_wrong(outp, want.data(), count, a.dtype);
+              w = count_wrong(output(outp, count), want.data(), count, a.dtype);
             }
             break;
           }
@@ -342,8 +386,16 @@ int main(int argc, char** argv) {
       }
     }
     comm.destroy();
+    if (a.cuda) {
+      perf::stream_destroy(stream);
+      perf::device_free(in_base);
+      perf::device_free(out_base);
+    }
     return total_wrong == 0 ? 0 : 3;
   } catch (const loom::Error& e) {
+    std::fprintf(stderr, "loom-perf: %s\n", e.what());
+    return 1;
+  } catch (const std::runtime_error& e) {  // the device helpers
     std::fprintf(stderr, "loom-perf: %s\n", e.what());
     return 1;
   }

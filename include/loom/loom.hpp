@@ -13,9 +13,15 @@
 #include <string>
 #include <string_view>
 
+struct CUstream_st;  // CUDA's stream: cudaStream_t is CUstream_st*
+
 namespace loom {
 
 class Store;
+
+// A CUDA stream (a cudaStream_t) for calls on GPU buffers, without the CUDA headers; nullptr is
+// CUDA's default stream.
+using CudaStream = CUstream_st*;
 
 enum class DataType : std::uint8_t { f32, f64, f16, bf16, i8, u8, i32, u32, i64, u64 };
 enum class ReduceOp : std::uint8_t { sum, prod, min, max, avg };
@@ -106,6 +112,14 @@ class Work {
 // ---- Communicator -------------------------------------------------------------------------------
 // A group of `size` ranks. Collectives must be issued by every rank in the same order.
 // Buffers passed to an _async call must stay valid until its Work completes.
+//
+// GPU buffers: every collective and send/recv takes device (or managed) memory as well as host
+// memory; the pointers say which (all of one call's buffers must be on one side, on one device,
+// and every rank of a host must pass the same kind). `stream` orders a call on device buffers:
+// it starts after the work queued on the stream before the call, and work queued on the stream
+// after the call waits for it to finish, without the host waiting; a blocking call also returns
+// only once the result is in place. Needs a build with CUDA; a stream with host buffers is an
+// InvalidArgument.
 class Communicator {
  public:
   // Joins the group through `store`; returns when every rank has joined or raises TimeoutError
@@ -121,37 +135,50 @@ class Communicator {
   int size() const;
 
   // out[i] = op over ranks of in[i]; in == out is in place.
-  void all_reduce(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op);
-  void all_reduce(void* buf, std::size_t count, DataType dtype, ReduceOp op) {
-    all_reduce(buf, buf, count, dtype, op);
+  void all_reduce(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op,
+                  CudaStream stream = nullptr);
+  void all_reduce(void* buf, std::size_t count, DataType dtype, ReduceOp op,
+                  CudaStream stream = nullptr) {
+    all_reduce(buf, buf, count, dtype, op, stream);
   }
   // in holds size()*count elements; rank r receives the reduction of block r into out (count).
   // In place when out == in + rank*count*size_of(dtype).
-  void reduce_scatter(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op);
+  void reduce_scatter(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op,
+                      CudaStream stream = nullptr);
   // in holds count elements; out receives size()*count, block r from rank r.
   // In place when in == out + rank*count*size_of(dtype).
-  void all_gather(const void* in, void* out, std::size_t count, DataType dtype);
+  void all_gather(const void* in, void* out, std::size_t count, DataType dtype,
+                  CudaStream stream = nullptr);
   // Root's in is copied to every rank's out (in is read on the root only).
-  void broadcast(const void* in, void* out, std::size_t count, DataType dtype, int root);
-  void broadcast(void* buf, std::size_t count, DataType dtype, int root) {
-    broadcast(buf, buf, count, dtype, root);
+  void broadcast(const void* in, void* out, std::size_t count, DataType dtype, int root,
+                 CudaStream stream = nullptr);
+  void broadcast(void* buf, std::size_t count, DataType dtype, int root,
+                 CudaStream stream = nullptr) {
+    broadcast(buf, buf, count, dtype, root, stream);
   }
   // The reduction lands in root's out; out is ignored on other ranks.
-  void reduce(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op, int root);
+  void reduce(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op, int root,
+              CudaStream stream = nullptr);
   void barrier();
-  void send(const void* buf, std::size_t count, DataType dtype, int peer);
-  void recv(void* buf, std::size_t count, DataType dtype, int peer);
+  void send(const void* buf, std::size_t count, DataType dtype, int peer,
+            CudaStream stream = nullptr);
+  void recv(void* buf, std::size_t count, DataType dtype, int peer, CudaStream stream = nullptr);
 
-  Work all_reduce_async(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op);
+  Work all_reduce_async(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op,
+                        CudaStream stream = nullptr);
   Work reduce_scatter_async(const void* in, void* out, std::size_t count, DataType dtype,
-                            ReduceOp op);
-  Work all_gather_async(const void* in, void* out, std::size_t count, DataType dtype);
-  Work broadcast_async(const void* in, void* out, std::size_t count, DataType dtype, int root);
+                            ReduceOp op, CudaStream stream = nullptr);
+  Work all_gather_async(const void* in, void* out, std::size_t count, DataType dtype,
+                        CudaStream stream = nullptr);
+  Work broadcast_async(const void* in, void* out, std::size_t count, DataType dtype, int root,
+                       CudaStream stream = nullptr);
   Work reduce_async(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op,
-                    int root);
+                    int root, CudaStream stream = nullptr);
   Work barrier_async();
-  Work send_async(const void* buf, std::size_t count, DataType dtype, int peer);
-  Work recv_async(void* buf, std::size_t count, DataType dtype, int peer);
+  Work send_async(const void* buf, std::size_t count, DataType dtype, int peer,
+                  CudaStream stream = nullptr);
+  Work recv_async(void* buf, std::size_t count, DataType dtype, int peer,
+                  CudaStream stream = nullptr);
 
   // Waits for pending work, closes connections. Later calls raise InvalidArgument.
   void destroy();

@@ -11,7 +11,7 @@ void pipelined_broadcast(Engine& engine, const Collective& call) {
   const int n = engine.size();
   const int pos = ((engine.rank() - call.root) % n + n) % n;  // 0 at the root
   if (pos == 0 && call.in != call.out)
-    std::memcpy(call.out, call.in, call.count * size_of(call.dtype));
+    engine.data().copy(call.out, call.in, call.count * size_of(call.dtype));
   if (n == 1) return;
   transport::Connection* next = pos < n - 1 ? &engine.connection(engine.ring_next()) : nullptr;
   transport::Connection* prev = pos > 0 ? &engine.connection(engine.ring_prev()) : nullptr;

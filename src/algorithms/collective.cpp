@@ -106,9 +106,18 @@ std::string Collective::describe() const {
 }
 
 transport::Connection& Engine::connection(int peer) {
-  if (by_peer_.empty()) by_peer_.assign(static_cast<std::size_t>(size_), nullptr);
-  transport::Connection*& known = by_peer_[static_cast<std::size_t>(peer)];
-  if (known == nullptr) known = &transport_.connect(peer, deadline_);
+  const bool device = data_->device();
+  auto& table = device ? by_peer_device_ : by_peer_;
+  if (table.empty()) table.assign(static_cast<std::size_t>(size_), nullptr);
+  transport::Connection*& known = table[static_cast<std::size_t>(peer)];
+  if (known == nullptr) {
+    if (device) {
+      known = &transport_.connect_device(peer, deadline_);
+      data_->attach(*known);
+    } else {
+      known = &transport_.connect(peer, deadline_);
+    }
+  }
   if (std::find(used_.begin(), used_.end(), known) == used_.end()) used_.push_back(known);
   return *known;
 }
@@ -121,8 +130,9 @@ const transport::Tag* Engine::own_call_like(const transport::Tag& tag) const {
   return mine.word != 0 && same_space_and_seq ? &mine : nullptr;
 }
 
-void Engine::run(const Collective& call, bool background) {
+void Engine::run(const Collective& call, bool background, DataPath* device_path) {
   call_ = &call;
+  data_ = device_path ? device_path : &host_path_;
   background_ = background;
   slice_bytes_ = 0;
   if (call.kind != Kind::send && call.kind != Kind::recv)
@@ -134,6 +144,7 @@ void Engine::run(const Collective& call, bool background) {
   Waiter waiter(*this);
   for (transport::Connection* c : used_)
     waiter.until([c] { return c->send_idle(); }, c->peer(), "the send queue to drain to");
+  data_->complete();
 }
 
 }  // namespace loom::algorithms

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/data_path.hpp"
 #include "core/config.hpp"
 #include "core/deadline.hpp"
 #include "core/halt.hpp"
@@ -36,6 +37,12 @@ struct Collective {
   int root = 0;  // root, or peer for send/recv
   const void* in = nullptr;
   void* out = nullptr;
+  // GPU buffers: the device they are on (-1: host memory), the user's stream, the event that
+  // marks the stream's work before the call, and the call's number among device calls.
+  int device = -1;
+  void* stream = nullptr;
+  void* ready_event = nullptr;
+  std::uint64_t device_seq = 0;
 
   // Carried with every slot: sequence number, kind, dtype, op, root and count, so a rank that
   // receives bytes of another call raises CollectiveMismatch naming both calls.
@@ -85,8 +92,12 @@ class Engine {
   int ring_next(int k = 1) const { return (rank_ + k) % size_; }
   int ring_prev(int k = 1) const { return ((rank_ - k) % size_ + size_) % size_; }
 
-  // The connection to peer; remembered so that waits keep it moving and run() flushes it.
+  // The connection to peer; remembered so that waits keep it moving and run() flushes it. For a
+  // call on GPU buffers: the transport's device connection (CUDA IPC where it has one), its host
+  // memory made reachable by the GPU.
   transport::Connection& connection(int peer);
+  // Where this call copies and reduces: the CPU, or the GPU for device buffers.
+  DataPath& data() { return *data_; }
   // Whether every peer is reached through shared memory (picks the cost model).
   bool all_peers_shared_memory() const { return transport_.all_shared_memory(); }
   // Every connection this call has used so far.
@@ -96,7 +107,8 @@ class Engine {
   const transport::Tag* own_call_like(const transport::Tag& tag) const;
   // Runs one call to completion: the algorithm, then a flush of every connection it used.
   // background: an asynchronous call, running while the rank's own thread computes.
-  void run(const Collective& call, bool background = false);
+  // device_path: the GPU's data path for a call on device buffers.
+  void run(const Collective& call, bool background = false, DataPath* device_path = nullptr);
   bool background() const { return background_; }
   // How much one slot carries in this call (chosen by selection.cpp; 0: a whole slot). Both
   // ends of every connection compute the same value from the same call.
@@ -108,6 +120,7 @@ class Engine {
     DataType dtype = DataType::u8;
     int algorithm = -1;  // -1: none yet
     std::size_t slice = 0;
+    bool device = false;
   };
   Plan& all_reduce_plan() { return plan_; }
   // A background call shares the rank's core with the rank's computation, unless the rank's
@@ -129,7 +142,10 @@ class Engine {
   bool background_ = false;
   std::size_t slice_bytes_ = 0;
   Plan plan_;
-  std::vector<transport::Connection*> by_peer_;  // connections made so far, by rank
+  std::vector<transport::Connection*> by_peer_;         // connections made so far, by rank
+  std::vector<transport::Connection*> by_peer_device_;  // the same for calls on GPU buffers
+  HostDataPath host_path_;
+  DataPath* data_ = &host_path_;
   core::Deadline deadline_{std::chrono::milliseconds(0)};
   std::vector<transport::Connection*> used_;
   static constexpr std::size_t kHistory = 64;

@@ -1,11 +1,8 @@
 #include "algorithms/primitives.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 #include <fmt/format.h>
-
-#include "reduce.hpp"
 
 namespace loom::algorithms {
 
@@ -95,31 +92,37 @@ void Primitives::mismatch(const transport::RecvSlot& slot, std::size_t expected_
 }
 
 void Primitives::send(const void* src, std::size_t count) {
+  DataPath& data = engine_.data();
   auto* s = static_cast<const std::byte*>(src);
   for (std::size_t off = 0; off < count; off += slice_elems_) {
     const std::size_t bytes = std::min(slice_elems_, count - off) * elem_;
-    std::memcpy(wait_send(bytes), s + off * elem_, bytes);
+    data.copy(wait_send(bytes), s + off * elem_, bytes);
+    data.complete();
     post(bytes);
   }
 }
 
 void Primitives::recv(void* dst, std::size_t count) {
+  DataPath& data = engine_.data();
   auto* d = static_cast<std::byte*>(dst);
   for (std::size_t off = 0; off < count; off += slice_elems_) {
     const std::size_t bytes = std::min(slice_elems_, count - off) * elem_;
-    std::memcpy(d + off * elem_, wait_recv(bytes).data, bytes);
+    data.copy(d + off * elem_, wait_recv(bytes).data, bytes);
+    data.complete();
     release();
   }
 }
 
 void Primitives::recv_reduce_send(const void* local, std::size_t count) {
   const Collective& c = engine_.call();
+  DataPath& data = engine_.data();
   auto* l = static_cast<const std::byte*>(local);
   for (std::size_t off = 0; off < count; off += slice_elems_) {
     const std::size_t n = std::min(slice_elems_, count - off);
     auto slot = wait_recv(n * elem_);
     std::byte* out = wait_send(n * elem_);
-    kernels::reduce(out, l + off * elem_, slot.data, n, c.dtype, c.op);
+    data.reduce(out, l + off * elem_, slot.data, n, c.dtype, c.op);
+    data.complete();
     post(n * elem_);
     release();
   }
@@ -128,27 +131,30 @@ void Primitives::recv_reduce_send(const void* local, std::size_t count) {
 void Primitives::recv_reduce_copy(const void* local, void* dst, std::size_t count, bool send,
                                   int divisor) {
   const Collective& c = engine_.call();
+  DataPath& data = engine_.data();
   auto* l = static_cast<const std::byte*>(local);
   auto* d = static_cast<std::byte*>(dst);
   for (std::size_t off = 0; off < count; off += slice_elems_) {
     const std::size_t n = std::min(slice_elems_, count - off);
     auto slot = wait_recv(n * elem_);
     std::byte* out = send ? wait_send(n * elem_) : nullptr;
-    kernels::reduce_copy(d + off * elem_, out, l + off * elem_, slot.data, n, c.dtype, c.op,
-                         divisor);
+    data.reduce_copy(d + off * elem_, out, l + off * elem_, slot.data, n, c.dtype, c.op, divisor);
+    data.complete();
     if (send) post(n * elem_);
     release();
   }
 }
 
 void Primitives::recv_copy_send(void* dst, std::size_t count) {
+  DataPath& data = engine_.data();
   auto* d = static_cast<std::byte*>(dst);
   for (std::size_t off = 0; off < count; off += slice_elems_) {
     const std::size_t bytes = std::min(slice_elems_, count - off) * elem_;
     auto slot = wait_recv(bytes);
     std::byte* out = wait_send(bytes);
-    std::memcpy(out, slot.data, bytes);
-    std::memcpy(d + off * elem_, slot.data, bytes);
+    data.copy(out, slot.data, bytes);
+    data.copy(d + off * elem_, slot.data, bytes);
+    data.complete();
     post(bytes);
     release();
   }

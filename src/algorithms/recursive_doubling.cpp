@@ -37,7 +37,7 @@ void recursive_doubling_all_reduce(Engine& engine, const Collective& call) {
     transport::Connection& partner = engine.connection(r + p);
     Primitives(engine, &partner, nullptr).recv_reduce_copy(call.in, out, call.count, false, 1);
   } else if (call.in != call.out) {
-    std::memcpy(out, call.in, call.count * size_of(call.dtype));
+    engine.data().copy(out, call.in, call.count * size_of(call.dtype));
   }
   for (int mask = 1; mask < p; mask <<= 1) {
     transport::Connection& peer = engine.connection(r ^ mask);
@@ -45,7 +45,7 @@ void recursive_doubling_all_reduce(Engine& engine, const Collective& call) {
     prims.send(out, call.count);
     prims.recv_reduce_copy(out, out, call.count, false, 1);
   }
-  if (call.op == ReduceOp::avg) kernels::divide(out, out, call.count, call.dtype, n);
+  if (call.op == ReduceOp::avg) engine.data().divide(out, out, call.count, call.dtype, n);
   if (r < extra) {
     transport::Connection& partner = engine.connection(r + p);
     Primitives(engine, nullptr, &partner).send(out, call.count);

@@ -12,7 +12,7 @@ void pipelined_reduce(Engine& engine, const Collective& call) {
   const int n = engine.size();
   const int divisor = call.op == ReduceOp::avg ? n : 1;
   if (n == 1) {
-    kernels::divide(call.out, call.in, call.count, call.dtype, divisor);
+    engine.data().divide(call.out, call.in, call.count, call.dtype, divisor);
     return;
   }
   const int pos = ((engine.rank() - call.root - 1) % n + n) % n;  // 0 first in the chain, n-1 root

@@ -14,7 +14,7 @@ void ring_all_gather(Engine& engine, const Collective& call) {
   auto block = [&](int b, std::size_t grid) {
     return out + (static_cast<std::size_t>(((b % n) + n) % n) * call.count + grid) * elem;
   };
-  if (call.in != block(r, 0)) std::memcpy(block(r, 0), call.in, call.count * elem);
+  if (call.in != block(r, 0)) engine.data().copy(block(r, 0), call.in, call.count * elem);
   if (n == 1) return;
   transport::Connection& next = engine.connection(engine.ring_next());
   transport::Connection& prev = engine.connection(engine.ring_prev());

@@ -22,7 +22,7 @@ void ring_all_reduce_pass(Engine& engine, const RingPosition& ring, const void* 
   auto* in = static_cast<const std::byte*>(input);
   auto* out = static_cast<std::byte*>(output);
   if (n == 1) {
-    if (in != out) std::memcpy(out, in, count * elem);
+    if (in != out) engine.data().copy(out, in, count * elem);
     return;
   }
   Primitives prims(engine, ring.prev, ring.next);

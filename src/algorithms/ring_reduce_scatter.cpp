@@ -15,7 +15,7 @@ void ring_reduce_scatter(Engine& engine, const Collective& call) {
   auto* in = static_cast<const std::byte*>(call.in);
   auto* out = static_cast<std::byte*>(call.out);
   if (n == 1) {
-    if (in != out) std::memcpy(out, in, call.count * elem);
+    if (in != out) engine.data().copy(out, in, call.count * elem);
     return;
   }
   const int divisor = call.op == ReduceOp::avg ? n : 1;

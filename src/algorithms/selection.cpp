@@ -133,7 +133,9 @@ constexpr AllReduce kAllReduces[] = {ring_all_reduce, recursive_doubling_all_red
 void choose_all_reduce(Engine& engine, const Collective& call) {
   // A loop of calls of one size decides once (the inputs are fixed per communicator).
   Engine::Plan& plan = engine.all_reduce_plan();
-  if (plan.count == call.count && plan.dtype == call.dtype && plan.algorithm >= 0) {
+  const bool device = call.device >= 0;
+  if (plan.count == call.count && plan.dtype == call.dtype && plan.device == device &&
+      plan.algorithm >= 0) {
     engine.set_slice_bytes(plan.slice);
     return kAllReduces[plan.algorithm](engine, call);
   }
@@ -145,7 +147,9 @@ void choose_all_reduce(Engine& engine, const Collective& call) {
   const Candidate candidates[] = {
       {"ring", ring_cost(model, n, bytes), true, kAllReduces[0]},
       {"recursive_doubling", recursive_doubling_cost(model, n, bytes), small, kAllReduces[1]},
-      {"one_shot", one_shot_cost(model, n, bytes), small, kAllReduces[2]},
+      // It keeps a host copy of the input: host buffers only.
+      {"one_shot", one_shot_cost(model, n, bytes), small && !device, kAllReduces[2],
+       device ? " (host buffers only)" : " (too large)"},
       // Chosen by the model only where ranks span hosts with several ranks each; LOOM_ALGO may
       // name it for any even layout (one host: a local reduce-scatter and all-gather).
       {"hierarchical",
@@ -174,7 +178,8 @@ void choose_all_reduce(Engine& engine, const Collective& call) {
   // The pipelined unit and its stages: the ring moves a 1/n chunk through 2(n-1) hops; the
   // others move the whole buffer, copied in by the sender while the receiver reduces it.
   std::size_t slice = 0;  // up to 16 KiB: whole slots, and no arithmetic on the latency path
-  if (bytes <= 16 * 1024 || chosen == 3) {  // hierarchical: a slice per phase, its own
+  // GPU buffers: whole slots, since each slice waits for its kernel to finish.
+  if (bytes <= 16 * 1024 || chosen == 3 || device) {  // hierarchical: a slice per phase, its own
   } else if (chosen == 0) {
     slice = slice_bytes(model, bytes / n, 2 * (n - 1), engine.config());
   } else {
@@ -186,7 +191,7 @@ void choose_all_reduce(Engine& engine, const Collective& call) {
   }
   engine.set_slice_bytes(slice);
   log_choice(call, model, chosen, candidates, kCount, slice);
-  plan = Engine::Plan{call.count, call.dtype, chosen, slice};
+  plan = Engine::Plan{call.count, call.dtype, chosen, slice, device};
   candidates[chosen].run(engine, call);
 }
 
@@ -204,7 +209,8 @@ void choose_slice(Engine& engine, const Collective& call) {
 }  // namespace
 
 void select_and_run(Engine& engine, const Collective& call) {
-  if (call.kind != Kind::all_reduce && call.kind != Kind::barrier) choose_slice(engine, call);
+  if (call.kind != Kind::all_reduce && call.kind != Kind::barrier && call.device < 0)
+    choose_slice(engine, call);
   switch (call.kind) {
     case Kind::all_reduce:
       return choose_all_reduce(engine, call);

@@ -23,6 +23,7 @@
 #include "core/topology.hpp"
 #include "core/trace_internal.hpp"
 #include "core/work.hpp"
+#include "gpu/gpu.hpp"
 #include "loom/store.hpp"
 #include "loom/trace.hpp"
 #include "reduce.hpp"
@@ -126,6 +127,13 @@ class Communicator::Impl {
                                                            topology_.pid_of_rank);
     auto table =
         std::make_unique<transport::TransportTable>(std::move(tcp), std::move(shm), shm_peers);
+    // Device buffers of same-host peers: CUDA IPC, when this build and machine have CUDA.
+    if (config_.cuda_ipc && std::find(shm_peers.begin(), shm_peers.end(), true) != shm_peers.end())
+      if (auto ipc = gpu::make_ipc_transport(*store_, rank, token, config_, topology_.pid_of_rank,
+                                             shm_peers)) {
+        ipc_ = ipc.get();
+        table->set_device_transport(std::move(ipc));
+      }
     transport_summary_ = describe_peers(*table);
     transport_ = std::move(table);
     engine_ = std::make_unique<algorithms::Engine>(rank, size, *transport_, config_, halt_,
@@ -137,6 +145,9 @@ class Communicator::Impl {
         config_.slots, config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10,
         config_.timeout.count() / 1000, kernels::simd_target());
     if (rank == 0) core::log().info("topology: {}", topology_.describe());
+    if (gpu::device_count() > 0)
+      core::log().info("rank {}: {}; device buffers of local peers via {}", rank, gpu::describe(),
+                       ipc_ ? "cudaipc" : "host slots");
     if (rank == 0)
       core::log().info(
           "algorithms: all_reduce ring, recursive_doubling, one_shot or hierarchical (cost "
@@ -163,6 +174,7 @@ class Communicator::Impl {
   // Validates, numbers and queues one call for the worker thread.
   Work submit(Collective call) {
     validate(call);
+    place(call);
     auto state = std::make_shared<Work::State>();
     state->waiting = callers_waiting_;
     std::unique_lock lock(mu_);
@@ -176,6 +188,7 @@ class Communicator::Impl {
   // on the caller's thread: no allocation, no thread hand-off.
   void run(Collective call) {
     validate(call);
+    place(call);
     std::unique_lock lock(mu_);
     admit(call);
     if (!queue_.empty() || busy_) {  // behind earlier asynchronous calls: keep the order
@@ -262,6 +275,7 @@ class Communicator::Impl {
     if (worker_.joinable()) worker_.join();
     monitor_.reset();
     engine_.reset();
+    gpu_.reset();
     transport_.reset();
   }
 
@@ -296,6 +310,7 @@ class Communicator::Impl {
     if (destroyed_)
       throw InvalidArgument(fmt::format("{}: rank {}: the communicator was destroyed",
                                         algorithms::to_string(call.kind), rank_));
+    if (call.device >= 0) gpu_->issue(call);  // last: what raises here leaves nothing behind
     if (call.kind == Kind::send)
       call.seq = sent_[call.root]++;
     else if (call.kind == Kind::recv)
@@ -335,21 +350,74 @@ class Communicator::Impl {
     }
   }
 
+  // Where the call's buffers are: host memory, or one GPU (then the communicator's GPU runtime
+  // exists, bound to that device). A stream with host buffers, or buffers on two sides, are
+  // refused.
+  void place(Collective& c) {
+    const std::string_view op = algorithms::to_string(c.kind);
+    auto bad = [&](const std::string& why) {
+      return InvalidArgument(fmt::format("{}: rank {}: {}", op, rank_, why));
+    };
+    if (c.count == 0 || c.kind == Kind::barrier) return;
+    const bool reads = c.kind != Kind::recv && !(c.kind == Kind::broadcast && c.root != rank_);
+    const bool writes = c.kind != Kind::send && !(c.kind == Kind::reduce && c.root != rank_);
+    const int in_device = reads ? gpu::device_of(c.in) : -2;
+    const int out_device = writes ? gpu::device_of(c.out) : -2;
+    if (in_device != -2 && out_device != -2 && in_device != out_device)
+      throw bad(
+          fmt::format("'in' is {} but 'out' is {}: one call's buffers must be on one side",
+                      in_device < 0 ? "host memory" : fmt::format("on device {}", in_device),
+                      out_device < 0 ? "host memory" : fmt::format("on device {}", out_device)));
+    const int device = std::max(in_device, out_device);
+    if (device < 0) {
+      if (c.stream != nullptr)
+        throw bad(gpu::built() ? "a CUDA stream was given but the buffers are host memory"
+                               : "a CUDA stream was given but this build has no CUDA support");
+      return;
+    }
+    std::lock_guard lock(gpu_mu_);
+    if (!gpu_) {
+      gpu_ = gpu::make_runtime(device, rank_, config_);
+      if (ipc_) ipc_->prepare(device);
+    } else if (gpu_->device() != device) {
+      throw bad(
+          fmt::format("the buffers are on device {}, but this communicator's device calls "
+                      "use device {} (one device per communicator)",
+                      device, gpu_->device()));
+    }
+    c.device = device;
+  }
+
   // background: on the worker thread, while the caller's thread probably computes.
   void execute(const Collective& call, bool background) {
+    // A call on device buffers holds its stream until end(), whatever happens here.
+    struct StreamRelease {
+      gpu::Runtime* runtime;
+      const Collective& call;
+      bool ok = false;
+      ~StreamRelease() {
+        if (runtime) runtime->end(call, ok);
+      }
+    } release{call.device >= 0 ? gpu_.get() : nullptr, call};
     if (halt_.triggered())  // queued before the halt
       halt_.raise_unusable(fmt::format("{}: rank {}", call.describe(), rank_));
-    if (call.count == 0 && call.kind != Kind::barrier) return;
+    if (call.count == 0 && call.kind != Kind::barrier) {
+      release.ok = true;
+      return;
+    }
     progress_.word.store(call.tag().word, std::memory_order_relaxed);
     progress_.count.store(call.tag().count, std::memory_order_relaxed);
     progress_.in_call.store(true, std::memory_order_relaxed);
     try {
+      algorithms::DataPath* device_path =
+          release.runtime ? &release.runtime->begin(call, *engine_) : nullptr;
       if (trace::enabled()) {
         trace::Scope span(call.describe(), "collective");
-        engine_->run(call, background);
+        engine_->run(call, background, device_path);
       } else {
-        engine_->run(call, background);
+        engine_->run(call, background, device_path);
       }
+      release.ok = true;
       progress_.in_call.store(false, std::memory_order_relaxed);
     } catch (...) {
       progress_.in_call.store(false, std::memory_order_relaxed);
@@ -465,6 +533,10 @@ class Communicator::Impl {
   std::string transport_summary_;
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<algorithms::Engine> engine_;
+  // Calls on device buffers: created by the first one, on the caller's thread (place()).
+  std::mutex gpu_mu_;
+  std::unique_ptr<gpu::Runtime> gpu_;
+  gpu::IpcTransport* ipc_ = nullptr;  // owned by transport_
 
   std::mutex mu_;
   std::condition_variable wake_;
@@ -530,8 +602,9 @@ void Communicator::abort() {
 
 namespace {
 Collective make(Kind kind, const void* in, void* out, std::size_t count, DataType dtype,
-                ReduceOp op, int root) {
+                ReduceOp op, int root, CudaStream stream = nullptr) {
   Collective c{};
+  c.stream = stream;
   c.kind = kind;
   c.in = in;
   c.out = out;
@@ -544,77 +617,82 @@ Collective make(Kind kind, const void* in, void* out, std::size_t count, DataTyp
 }  // namespace
 
 Work Communicator::all_reduce_async(const void* in, void* out, std::size_t count, DataType dtype,
-                                    ReduceOp op) {
+                                    ReduceOp op, CudaStream stream) {
   LOOM_REQUIRE_IMPL("all_reduce");
-  return impl_->submit(make(Kind::all_reduce, in, out, count, dtype, op, 0));
+  return impl_->submit(make(Kind::all_reduce, in, out, count, dtype, op, 0, stream));
 }
 Work Communicator::reduce_scatter_async(const void* in, void* out, std::size_t count,
-                                        DataType dtype, ReduceOp op) {
+                                        DataType dtype, ReduceOp op, CudaStream stream) {
   LOOM_REQUIRE_IMPL("reduce_scatter");
-  return impl_->submit(make(Kind::reduce_scatter, in, out, count, dtype, op, 0));
+  return impl_->submit(make(Kind::reduce_scatter, in, out, count, dtype, op, 0, stream));
 }
-Work Communicator::all_gather_async(const void* in, void* out, std::size_t count, DataType dtype) {
+Work Communicator::all_gather_async(const void* in, void* out, std::size_t count, DataType dtype,
+                                    CudaStream stream) {
   LOOM_REQUIRE_IMPL("all_gather");
-  return impl_->submit(make(Kind::all_gather, in, out, count, dtype, ReduceOp::sum, 0));
+  return impl_->submit(make(Kind::all_gather, in, out, count, dtype, ReduceOp::sum, 0, stream));
 }
 Work Communicator::broadcast_async(const void* in, void* out, std::size_t count, DataType dtype,
-                                   int root) {
+                                   int root, CudaStream stream) {
   LOOM_REQUIRE_IMPL("broadcast");
-  return impl_->submit(make(Kind::broadcast, in, out, count, dtype, ReduceOp::sum, root));
+  return impl_->submit(make(Kind::broadcast, in, out, count, dtype, ReduceOp::sum, root, stream));
 }
 Work Communicator::reduce_async(const void* in, void* out, std::size_t count, DataType dtype,
-                                ReduceOp op, int root) {
+                                ReduceOp op, int root, CudaStream stream) {
   LOOM_REQUIRE_IMPL("reduce");
-  return impl_->submit(make(Kind::reduce, in, out, count, dtype, op, root));
+  return impl_->submit(make(Kind::reduce, in, out, count, dtype, op, root, stream));
 }
 Work Communicator::barrier_async() {
   LOOM_REQUIRE_IMPL("barrier");
   return impl_->submit(make(Kind::barrier, nullptr, nullptr, 0, DataType::u8, ReduceOp::sum, 0));
 }
-Work Communicator::send_async(const void* buf, std::size_t count, DataType dtype, int peer) {
+Work Communicator::send_async(const void* buf, std::size_t count, DataType dtype, int peer,
+                              CudaStream stream) {
   LOOM_REQUIRE_IMPL("send");
-  return impl_->submit(make(Kind::send, buf, nullptr, count, dtype, ReduceOp::sum, peer));
+  return impl_->submit(make(Kind::send, buf, nullptr, count, dtype, ReduceOp::sum, peer, stream));
 }
-Work Communicator::recv_async(void* buf, std::size_t count, DataType dtype, int peer) {
+Work Communicator::recv_async(void* buf, std::size_t count, DataType dtype, int peer,
+                              CudaStream stream) {
   LOOM_REQUIRE_IMPL("recv");
-  return impl_->submit(make(Kind::recv, nullptr, buf, count, dtype, ReduceOp::sum, peer));
+  return impl_->submit(make(Kind::recv, nullptr, buf, count, dtype, ReduceOp::sum, peer, stream));
 }
 
 void Communicator::all_reduce(const void* in, void* out, std::size_t count, DataType dtype,
-                              ReduceOp op) {
+                              ReduceOp op, CudaStream stream) {
   LOOM_REQUIRE_IMPL("all_reduce");
-  impl_->run(make(Kind::all_reduce, in, out, count, dtype, op, 0));
+  impl_->run(make(Kind::all_reduce, in, out, count, dtype, op, 0, stream));
 }
 void Communicator::reduce_scatter(const void* in, void* out, std::size_t count, DataType dtype,
-                                  ReduceOp op) {
+                                  ReduceOp op, CudaStream stream) {
   LOOM_REQUIRE_IMPL("reduce_scatter");
-  impl_->run(make(Kind::reduce_scatter, in, out, count, dtype, op, 0));
+  impl_->run(make(Kind::reduce_scatter, in, out, count, dtype, op, 0, stream));
 }
-void Communicator::all_gather(const void* in, void* out, std::size_t count, DataType dtype) {
+void Communicator::all_gather(const void* in, void* out, std::size_t count, DataType dtype,
+                              CudaStream stream) {
   LOOM_REQUIRE_IMPL("all_gather");
-  impl_->run(make(Kind::all_gather, in, out, count, dtype, ReduceOp::sum, 0));
+  impl_->run(make(Kind::all_gather, in, out, count, dtype, ReduceOp::sum, 0, stream));
 }
-void Communicator::broadcast(const void* in, void* out, std::size_t count, DataType dtype,
-                             int root) {
+void Communicator::broadcast(const void* in, void* out, std::size_t count, DataType dtype, int root,
+                             CudaStream stream) {
   LOOM_REQUIRE_IMPL("broadcast");
-  impl_->run(make(Kind::broadcast, in, out, count, dtype, ReduceOp::sum, root));
+  impl_->run(make(Kind::broadcast, in, out, count, dtype, ReduceOp::sum, root, stream));
 }
 void Communicator::reduce(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op,
-                          int root) {
+                          int root, CudaStream stream) {
   LOOM_REQUIRE_IMPL("reduce");
-  impl_->run(make(Kind::reduce, in, out, count, dtype, op, root));
+  impl_->run(make(Kind::reduce, in, out, count, dtype, op, root, stream));
 }
 void Communicator::barrier() {
   LOOM_REQUIRE_IMPL("barrier");
   impl_->run(make(Kind::barrier, nullptr, nullptr, 0, DataType::u8, ReduceOp::sum, 0));
 }
-void Communicator::send(const void* buf, std::size_t count, DataType dtype, int peer) {
+void Communicator::send(const void* buf, std::size_t count, DataType dtype, int peer,
+                        CudaStream stream) {
   LOOM_REQUIRE_IMPL("send");
-  impl_->run(make(Kind::send, buf, nullptr, count, dtype, ReduceOp::sum, peer));
+  impl_->run(make(Kind::send, buf, nullptr, count, dtype, ReduceOp::sum, peer, stream));
 }
-void Communicator::recv(void* buf, std::size_t count, DataType dtype, int peer) {
+void Communicator::recv(void* buf, std::size_t count, DataType dtype, int peer, CudaStream stream) {
   LOOM_REQUIRE_IMPL("recv");
-  impl_->run(make(Kind::recv, nullptr, buf, count, dtype, ReduceOp::sum, peer));
+  impl_->run(make(Kind::recv, nullptr, buf, count, dtype, ReduceOp::sum, peer, stream));
 }
 
 // Used by init() to keep the store server alive as long as the communicator.

@@ -32,6 +32,9 @@ struct Config {
   std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(30)};
   // The job secret that authenticates data connections; empty: none (see core/auth.hpp).
   std::string secret;
+  // Device buffers of ranks on one host move through CUDA IPC (LOOM_CUDA_IPC=0: staged through
+  // the host's shared memory instead). Must be the same on every rank.
+  bool cuda_ipc = true;
   // Bounded spinning before blocking, in microseconds; 0 blocks at once.
   int spin_us = 200;
   bool spin_us_set = false;  // by LOOM_SPIN_US, which set_local_world_size leaves alone

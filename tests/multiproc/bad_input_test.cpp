@@ -54,6 +54,15 @@ TEST(BadInput, EveryCaseRaisesInvalidArgumentAndTheNextAllReduceSucceeds) {
         },
         "all_reduce", "unknown data type");
     all_reduce_still_works();
+    // A CUDA stream only orders calls on device buffers (never dereferenced here).
+    auto* stream = reinterpret_cast<CudaStream>(std::uintptr_t{0x1000});
+    expect_invalid(
+        [&] { comm.all_reduce(buf.data(), buf.data(), 4, DataType::f32, ReduceOp::sum, stream); },
+        "all_reduce", "a CUDA stream was given but");
+    all_reduce_still_works();
+    expect_invalid([&] { comm.broadcast(buf.data(), 4, DataType::f32, 0, stream); }, "broadcast",
+                   "a CUDA stream was given but");
+    all_reduce_still_works();
     expect_invalid(
         [&] {
           comm.all_reduce(buf.data(), buf.data(), 4, DataType::f32, static_cast<ReduceOp>(42));

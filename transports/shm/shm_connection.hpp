@@ -34,8 +34,14 @@ class ShmConnection final : public Connection {
   void prepare_sleep() override;
   void sleep(int timeout_ms) override;
   std::string describe() const override;
+  std::vector<Region> host_regions() const override { return {{base_, bytes_}}; }
   // Marks this side gone and wakes the peer.
   void close();
+  // FIFO positions of the next send slot and of the oldest received one, for a transport that
+  // keeps the data elsewhere and uses this connection for its control (cudaipc).
+  std::size_t send_slot_index() const { return posted_ % slots_; }
+  std::size_t recv_slot_index() const { return consumed_ % slots_; }
+  std::size_t slots() const { return slots_; }
 
  private:
   void ring_peer();

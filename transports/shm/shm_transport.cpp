@@ -24,8 +24,13 @@ void* map_fd(int fd, std::size_t bytes) {
 }  // namespace
 
 ShmTransport::ShmTransport(Store& store, int rank, std::uint64_t job_token,
-                           const core::Config& config, std::vector<int> pids)
-    : store_(store), rank_(rank), job_token_(job_token), config_(config), pids_(std::move(pids)) {}
+                           const core::Config& config, std::vector<int> pids, std::string purpose)
+    : store_(store),
+      rank_(rank),
+      job_token_(job_token),
+      config_(config),
+      pids_(std::move(pids)),
+      purpose_(std::move(purpose)) {}
 
 ShmTransport::~ShmTransport() {
   connections_.clear();
@@ -41,7 +46,8 @@ void ShmTransport::abort() {
 }
 
 std::string ShmTransport::segment_name(int peer) const {
-  return fmt::format("/loom-{:016x}-{}-{}", job_token_, std::min(rank_, peer),
+  const std::string kind = purpose_ == "shm" ? "" : "-" + purpose_;
+  return fmt::format("/loom-{:016x}{}-{}-{}", job_token_, kind, std::min(rank_, peer),
                      std::max(rank_, peer));
 }
 
@@ -49,7 +55,7 @@ Connection& ShmTransport::connect(int peer, const core::Deadline& deadline) {
   if (auto it = connections_.find(peer); it != connections_.end()) return *it->second;
   const int low = std::min(rank_, peer), high = std::max(rank_, peer);
   const std::string name = segment_name(peer);
-  const std::string key = fmt::format("shm/{}/{}", low, high);
+  const std::string key = fmt::format("{}/{}/{}", purpose_, low, high);
   const std::size_t slot_bytes = config_.buffer_bytes / static_cast<std::size_t>(config_.slots);
   const std::size_t slots = static_cast<std::size_t>(config_.slots);
   const std::size_t bytes = segment_bytes(slot_bytes, slots);

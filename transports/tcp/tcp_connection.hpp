@@ -40,6 +40,9 @@ class TcpConnection final : public Connection {
   void add_poll_fds(std::vector<pollfd>& fds) const override;
   void sleep(int timeout_ms) override;
   std::string describe() const override;
+  std::vector<Region> host_regions() const override {
+    return {{send_buffer_.get(), slot_bytes_ * slots_}, {recv_buffer_.get(), slot_bytes_ * slots_}};
+  }
   // Ends both directions: the peer sees end of stream at once.
   void shutdown();
 

@@ -1,0 +1,141 @@
+#include "transports/cudaipc/cudaipc_transport.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/logging.hpp"
+
+namespace loom::transport::cudaipc {
+namespace {
+
+std::string error_text(cudaError_t e) {
+  return fmt::format("{} ({})", cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+std::string handle_key(int owner, int peer) {
+  return fmt::format("cudaipc/{}/{}", owner, peer);
+}
+
+}  // namespace
+
+CudaIpcConnection::CudaIpcConnection(shm::ShmConnection& control, std::byte* own_slots,
+                                     std::byte* peer_slots, int device)
+    : control_(control), own_slots_(own_slots), peer_slots_(peer_slots), device_(device) {}
+
+std::byte* CudaIpcConnection::try_acquire_send_slot() {
+  if (control_.try_acquire_send_slot() == nullptr) return nullptr;
+  return peer_slots_ + control_.send_slot_index() * control_.slot_bytes();
+}
+
+std::optional<RecvSlot> CudaIpcConnection::try_recv_slot() {
+  auto slot = control_.try_recv_slot();
+  if (slot) slot->data = own_slots_ + control_.recv_slot_index() * control_.slot_bytes();
+  return slot;
+}
+
+std::string CudaIpcConnection::describe() const {
+  return fmt::format("cudaipc to rank {}: {} device slots of {} KiB on device {}, control {}",
+                     peer(), control_.slots(), slot_bytes() >> 10, device_, control_.describe());
+}
+
+CudaIpcTransport::CudaIpcTransport(Store& store, int rank, std::uint64_t job_token,
+                                   const core::Config& config, std::vector<int> pids,
+                                   std::vector<bool> local_peers)
+    : store_(store),
+      rank_(rank),
+      slot_bytes_(config.buffer_bytes / static_cast<std::size_t>(config.slots)),
+      slots_(static_cast<std::size_t>(config.slots)),
+      local_peers_(std::move(local_peers)),
+      control_(store, rank, job_token, config, std::move(pids), "cudaipc") {}
+
+CudaIpcTransport::~CudaIpcTransport() {
+  connections_.clear();
+  if (device_ < 0) return;
+  int previous = -1;
+  cudaGetDevice(&previous);
+  cudaSetDevice(device_);
+  for (auto& [peer, p] : opened_) cudaIpcCloseMemHandle(p);
+  for (auto& [peer, p] : own_) cudaFree(p);
+  if (previous >= 0) cudaSetDevice(previous);
+}
+
+void CudaIpcTransport::prepare(int device) {
+  if (device_ >= 0) return;
+  int previous = -1;
+  cudaGetDevice(&previous);
+  cudaSetDevice(device);
+  struct Restore {
+    int device;
+    ~Restore() {
+      if (device >= 0) cudaSetDevice(device);
+    }
+  } restore{previous};
+  device_ = device;
+  for (std::size_t peer = 0; peer < local_peers_.size(); ++peer) {
+    if (!local_peers_[peer]) continue;
+    void* fifo = nullptr;
+    cudaError_t e = cudaMalloc(&fifo, slot_bytes_ * slots_);
+    if (e != cudaSuccess)
+      throw Error(
+          fmt::format("cudaipc: rank {}: cudaMalloc of {} bytes of slots for rank {} "
+                      "failed: {}",
+                      rank_, slot_bytes_ * slots_, peer, error_text(e)));
+    own_[static_cast<int>(peer)] = static_cast<std::byte*>(fifo);
+    cudaIpcMemHandle_t handle{};
+    e = cudaIpcGetMemHandle(&handle, fifo);
+    if (e != cudaSuccess)
+      throw Error(fmt::format("cudaipc: rank {}: cudaIpcGetMemHandle for rank {} failed: {}", rank_,
+                              peer, error_text(e)));
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(&handle);
+    store_.set(handle_key(rank_, static_cast<int>(peer)), Bytes(bytes, bytes + sizeof(handle)));
+  }
+  core::log().debug("cudaipc: rank {}: device {} slots exported to {} local peer(s)", rank_, device,
+                    own_.size());
+}
+
+Connection& CudaIpcTransport::connect(int peer, const core::Deadline& deadline) {
+  if (auto it = connections_.find(peer); it != connections_.end()) return *it->second;
+  if (device_ < 0 || !local_peers_.at(static_cast<std::size_t>(peer)))
+    throw std::logic_error(fmt::format(
+        "cudaipc: rank {}: connect to rank {} before prepare() or across hosts", rank_, peer));
+  // The control FIFO first: it is where a peer that never makes device calls is noticed.
+  auto& control = static_cast<shm::ShmConnection&>(control_.connect(peer, deadline));
+  const Bytes handle_bytes = store_.get(handle_key(peer, rank_),
+                                        std::chrono::milliseconds(deadline.remaining_ms(1 << 30)));
+  cudaIpcMemHandle_t handle{};
+  if (handle_bytes.size() != sizeof(handle))
+    throw PeerError(fmt::format("cudaipc: rank {} with rank {}: malformed IPC handle ({} bytes)",
+                                rank_, peer, handle_bytes.size()),
+                    peer);
+  std::memcpy(&handle, handle_bytes.data(), sizeof(handle));
+  void* remote = nullptr;
+  const cudaError_t e = cudaIpcOpenMemHandle(&remote, handle, cudaIpcMemLazyEnablePeerAccess);
+  if (e != cudaSuccess)
+    throw PeerError(fmt::format("cudaipc: rank {} with rank {}: cannot open the peer's device "
+                                "slots: {} (GPUs without peer access? set LOOM_CUDA_IPC=0 to "
+                                "stage through host memory)",
+                                rank_, peer, error_text(e)),
+                    peer);
+  opened_[peer] = static_cast<std::byte*>(remote);
+  auto conn = std::make_unique<CudaIpcConnection>(control, own_.at(peer),
+                                                  static_cast<std::byte*>(remote), device_);
+  core::log().debug("connected: {}", conn->describe());
+  return *(connections_[peer] = std::move(conn));
+}
+
+}  // namespace loom::transport::cudaipc
+
+namespace loom::gpu {
+
+std::unique_ptr<IpcTransport> make_ipc_transport(Store& store, int rank, std::uint64_t job_token,
+                                                 const core::Config& config, std::vector<int> pids,
+                                                 std::vector<bool> local_peers) {
+  if (device_count() == 0) return nullptr;
+  return std::make_unique<transport::cudaipc::CudaIpcTransport>(
+      store, rank, job_token, config, std::move(pids), std::move(local_peers));
+}
+
+}  // namespace loom::gpu
