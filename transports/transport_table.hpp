@@ -1,5 +1,6 @@
-// The transport of each peer: shared memory for ranks on this host, TCP for the rest (unless
-// LOOM_TRANSPORT or LOOM_SHM_DISABLE say otherwise); for calls on GPU buffers, CUDA IPC where
+// The transport of each peer: shared memory for ranks on this host, InfiniBand verbs for ranks
+// on other hosts when both ends have an RDMA port, TCP for the rest (LOOM_TRANSPORT,
+// LOOM_SHM_DISABLE and LOOM_IB_DISABLE narrow this); for calls on GPU buffers, CUDA IPC where
 // shared memory would serve. The engine sees one Transport.
 #pragma once
 
@@ -20,9 +21,16 @@ class TransportTable final : public Transport {
     all_shared_memory_ = shared > 0 && shared + 1 == static_cast<int>(shm_peers_.size());
   }
   std::string_view name() const override { return shm_ ? "shm+tcp" : "tcp"; }
+  // RDMA for the peers on other hosts that it reaches (both ends have a port).
+  void set_rdma_transport(std::unique_ptr<Transport> rdma, std::vector<bool> rdma_peers) {
+    rdma_ = std::move(rdma);
+    rdma_peers_ = std::move(rdma_peers);
+  }
   Connection& connect(int peer, const core::Deadline& deadline) override {
-    return shm_peers_[static_cast<std::size_t>(peer)] ? shm_->connect(peer, deadline)
-                                                      : tcp_->connect(peer, deadline);
+    const auto p = static_cast<std::size_t>(peer);
+    if (shm_peers_[p]) return shm_->connect(peer, deadline);
+    if (rdma_ && rdma_peers_[p]) return rdma_->connect(peer, deadline);
+    return tcp_->connect(peer, deadline);
   }
   bool all_shared_memory() const override { return all_shared_memory_; }
   // Device-memory connections for the peers shared memory reaches (CUDA IPC), when available.
@@ -35,16 +43,20 @@ class TransportTable final : public Transport {
     tcp_->abort();
     if (shm_) shm_->abort();
     if (device_) device_->abort();
+    if (rdma_) rdma_->abort();
   }
   const char* transport_of(int peer) const {
-    return shm_peers_[static_cast<std::size_t>(peer)] ? "shm" : "tcp";
+    const auto p = static_cast<std::size_t>(peer);
+    return shm_peers_[p] ? "shm" : rdma_ && rdma_peers_[p] ? "ibverbs" : "tcp";
   }
 
  private:
   std::unique_ptr<Transport> tcp_;
   std::unique_ptr<Transport> shm_;
   std::unique_ptr<Transport> device_;
+  std::unique_ptr<Transport> rdma_;
   std::vector<bool> shm_peers_;
+  std::vector<bool> rdma_peers_;
   bool all_shared_memory_;
 };
 

@@ -27,6 +27,8 @@
 #include "loom/store.hpp"
 #include "loom/trace.hpp"
 #include "reduce.hpp"
+#include "transports/ibverbs/ib_device.hpp"
+#include "transports/ibverbs/ib_transport.hpp"
 #include "transports/shm/shm_transport.hpp"
 #include "transports/tcp/tcp_transport.hpp"
 #include "transports/transport_table.hpp"
@@ -109,7 +111,23 @@ class Communicator::Impl {
                                                               route_hint);
     listen_address_ = tcp->listen_address();
     join();
-    topology_ = core::exchange_topology(*store_, rank, size, config_.timeout);
+    // RDMA is opened before the topology exchange, so that a port is advertised only when it
+    // works here; the peers on other hosts that advertise one too are reached through it.
+    std::unique_ptr<transport::Transport> rdma;
+    std::string rdma_port = "-", rdma_why = "LOOM_TRANSPORT=" + config_.transport;
+    if (size > 1 && config_.transport == "auto") {
+      if (auto port = transport::ibverbs::choose_port(rdma_why)) {
+        try {
+          rdma = transport::ibverbs::make_transport(*store_, rank, config_, *port);
+          rdma_port =
+              fmt::format("{}:{}:{}", port->device, port->port, port->ethernet ? "roce" : "ib");
+          rdma_why = port->describe();
+        } catch (const Error& e) {
+          rdma_why = e.what();
+        }
+      }
+    }
+    topology_ = core::exchange_topology(*store_, rank, size, config_.timeout, rdma_port);
     // The spinning policy follows the ranks that really share this host's cores.
     config_.set_local_world_size(topology_.ranks_on_host_of(rank));
     config_.any_host_oversubscribed = topology_.any_host_oversubscribed();
@@ -127,6 +145,18 @@ class Communicator::Impl {
                                                            topology_.pid_of_rank);
     auto table =
         std::make_unique<transport::TransportTable>(std::move(tcp), std::move(shm), shm_peers);
+    log_rdma_choice(rdma_port, rdma_why);
+    if (rdma) {
+      std::vector<bool> rdma_peers(static_cast<std::size_t>(size), false);
+      const std::string link = rdma_port.substr(rdma_port.rfind(':'));
+      for (int r = 0; r < size; ++r) {
+        const std::string& theirs = topology_.rdma_of_rank[static_cast<std::size_t>(r)];
+        rdma_peers[static_cast<std::size_t>(r)] = r != rank && !topology_.same_host(rank, r) &&
+                                                  theirs != "-" &&
+                                                  theirs.substr(theirs.rfind(':')) == link;
+      }
+      table->set_rdma_transport(std::move(rdma), std::move(rdma_peers));
+    }
     // Device buffers of same-host peers: CUDA IPC, when this build and machine have CUDA.
     if (config_.cuda_ipc && std::find(shm_peers.begin(), shm_peers.end(), true) != shm_peers.end())
       if (auto ipc = gpu::make_ipc_transport(*store_, rank, token, config_, topology_.pid_of_rank,
@@ -515,13 +545,37 @@ class Communicator::Impl {
 
   // "shm to ranks 1,2; tcp to ranks 3" for logs and describe().
   std::string describe_peers(const transport::TransportTable& table) const {
-    std::vector<int> shm, tcp;
-    for (int r = 0; r < size_; ++r)
-      if (r != rank_) (std::string(table.transport_of(r)) == "shm" ? shm : tcp).push_back(r);
     std::vector<std::string> parts;
-    if (!shm.empty()) parts.push_back(fmt::format("shm to rank(s) {}", fmt::join(shm, ",")));
-    if (!tcp.empty()) parts.push_back(fmt::format("tcp to rank(s) {}", fmt::join(tcp, ",")));
+    for (const char* kind : {"shm", "ibverbs", "tcp"}) {
+      std::vector<int> ranks;
+      for (int r = 0; r < size_; ++r)
+        if (r != rank_ && std::string(table.transport_of(r)) == kind) ranks.push_back(r);
+      if (!ranks.empty())
+        parts.push_back(fmt::format("{} to rank(s) {}", kind, fmt::join(ranks, ",")));
+    }
     return parts.empty() ? "no peers" : fmt::format("{}", fmt::join(parts, ", "));
+  }
+
+  // Why the ranks on other hosts are reached by RDMA or by TCP, once, at INFO.
+  void log_rdma_choice(const std::string& mine, const std::string& why) const {
+    std::vector<int> remote, without;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_ || topology_.same_host(rank_, r)) continue;
+      remote.push_back(r);
+      if (topology_.rdma_of_rank[static_cast<std::size_t>(r)] == "-") without.push_back(r);
+    }
+    if (remote.empty()) {
+      core::log().debug("rank {}: no rank on another host; ibverbs: {}", rank_, why);
+    } else if (mine == "-") {
+      core::log().info("rank {}: ibverbs unavailable ({}): TCP to the {} rank(s) on other hosts",
+                       rank_, why, remote.size());
+    } else if (!without.empty()) {
+      core::log().info("rank {}: ibverbs on {}; rank(s) {} have no RDMA port: TCP to them", rank_,
+                       why, fmt::join(without, ","));
+    } else {
+      core::log().info("rank {}: ibverbs on {} to the {} rank(s) on other hosts", rank_, why,
+                       remote.size());
+    }
   }
 
   int rank_;

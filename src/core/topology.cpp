@@ -72,10 +72,12 @@ std::string Topology::describe() const {
   return fmt::format("{} host(s): {}", by_host.size(), fmt::join(parts, "; "));
 }
 
-Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout) {
+Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
+                           const std::string& rdma) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  store.set(fmt::format("topology/{}", rank),
-            fmt::format("{} {}\n{}", ::getpid(), cores, local_host_id()));
+  store.set(
+      fmt::format("topology/{}", rank),
+      fmt::format("{} {} {}\n{}", ::getpid(), cores, rdma.empty() ? "-" : rdma, local_host_id()));
   Topology t;
   for (int r = 0; r < size; ++r) {
     std::string v = store.get_string(fmt::format("topology/{}", r), timeout);
@@ -83,10 +85,12 @@ Topology exchange_topology(Store& store, int rank, int size, std::chrono::millis
     if (nl == std::string::npos)
       throw StoreError(fmt::format("init: malformed topology record of rank {}", r));
     int pid = 0, cores = 0;
-    if (std::sscanf(v.substr(0, nl).c_str(), "%d %d", &pid, &cores) != 2 || cores < 1)
+    char port[128] = {0};
+    if (std::sscanf(v.substr(0, nl).c_str(), "%d %d %127s", &pid, &cores, port) != 3 || cores < 1)
       throw StoreError(fmt::format("init: malformed topology record of rank {}", r));
     t.pid_of_rank.push_back(pid);
     t.cores_of_rank.push_back(cores);
+    t.rdma_of_rank.push_back(port);
     t.host_of_rank.push_back(v.substr(nl + 1));
   }
   return t;

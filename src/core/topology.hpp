@@ -17,6 +17,8 @@ struct Topology {
   std::vector<std::string> host_of_rank;
   std::vector<int> pid_of_rank;
   std::vector<int> cores_of_rank;  // processors each rank's host has
+  // Each rank's RDMA port ("mlx5_0:1:ib", "rxe0:1:roce"), "-" when it has none.
+  std::vector<std::string> rdma_of_rank;
   // Whether any host runs more ranks than it has cores: the same answer on every rank.
   bool any_host_oversubscribed() const;
   bool same_host(int a, int b) const { return host_of_rank[a] == host_of_rank[b]; }
@@ -27,7 +29,9 @@ struct Topology {
   std::string describe() const;
 };
 
-// Publishes this rank's host id and pid under "topology/<rank>" and reads every rank's.
-Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout);
+// Publishes this rank's host id, pid, cores and RDMA port (`rdma`, one word, "-" for none)
+// under "topology/<rank>" and reads every rank's.
+Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
+                           const std::string& rdma = "-");
 
 }  // namespace loom::core
