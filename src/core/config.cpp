@@ -89,6 +89,15 @@ Config Config::resolve(const Options& options, int world_size) {
       throw InvalidArgument(fmt::format("configuration: LOOM_BUFFSIZE='{}' is not a size", *s));
     c.buffer_bytes = *bytes;
   }
+  if (auto s = env_string("LOOM_CUDA_BUFFSIZE")) {
+    auto bytes = parse_size(*s);
+    if (!bytes || *bytes < static_cast<std::size_t>(c.slots) * 4096)
+      throw InvalidArgument(
+          fmt::format("configuration: LOOM_CUDA_BUFFSIZE='{}' is not a size of at least {} "
+                      "pages (one per slot)",
+                      *s, c.slots));
+    c.cuda_buffer_bytes = *bytes;
+  }
   if (auto s = env_string("LOOM_SOCKBUF")) {
     auto bytes = parse_size(*s);
     if (!bytes)

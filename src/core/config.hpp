@@ -35,6 +35,9 @@ struct Config {
   // Device buffers of ranks on one host move through CUDA IPC (LOOM_CUDA_IPC=0: staged through
   // the host's shared memory instead). Must be the same on every rank.
   bool cuda_ipc = true;
+  // Bytes of device slots per CUDA IPC connection (LOOM_CUDA_BUFFSIZE): larger than the host
+  // FIFO, since every slot hand-over waits for a kernel and GPU copies run at TB/s.
+  std::size_t cuda_buffer_bytes = std::size_t{32} << 20;
   // Bounded spinning before blocking, in microseconds; 0 blocks at once.
   int spin_us = 200;
   bool spin_us_set = false;  // by LOOM_SPIN_US, which set_local_world_size leaves alone

@@ -41,15 +41,25 @@ std::string CudaIpcConnection::describe() const {
                      peer(), control_.slots(), slot_bytes() >> 10, device_, control_.describe());
 }
 
+namespace {
+// The control connections get the device FIFO's geometry; their own host slots stay untouched
+// (the segment's pages are never faulted in).
+core::Config control_config(const core::Config& config) {
+  core::Config c = config;
+  c.buffer_bytes = config.cuda_buffer_bytes;
+  return c;
+}
+}  // namespace
+
 CudaIpcTransport::CudaIpcTransport(Store& store, int rank, std::uint64_t job_token,
                                    const core::Config& config, std::vector<int> pids,
                                    std::vector<bool> local_peers)
     : store_(store),
       rank_(rank),
-      slot_bytes_(config.buffer_bytes / static_cast<std::size_t>(config.slots)),
+      slot_bytes_(config.cuda_buffer_bytes / static_cast<std::size_t>(config.slots)),
       slots_(static_cast<std::size_t>(config.slots)),
       local_peers_(std::move(local_peers)),
-      control_(store, rank, job_token, config, std::move(pids), "cudaipc") {}
+      control_(store, rank, job_token, control_config(config), std::move(pids), "cudaipc") {}
 
 CudaIpcTransport::~CudaIpcTransport() {
   connections_.clear();
