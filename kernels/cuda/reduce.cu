@@ -42,7 +42,7 @@ __device__ __forceinline__ uint4 apply_vector(uint4 va, uint4 vb, const Fn& fn) 
 
 // head: elements before the 16-byte-aligned middle (kNoVector: no vector path at all).
 template <typename T, typename Fn>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     map_kernel(T* dst, T* dst2, const T* a, const T* b, std::size_t n, std::size_t head, Fn fn) {
   const std::size_t tid = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t threads = static_cast<std::size_t>(gridDim.x) * blockDim.x;
