@@ -106,7 +106,7 @@ std::string Collective::describe() const {
 }
 
 transport::Connection& Engine::connection(int peer) {
-  const bool device = data_->device();
+  const bool device = device_path_ != nullptr;
   auto& table = device ? by_peer_device_ : by_peer_;
   if (table.empty()) table.assign(static_cast<std::size_t>(size_), nullptr);
   transport::Connection*& known = table[static_cast<std::size_t>(peer)];
@@ -132,6 +132,7 @@ const transport::Tag* Engine::own_call_like(const transport::Tag& tag) const {
 
 void Engine::run(const Collective& call, bool background, DataPath* device_path) {
   call_ = &call;
+  device_path_ = device_path;
   data_ = device_path ? device_path : &host_path_;
   background_ = background;
   slice_bytes_ = 0;
@@ -144,7 +145,7 @@ void Engine::run(const Collective& call, bool background, DataPath* device_path)
   Waiter waiter(*this);
   for (transport::Connection* c : used_)
     waiter.until([c] { return c->send_idle(); }, c->peer(), "the send queue to drain to");
-  data_->complete();
+  if (device_path_) device_path_->complete();
 }
 
 }  // namespace loom::algorithms

@@ -98,6 +98,8 @@ class Engine {
   transport::Connection& connection(int peer);
   // Where this call copies and reduces: the CPU, or the GPU for device buffers.
   DataPath& data() { return *data_; }
+  // The GPU's data path for a call on device buffers, else null.
+  DataPath* device_path() const { return device_path_; }
   // Whether every peer is reached through shared memory (picks the cost model).
   bool all_peers_shared_memory() const { return transport_.all_shared_memory(); }
   // Every connection this call has used so far.
@@ -146,6 +148,7 @@ class Engine {
   std::vector<transport::Connection*> by_peer_device_;  // the same for calls on GPU buffers
   HostDataPath host_path_;
   DataPath* data_ = &host_path_;
+  DataPath* device_path_ = nullptr;
   core::Deadline deadline_{std::chrono::milliseconds(0)};
   std::vector<transport::Connection*> used_;
   static constexpr std::size_t kHistory = 64;

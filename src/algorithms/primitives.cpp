@@ -1,6 +1,7 @@
 #include "algorithms/primitives.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -12,6 +13,7 @@ Primitives::Primitives(Engine& engine, transport::Connection* recv_from,
       recv_from_(recv_from),
       send_to_(send_to),
       waiter_(engine),
+      device_(engine.device_path()),
       elem_(size_of(engine.call().dtype)),
       send_inline_max_(send_to ? send_to->inline_capacity() : 0),
       recv_inline_max_(recv_from ? recv_from->inline_capacity() : 0) {
@@ -92,37 +94,34 @@ void Primitives::mismatch(const transport::RecvSlot& slot, std::size_t expected_
 }
 
 void Primitives::send(const void* src, std::size_t count) {
-  DataPath& data = engine_.data();
   auto* s = static_cast<const std::byte*>(src);
   for (std::size_t off = 0; off < count; off += slice_elems_) {
     const std::size_t bytes = std::min(slice_elems_, count - off) * elem_;
-    data.copy(wait_send(bytes), s + off * elem_, bytes);
-    data.complete();
+    copy(wait_send(bytes), s + off * elem_, bytes);
+    complete();
     post(bytes);
   }
 }
 
 void Primitives::recv(void* dst, std::size_t count) {
-  DataPath& data = engine_.data();
   auto* d = static_cast<std::byte*>(dst);
   for (std::size_t off = 0; off < count; off += slice_elems_) {
     const std::size_t bytes = std::min(slice_elems_, count - off) * elem_;
-    data.copy(d + off * elem_, wait_recv(bytes).data, bytes);
-    data.complete();
+    copy(d + off * elem_, wait_recv(bytes).data, bytes);
+    complete();
     release();
   }
 }
 
 void Primitives::recv_reduce_send(const void* local, std::size_t count) {
   const Collective& c = engine_.call();
-  DataPath& data = engine_.data();
   auto* l = static_cast<const std::byte*>(local);
   for (std::size_t off = 0; off < count; off += slice_elems_) {
     const std::size_t n = std::min(slice_elems_, count - off);
     auto slot = wait_recv(n * elem_);
     std::byte* out = wait_send(n * elem_);
-    data.reduce(out, l + off * elem_, slot.data, n, c.dtype, c.op);
-    data.complete();
+    reduce(out, l + off * elem_, slot.data, n, c.dtype, c.op);
+    complete();
     post(n * elem_);
     release();
   }
@@ -131,30 +130,28 @@ void Primitives::recv_reduce_send(const void* local, std::size_t count) {
 void Primitives::recv_reduce_copy(const void* local, void* dst, std::size_t count, bool send,
                                   int divisor) {
   const Collective& c = engine_.call();
-  DataPath& data = engine_.data();
   auto* l = static_cast<const std::byte*>(local);
   auto* d = static_cast<std::byte*>(dst);
   for (std::size_t off = 0; off < count; off += slice_elems_) {
     const std::size_t n = std::min(slice_elems_, count - off);
     auto slot = wait_recv(n * elem_);
     std::byte* out = send ? wait_send(n * elem_) : nullptr;
-    data.reduce_copy(d + off * elem_, out, l + off * elem_, slot.data, n, c.dtype, c.op, divisor);
-    data.complete();
+    reduce_copy(d + off * elem_, out, l + off * elem_, slot.data, n, c.dtype, c.op, divisor);
+    complete();
     if (send) post(n * elem_);
     release();
   }
 }
 
 void Primitives::recv_copy_send(void* dst, std::size_t count) {
-  DataPath& data = engine_.data();
   auto* d = static_cast<std::byte*>(dst);
   for (std::size_t off = 0; off < count; off += slice_elems_) {
     const std::size_t bytes = std::min(slice_elems_, count - off) * elem_;
     auto slot = wait_recv(bytes);
     std::byte* out = wait_send(bytes);
-    data.copy(out, slot.data, bytes);
-    data.copy(d + off * elem_, slot.data, bytes);
-    data.complete();
+    copy(out, slot.data, bytes);
+    copy(d + off * elem_, slot.data, bytes);
+    complete();
     post(bytes);
     release();
   }

@@ -388,7 +388,12 @@ class Communicator::Impl {
     auto bad = [&](const std::string& why) {
       return InvalidArgument(fmt::format("{}: rank {}: {}", op, rank_, why));
     };
-    if (c.count == 0 || c.kind == Kind::barrier) return;
+    if (!gpus_ || c.count == 0 || c.kind == Kind::barrier) {
+      if (c.stream != nullptr && !gpus_ && c.count > 0)
+        throw bad(gpu::built() ? "a CUDA stream was given but no GPU is visible"
+                               : "a CUDA stream was given but this build has no CUDA support");
+      return;
+    }
     const bool reads = c.kind != Kind::recv && !(c.kind == Kind::broadcast && c.root != rank_);
     const bool writes = c.kind != Kind::send && !(c.kind == Kind::reduce && c.root != rank_);
     const int in_device = reads ? gpu::device_of(c.in) : -2;
@@ -588,6 +593,7 @@ class Communicator::Impl {
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<algorithms::Engine> engine_;
   // Calls on device buffers: created by the first one, on the caller's thread (place()).
+  const bool gpus_ = gpu::device_count() > 0;  // without GPUs every buffer is host memory
   std::mutex gpu_mu_;
   std::unique_ptr<gpu::Runtime> gpu_;
   gpu::IpcTransport* ipc_ = nullptr;  // owned by transport_
