@@ -212,6 +212,15 @@ class CudaRuntime final : public Runtime {
     if (free_events_.empty()) free_events_.push_back(new_event());
     cudaEvent_t ready = free_events_.back();
     auto stream = static_cast<cudaStream_t>(call.stream);
+    // A captured stream would record the ordering into a graph instead of running it.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
+        capture != cudaStreamCaptureStatusNone)
+      throw InvalidArgument(
+          fmt::format("{}: rank {}: the stream is being captured into a CUDA "
+                      "graph; loom's calls cannot be captured",
+                      algorithms::to_string(call.kind), rank_));
+    cudaGetLastError();
     const cudaError_t recorded = cudaEventRecord(ready, stream);
     if (recorded != cudaSuccess)
       throw InvalidArgument(fmt::format(
