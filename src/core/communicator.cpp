@@ -208,7 +208,7 @@ class Communicator::Impl {
     auto state = std::make_shared<Work::State>();
     state->waiting = callers_waiting_;
     std::unique_lock lock(mu_);
-    admit(call);
+    admit(call, true);
     state->run = [this, call] { execute(call, true); };
     enqueue(state);
     return Work(state);
@@ -220,7 +220,7 @@ class Communicator::Impl {
     validate(call);
     place(call);
     std::unique_lock lock(mu_);
-    admit(call);
+    admit(call, false);
     if (!queue_.empty() || busy_) {  // behind earlier asynchronous calls: keep the order
       auto state = std::make_shared<Work::State>();
       state->run = [this, call] { execute(call, true); };
@@ -334,13 +334,14 @@ class Communicator::Impl {
   }
 
   // Under mu_: refuses calls on a destroyed or broken communicator, then numbers the call.
-  void admit(Collective& call) {
+  // async: the caller goes on before the call is done.
+  void admit(Collective& call, bool async) {
     if (halt_.triggered())
       halt_.raise_unusable(fmt::format("{}: rank {}", algorithms::to_string(call.kind), rank_));
     if (destroyed_)
       throw InvalidArgument(fmt::format("{}: rank {}: the communicator was destroyed",
                                         algorithms::to_string(call.kind), rank_));
-    if (call.device >= 0) gpu_->issue(call);  // last: what raises here leaves nothing behind
+    if (call.device >= 0) gpu_->issue(call, async);  // what raises here leaves nothing queued
     if (call.kind == Kind::send)
       call.seq = sent_[call.root]++;
     else if (call.kind == Kind::recv)

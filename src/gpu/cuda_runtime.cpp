@@ -206,7 +206,7 @@ class CudaRuntime final : public Runtime {
 
   int device() const override { return device_; }
 
-  void issue(algorithms::Collective& call) override {
+  void issue(algorithms::Collective& call, bool hold_stream) override {
     std::lock_guard lock(mu_);
     DeviceScope scope(device_);
     if (free_events_.empty()) free_events_.push_back(new_event());
@@ -230,8 +230,9 @@ class CudaRuntime final : public Runtime {
     const std::uint64_t seq = issued_ + 1;
     const auto timeout_ns = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(timeout_).count());
-    check(kernels::cuda::wait_flag(flag_device_, seq, timeout_ns, stream), rank_,
-          "the stream-wait kernel's launch");
+    if (hold_stream)
+      check(kernels::cuda::wait_flag(flag_device_, seq, timeout_ns, stream), rank_,
+            "the stream-wait kernel's launch");
     free_events_.pop_back();
     issued_ = seq;
     call.ready_event = ready;

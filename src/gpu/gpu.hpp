@@ -34,9 +34,11 @@ class Runtime {
  public:
   virtual ~Runtime() = default;
   virtual int device() const = 0;
-  // The caller's thread, in issue order: marks the call's place in call.stream and holds the
-  // stream behind it. Raises InvalidArgument (nothing queued) when the stream cannot take it.
-  virtual void issue(algorithms::Collective& call) = 0;
+  // The caller's thread, in issue order: marks the call's place in call.stream and, for an
+  // asynchronous call, holds the stream behind it (a blocking call returns when it is done, so
+  // what the caller queues next is behind it anyway). Raises InvalidArgument (nothing queued)
+  // when the stream cannot take it.
+  virtual void issue(algorithms::Collective& call, bool hold_stream) = 0;
   // The engine's thread: waits for the stream's work before the call; the call's data path.
   virtual algorithms::DataPath& begin(const algorithms::Collective& call,
                                       algorithms::Engine& engine) = 0;
