@@ -118,8 +118,8 @@ class Work {
 // and every rank of a host must pass the same kind). `stream` orders a call on device buffers:
 // it starts after the work queued on the stream before the call, and work queued on the stream
 // after the call waits for it to finish: a blocking call returns once the result is in place,
-// an _async call at once (the stream, not the host, waits). Needs a build with CUDA; a stream with host buffers is an
-// InvalidArgument.
+// an _async call at once (the stream, not the host, waits). Needs a build with CUDA; a stream
+// with host buffers is an InvalidArgument.
 class Communicator {
  public:
   // Joins the group through `store`; returns when every rank has joined or raises TimeoutError
