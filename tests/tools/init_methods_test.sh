@@ -4,7 +4,8 @@ set -u
 perf=$1
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-port=$(( 20000 + RANDOM % 20000 ))
+source "$(dirname "$0")/free_port.sh"
+port=$(free_port)
 
 run_pair() {
   local pids=()

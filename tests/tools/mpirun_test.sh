@@ -6,8 +6,9 @@ perf=$1
 command -v mpirun >/dev/null || { echo "SKIPPED: mpirun (openmpi-bin) is not installed"; exit 77; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
+source "$(dirname "$0")/free_port.sh"
 mpi=(mpirun --allow-run-as-root --oversubscribe -np 4 --mca btl self,tcp -x LOOM_DEBUG=INFO)
-"${mpi[@]}" -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=$(( 21000 + RANDOM % 20000 )) \
+"${mpi[@]}" -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT="$(free_port)" \
   "$perf" -b 8 -e 1M -f 32 -n 2 -w 1 --check > "$dir/env.log" 2>&1 ||
   { cat "$dir/env.log"; echo "FAIL: mpirun with MASTER_ADDR"; exit 1; }
 grep -q "out of bounds values : 0 OK" "$dir/env.log" || { cat "$dir/env.log"; echo "FAIL: wrong results"; exit 1; }
