@@ -2,11 +2,12 @@
 // bit-identical results.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
+#include "../common/element_rules.hpp"
 #include "half.hpp"
 #include "loom/loom.hpp"
 
@@ -50,58 +51,10 @@ inline void store(void* p, T v) {
   std::memcpy(p, &v, sizeof(T));
 }
 
+// x op y by the shared rules (../common/element_rules.hpp), the reduction chosen at run time.
 template <typename C>
 inline C apply(C x, C y, ReduceOp op) {
-  if constexpr (std::is_floating_point_v<C>) {
-    switch (op) {
-      case ReduceOp::sum:
-      case ReduceOp::avg:
-        return x + y;
-      case ReduceOp::prod:
-        return x * y;
-      case ReduceOp::min:
-        if (x != x) return x;
-        if (y != y) return y;
-        if (x == y) return std::signbit(x) ? x : y;
-        return x < y ? x : y;
-      case ReduceOp::max:
-        if (x != x) return x;
-        if (y != y) return y;
-        if (x == y) return std::signbit(x) ? y : x;
-        return x > y ? x : y;
-    }
-    return x;
-  } else {
-    using U = std::make_unsigned_t<C>;
-    switch (op) {
-      case ReduceOp::sum:
-      case ReduceOp::avg:
-        return static_cast<C>(static_cast<U>(static_cast<U>(x) + static_cast<U>(y)));
-      case ReduceOp::prod:
-        // Promote through unsigned int so narrow types do not multiply as signed int.
-        return static_cast<C>(
-            static_cast<U>(static_cast<std::common_type_t<U, unsigned>>(static_cast<U>(x)) *
-                           static_cast<std::common_type_t<U, unsigned>>(static_cast<U>(y))));
-      case ReduceOp::min:
-        return x < y ? x : y;
-      case ReduceOp::max:
-        return x > y ? x : y;
-    }
-    return x;
-  }
-}
-
-template <typename C>
-inline C divide_by(C x, int divisor) {
-  if constexpr (std::is_floating_point_v<C>) {
-    return x / static_cast<C>(divisor);
-  } else {
-    if constexpr (std::is_signed_v<C>) {
-      return static_cast<C>(static_cast<long long>(x) / divisor);
-    } else {
-      return static_cast<C>(static_cast<unsigned long long>(x) / static_cast<unsigned>(divisor));
-    }
-  }
+  return dispatch_op(op, [&]<ReduceOp OP>() { return combine<OP>(x, y); });
 }
 
 // The DataType whose storage type is T.
@@ -122,29 +75,7 @@ constexpr DataType data_type_of() {
 // Calls f.template operator()<StorageType>() for the dtype.
 template <typename F>
 decltype(auto) dispatch(DataType dtype, F&& f) {
-  switch (dtype) {
-    case DataType::f32:
-      return f.template operator()<float>();
-    case DataType::f64:
-      return f.template operator()<double>();
-    case DataType::f16:
-      return f.template operator()<Half>();
-    case DataType::bf16:
-      return f.template operator()<BFloat16>();
-    case DataType::i8:
-      return f.template operator()<std::int8_t>();
-    case DataType::u8:
-      return f.template operator()<std::uint8_t>();
-    case DataType::i32:
-      return f.template operator()<std::int32_t>();
-    case DataType::u32:
-      return f.template operator()<std::uint32_t>();
-    case DataType::i64:
-      return f.template operator()<std::int64_t>();
-    case DataType::u64:
-      return f.template operator()<std::uint64_t>();
-  }
-  return f.template operator()<std::uint8_t>();
+  return dispatch_type<Half, BFloat16>(dtype, std::forward<F>(f));
 }
 
 // convert() takes f32 to or from f16 and bf16, and f32 to f32.

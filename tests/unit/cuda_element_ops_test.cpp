@@ -16,7 +16,7 @@
 namespace loom {
 namespace {
 
-using kernels::cuda::dispatch_op;
+using kernels::dispatch_op;
 using kernels::cuda::dispatch_type;
 
 constexpr DataType kTypes[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16,
