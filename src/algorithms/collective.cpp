@@ -113,7 +113,7 @@ transport::Connection& Engine::connection(int peer) {
   if (known == nullptr) {
     if (device) {
       known = &transport_.connect_device(peer, deadline_);
-      data_->attach(*known);
+      device_path_->attach(*known);
     } else {
       known = &transport_.connect(peer, deadline_);
     }
@@ -133,7 +133,6 @@ const transport::Tag* Engine::own_call_like(const transport::Tag& tag) const {
 void Engine::run(const Collective& call, bool background, DataPath* device_path) {
   call_ = &call;
   device_path_ = device_path;
-  data_ = device_path ? device_path : &host_path_;
   background_ = background;
   slice_bytes_ = 0;
   if (call.kind != Kind::send && call.kind != Kind::recv)

@@ -97,7 +97,7 @@ class Engine {
   // memory made reachable by the GPU.
   transport::Connection& connection(int peer);
   // Where this call copies and reduces: the CPU, or the GPU for device buffers.
-  DataPath& data() { return *data_; }
+  DataPath& data() { return device_path_ ? *device_path_ : static_cast<DataPath&>(host_path_); }
   // The GPU's data path for a call on device buffers, else null.
   DataPath* device_path() const { return device_path_; }
   // Whether every peer is reached through shared memory (picks the cost model).
@@ -147,8 +147,7 @@ class Engine {
   std::vector<transport::Connection*> by_peer_;         // connections made so far, by rank
   std::vector<transport::Connection*> by_peer_device_;  // the same for calls on GPU buffers
   HostDataPath host_path_;
-  DataPath* data_ = &host_path_;
-  DataPath* device_path_ = nullptr;
+  DataPath* device_path_ = nullptr;  // this call's, when its buffers are on a GPU
   core::Deadline deadline_{std::chrono::milliseconds(0)};
   std::vector<transport::Connection*> used_;
   static constexpr std::size_t kHistory = 64;

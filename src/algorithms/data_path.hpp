@@ -28,9 +28,8 @@ class DataPath {
   void reduce(void* dst, const void* a, const void* b, std::size_t n, DataType dtype, ReduceOp op) {
     reduce_copy(dst, nullptr, a, b, n, dtype, op == ReduceOp::avg ? ReduceOp::sum : op, 1);
   }
-  // Whether this path works on GPU buffers.
-  virtual bool device() const { return false; }
-  // Makes the connection's slots reachable by this path (a GPU path maps host slots).
+  // Tells the path about a connection it will use (a GPU path learns which memory is host
+  // slots, to stage it).
   virtual void attach(transport::Connection&) {}
 };
 

@@ -6,11 +6,9 @@
 #pragma once
 
 #include <cstddef>
-#include <cstring>
 
 #include "algorithms/collective.hpp"
 #include "algorithms/waiter.hpp"
-#include "reduce.hpp"
 
 namespace loom::algorithms {
 
@@ -42,26 +40,26 @@ class Primitives {
   std::optional<transport::RecvSlot> other_channel(bool inline_expected);
   [[noreturn]] void mismatch(const transport::RecvSlot& slot, std::size_t expected_bytes) const;
 
-  // The data path: inline host code, or the GPU path of a call on device buffers (a branch
-  // rather than a virtual call on the host's latency path).
+  // The data path: the host's (HostDataPath is final, so its calls are direct and inline on the
+  // latency path), or the GPU path of a call on device buffers.
   void copy(void* dst, const void* src, std::size_t bytes) {
     if (device_)
       device_->copy(dst, src, bytes);
     else
-      std::memcpy(dst, src, bytes);
+      host_.copy(dst, src, bytes);
   }
   void reduce(void* dst, const void* a, const void* b, std::size_t n, DataType t, ReduceOp op) {
     if (device_)
       device_->reduce(dst, a, b, n, t, op);
     else
-      kernels::reduce(dst, a, b, n, t, op);
+      host_.reduce(dst, a, b, n, t, op);
   }
   void reduce_copy(void* dst, void* dst2, const void* a, const void* b, std::size_t n, DataType t,
                    ReduceOp op, int divisor) {
     if (device_)
       device_->reduce_copy(dst, dst2, a, b, n, t, op, divisor);
     else
-      kernels::reduce_copy(dst, dst2, a, b, n, t, op, divisor);
+      host_.reduce_copy(dst, dst2, a, b, n, t, op, divisor);
   }
   // Before a slot written by the path is posted, or one read by it is released.
   void complete() {
@@ -73,6 +71,7 @@ class Primitives {
   transport::Connection* send_to_;
   Waiter waiter_;
   DataPath* device_;  // null for host buffers
+  HostDataPath host_;
   std::size_t elem_;
   std::size_t slice_elems_;
   std::size_t send_inline_max_;  // 0 when send_to has no inline channel

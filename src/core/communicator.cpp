@@ -175,7 +175,7 @@ class Communicator::Impl {
         config_.slots, config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10,
         config_.timeout.count() / 1000, kernels::simd_target());
     if (rank == 0) core::log().info("topology: {}", topology_.describe());
-    if (gpu::device_count() > 0)
+    if (gpus_)
       core::log().info("rank {}: {}; device buffers of local peers via {}", rank, gpu::describe(),
                        ipc_ ? "cudaipc" : "host slots");
     if (rank == 0)
@@ -370,15 +370,20 @@ class Communicator::Impl {
       throw bad(fmt::format("{} {} is outside [0, {})", p2p ? "peer" : "root", c.root, size_));
     if (p2p && c.root == rank_) throw bad(fmt::format("peer {} is this rank itself", c.root));
     if (c.count > 0 && c.kind != Kind::barrier) {
-      // What each rank actually reads and writes: the root alone reads broadcast's input and
-      // writes reduce's output.
-      bool reads = c.kind != Kind::recv && !(c.kind == Kind::broadcast && c.root != rank_);
-      bool writes = c.kind != Kind::send && !(c.kind == Kind::reduce && c.root != rank_);
-      if (reads && c.in == nullptr)
+      if (reads(c) && c.in == nullptr)
         throw bad(fmt::format("argument 'in' is null with count {} > 0", c.count));
-      if (writes && c.out == nullptr)
+      if (writes(c) && c.out == nullptr)
         throw bad(fmt::format("argument 'out' is null with count {} > 0", c.count));
     }
+  }
+
+  // What this rank actually reads and writes: the root alone reads broadcast's input and writes
+  // reduce's output.
+  bool reads(const Collective& c) const {
+    return c.kind != Kind::recv && !(c.kind == Kind::broadcast && c.root != rank_);
+  }
+  bool writes(const Collective& c) const {
+    return c.kind != Kind::send && !(c.kind == Kind::reduce && c.root != rank_);
   }
 
   // Where the call's buffers are: host memory, or one GPU (then the communicator's GPU runtime
@@ -389,16 +394,13 @@ class Communicator::Impl {
     auto bad = [&](const std::string& why) {
       return InvalidArgument(fmt::format("{}: rank {}: {}", op, rank_, why));
     };
-    if (!gpus_ || c.count == 0 || c.kind == Kind::barrier) {
-      if (c.stream != nullptr && !gpus_ && c.count > 0)
-        throw bad(gpu::built() ? "a CUDA stream was given but no GPU is visible"
-                               : "a CUDA stream was given but this build has no CUDA support");
-      return;
-    }
-    const bool reads = c.kind != Kind::recv && !(c.kind == Kind::broadcast && c.root != rank_);
-    const bool writes = c.kind != Kind::send && !(c.kind == Kind::reduce && c.root != rank_);
-    const int in_device = reads ? gpu::device_of(c.in) : -2;
-    const int out_device = writes ? gpu::device_of(c.out) : -2;
+    if (c.count == 0 || c.kind == Kind::barrier) return;
+    // -2: a buffer this rank does not touch; without GPUs every buffer is host memory (-1).
+    auto where = [&](bool used, const void* p) {
+      return !used ? -2 : gpus_ ? gpu::device_of(p) : -1;
+    };
+    const int in_device = where(reads(c), c.in);
+    const int out_device = where(writes(c), c.out);
     if (in_device != -2 && out_device != -2 && in_device != out_device)
       throw bad(
           fmt::format("'in' is {} but 'out' is {}: one call's buffers must be on one side",
@@ -407,8 +409,9 @@ class Communicator::Impl {
     const int device = std::max(in_device, out_device);
     if (device < 0) {
       if (c.stream != nullptr)
-        throw bad(gpu::built() ? "a CUDA stream was given but the buffers are host memory"
-                               : "a CUDA stream was given but this build has no CUDA support");
+        throw bad(!gpu::built() ? "a CUDA stream was given but this build has no CUDA support"
+                  : !gpus_      ? "a CUDA stream was given but no GPU is visible"
+                                : "a CUDA stream was given but the buffers are host memory");
       return;
     }
     std::lock_guard lock(gpu_mu_);
