@@ -12,40 +12,17 @@
 #include <fmt/format.h>
 
 #include "core/logging.hpp"
+#include "gpu/cuda_util.hpp"
 #include "gpu/gpu.hpp"
 #include "reduce.cuh"
 
 namespace loom::gpu {
 namespace {
 
-std::string error_text(cudaError_t e) {
-  return fmt::format("{} ({})", cudaGetErrorString(e), cudaGetErrorName(e));
-}
-
 void check(cudaError_t e, int rank, const char* what) {
   if (e != cudaSuccess)
     throw Error(fmt::format("cuda: rank {}: {} failed: {}", rank, what, error_text(e)));
 }
-
-// Makes `device` current on this thread and restores the previous one on exit: the caller's
-// thread belongs to the user.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device) cudaSetDevice(device);
-  }
-  ~DeviceScope() {
-    int now = -1;
-    if (previous_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != previous_)
-      cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = -1;
-};
 
 // Waits for `event` without blocking past the deadline: a short spin, then 20 us sleeps, with
 // the halt checked and the call's connections kept moving meanwhile.
@@ -75,7 +52,6 @@ class CudaPath final : public algorithms::DataPath {
       : rank_(rank), stream_(stream), done_(done), scratch_(scratch), part_(scratch_bytes / 3) {}
 
   void start(algorithms::Engine& engine) { engine_ = &engine; }
-  bool device() const override { return true; }
   void attach(transport::Connection& connection) override {
     for (const auto& r : connection.host_regions()) host_.push_back(r);
   }
@@ -195,9 +171,7 @@ class CudaRuntime final : public Runtime {
     // Streams still held (calls that never ran) go on; the flag itself stays mapped for the
     // life of the process, since a user stream may poll it after this communicator is gone.
     std::atomic_ref<std::uint64_t>(*flag_).store(~std::uint64_t{0}, std::memory_order_release);
-    cudaEventRecord(done_, stream_);
-    for (int i = 0; i < 50000 && cudaEventQuery(done_) == cudaErrorNotReady; ++i)
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    drain();
     cudaFree(scratch_);
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
     cudaEventDestroy(done_);
@@ -252,12 +226,7 @@ class CudaRuntime final : public Runtime {
   }
 
   void end(const algorithms::Collective& call, bool ok) noexcept override {
-    if (!ok) {  // kernels of the failed call may still run: let them finish, within reason
-      cudaEventRecord(done_, stream_);
-      for (int i = 0; i < 50000 && cudaEventQuery(done_) == cudaErrorNotReady; ++i)
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
-      cudaGetLastError();
-    }
+    if (!ok) drain();  // kernels of the failed call may still run
     {
       std::lock_guard lock(mu_);
       free_events_.push_back(static_cast<cudaEvent_t>(call.ready_event));
@@ -270,6 +239,14 @@ class CudaRuntime final : public Runtime {
   }
 
  private:
+  // Lets the engine's stream finish, within reason (one second), ignoring its errors.
+  void drain() noexcept {
+    cudaEventRecord(done_, stream_);
+    for (int i = 0; i < 50000 && cudaEventQuery(done_) == cudaErrorNotReady; ++i)
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    cudaGetLastError();
+  }
+
   cudaEvent_t new_event() {
     cudaEvent_t e = nullptr;
     check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), rank_, "cudaEventCreate");

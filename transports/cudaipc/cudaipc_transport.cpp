@@ -7,13 +7,11 @@
 #include <fmt/format.h>
 
 #include "core/logging.hpp"
+#include "gpu/cuda_util.hpp"
 
 namespace loom::transport::cudaipc {
+using gpu::error_text;
 namespace {
-
-std::string error_text(cudaError_t e) {
-  return fmt::format("{} ({})", cudaGetErrorString(e), cudaGetErrorName(e));
-}
 
 std::string handle_key(int owner, int peer) {
   return fmt::format("cudaipc/{}/{}", owner, peer);
@@ -64,25 +62,14 @@ CudaIpcTransport::CudaIpcTransport(Store& store, int rank, std::uint64_t job_tok
 CudaIpcTransport::~CudaIpcTransport() {
   connections_.clear();
   if (device_ < 0) return;
-  int previous = -1;
-  cudaGetDevice(&previous);
-  cudaSetDevice(device_);
+  gpu::DeviceScope scope(device_);
   for (auto& [peer, p] : opened_) cudaIpcCloseMemHandle(p);
   for (auto& [peer, p] : own_) cudaFree(p);
-  if (previous >= 0) cudaSetDevice(previous);
 }
 
 void CudaIpcTransport::prepare(int device) {
   if (device_ >= 0) return;
-  int previous = -1;
-  cudaGetDevice(&previous);
-  cudaSetDevice(device);
-  struct Restore {
-    int device;
-    ~Restore() {
-      if (device >= 0) cudaSetDevice(device);
-    }
-  } restore{previous};
+  gpu::DeviceScope scope(device);  // the caller's thread: its device comes back
   device_ = device;
   for (std::size_t peer = 0; peer < local_peers_.size(); ++peer) {
     if (!local_peers_[peer]) continue;
