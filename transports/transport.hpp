@@ -78,9 +78,9 @@ class Connection {
   virtual void sleep(int timeout_ms) = 0;
   virtual std::string describe() const = 0;
 
-  // The host memory that slot and inline pointers point into, so that a GPU data path can map
-  // it into the device (pinned, mapped) before its kernels read or write slots. Empty for a
-  // transport whose slots are device memory.
+  // The host memory that slot and inline pointers point into, so that a GPU data path knows to
+  // stage those through device memory for its kernels. Empty for a transport whose slots are
+  // device memory.
   struct Region {
     void* base;
     std::size_t bytes;

@@ -46,7 +46,8 @@ class Runtime {
   virtual void end(const algorithms::Collective& call, bool ok) noexcept = 0;
 };
 
-// slot_bytes: the largest slice the engine moves (a slot), for the staging buffers.
+// The runtime of a communicator whose device calls use `device` (its staging buffers are sized
+// from config's slots).
 std::unique_ptr<Runtime> make_runtime(int device, int rank, const core::Config& config);
 
 // Same-host peers with device buffers: slot FIFOs in device memory shared through CUDA IPC.

@@ -111,7 +111,6 @@ class IbTransport final : public Transport {
   std::string_view name() const override { return "ibverbs"; }
   Connection& connect(int peer, const core::Deadline& deadline) override;
   void abort() override;
-  const PortChoice& port() const { return port_; }
 
  private:
   Store& store_;

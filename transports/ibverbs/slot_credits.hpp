@@ -39,7 +39,6 @@ class SlotCredits {
     released_ = total;
     return true;
   }
-  bool all_released() const { return released_ == posted_; }
   std::uint64_t posted_count() const { return posted_; }
 
   // The full count whose low 31 bits are in `immediate`, at or after `known` (counts only grow,
