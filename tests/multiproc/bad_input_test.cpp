@@ -1,7 +1,9 @@
 // Bad arguments raise InvalidArgument before any communication and leave the communicator usable.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "../support/ranks.hpp"
@@ -118,11 +120,13 @@ TEST(BadInput, MovedFromCommunicatorRaisesInvalidArgument) {
 }
 
 TEST(BadInput, BadWorldArgumentsAreRejected) {
-  auto store = std::make_shared<FileStore>(::testing::TempDir() + "/loom-bad-world-store");
+  const std::string path = ::testing::TempDir() + "/loom-bad-world-store";
+  auto store = std::make_shared<FileStore>(path);
   EXPECT_THROW(Communicator(store, 2, 2), InvalidArgument);
   EXPECT_THROW(Communicator(store, -1, 2), InvalidArgument);
   EXPECT_THROW(Communicator(store, 0, 0), InvalidArgument);
   EXPECT_THROW(Communicator(nullptr, 0, 1), InvalidArgument);
+  ::unlink(path.c_str());
 }
 
 }  // namespace

@@ -29,14 +29,19 @@ transport::Tag tag_of(algorithms::Kind kind, std::uint64_t seq, std::size_t coun
 
 struct Rank {
   Progress progress;
-  std::unique_ptr<HealthMonitor> monitor;
   std::atomic<int> aborts{0};
   AbortRecord last;
   std::mutex mu;
+  // Last, so that it is destroyed first: its thread writes the members above until joined.
+  std::unique_ptr<HealthMonitor> monitor;
 };
 
 class Monitors : public ::testing::Test {
  protected:
+  // The monitors' threads report into members declared after ranks_: stop them all first.
+  ~Monitors() override {
+    for (auto& r : ranks_) r->monitor.reset();
+  }
   void start(int n, HealthMonitor::Settings base) {
     for (int r = 0; r < n; ++r) ranks_.push_back(std::make_unique<Rank>());
     for (int r = 0; r < n; ++r) {

@@ -40,9 +40,14 @@ class StoreContract : public ::testing::TestWithParam<std::string> {
           ::testing::TempDir() + "/loom-store-" + std::to_string(::getpid()) + "-" + name;
       ::unlink(path.c_str());
       make_ = [path] { return std::make_shared<FileStore>(path); };
+      file_ = path;
     }
   }
+  void TearDown() override {
+    if (!file_.empty()) ::unlink(file_.c_str());
+  }
   std::unique_ptr<StoreServer> server_;
+  std::string file_;
   std::function<std::shared_ptr<Store>()> make_;
 };
 
