@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "transports/transport.hpp"
@@ -27,10 +28,7 @@ class TransportTable final : public Transport {
     rdma_peers_ = std::move(rdma_peers);
   }
   Connection& connect(int peer, const core::Deadline& deadline) override {
-    const auto p = static_cast<std::size_t>(peer);
-    if (shm_peers_[p]) return shm_->connect(peer, deadline);
-    if (rdma_ && rdma_peers_[p]) return rdma_->connect(peer, deadline);
-    return tcp_->connect(peer, deadline);
+    return route(peer).connect(peer, deadline);
   }
   bool all_shared_memory() const override { return all_shared_memory_; }
   // Device-memory connections for the peers shared memory reaches (CUDA IPC), when available.
@@ -45,12 +43,17 @@ class TransportTable final : public Transport {
     if (device_) device_->abort();
     if (rdma_) rdma_->abort();
   }
-  const char* transport_of(int peer) const {
-    const auto p = static_cast<std::size_t>(peer);
-    return shm_peers_[p] ? "shm" : rdma_ && rdma_peers_[p] ? "ibverbs" : "tcp";
-  }
+  std::string_view transport_of(int peer) const { return route(peer).name(); }
 
  private:
+  // The transport that reaches peer for calls on host buffers.
+  Transport& route(int peer) const {
+    const auto p = static_cast<std::size_t>(peer);
+    if (shm_peers_[p]) return *shm_;
+    if (rdma_ && rdma_peers_[p]) return *rdma_;
+    return *tcp_;
+  }
+
   std::unique_ptr<Transport> tcp_;
   std::unique_ptr<Transport> shm_;
   std::unique_ptr<Transport> device_;

@@ -558,7 +558,7 @@ class Communicator::Impl {
     for (const char* kind : {"shm", "ibverbs", "tcp"}) {
       std::vector<int> ranks;
       for (int r = 0; r < size_; ++r)
-        if (r != rank_ && std::string(table.transport_of(r)) == kind) ranks.push_back(r);
+        if (r != rank_ && table.transport_of(r) == kind) ranks.push_back(r);
       if (!ranks.empty())
         parts.push_back(fmt::format("{} to rank(s) {}", kind, fmt::join(ranks, ",")));
     }
