@@ -40,6 +40,15 @@ __device__ __forceinline__ uint4 apply_vector(uint4 va, uint4 vb, const Fn& fn) 
   return r;
 }
 
+// Element i, outside the vector path.
+template <typename T, typename Fn>
+__device__ __forceinline__ void apply_element(T* dst, T* dst2, const T* a, const T* b,
+                                              std::size_t i, const Fn& fn) {
+  const T r = fn(a[i], b[i]);
+  dst[i] = r;
+  if (dst2) dst2[i] = r;
+}
+
 // head: elements before the 16-byte-aligned middle (kNoVector: no vector path at all).
 template <typename T, typename Fn>
 __global__ void __launch_bounds__(kThreads, 2)
@@ -47,28 +56,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   const std::size_t tid = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t threads = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   if (head == kNoVector) {
-    for (std::size_t i = tid; i < n; i += threads) {
-      T r = fn(a[i], b[i]);
-      dst[i] = r;
-      if (dst2) dst2[i] = r;
-    }
+    for (std::size_t i = tid; i < n; i += threads) apply_element(dst, dst2, a, b, i, fn);
     return;
   }
   constexpr std::size_t kPer = 16 / sizeof(T);
   const std::size_t nvec = (n - head) / kPer;
   const std::size_t vec_end = head + nvec * kPer;
   // Head and tail: at most 2 * kPer - 2 elements, taken by the first threads.
-  if (tid < head) {
-    T r = fn(a[tid], b[tid]);
-    dst[tid] = r;
-    if (dst2) dst2[tid] = r;
-  }
-  if (tid < n - vec_end) {
-    const std::size_t i = vec_end + tid;
-    T r = fn(a[i], b[i]);
-    dst[i] = r;
-    if (dst2) dst2[i] = r;
-  }
+  if (tid < head) apply_element(dst, dst2, a, b, tid, fn);
+  if (tid < n - vec_end) apply_element(dst, dst2, a, b, vec_end + tid, fn);
   const uint4* va = reinterpret_cast<const uint4*>(a + head);
   const uint4* vb = reinterpret_cast<const uint4*>(b + head);
   uint4* vd = reinterpret_cast<uint4*>(dst + head);
