@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/deadline.hpp"
+#include "base/deadline.hpp"
 
 namespace loom::transport {
 
@@ -98,10 +98,10 @@ class Transport {
   virtual ~Transport() = default;
   virtual std::string_view name() const = 0;
   // The connection to `peer`, set up on first use; both ranks must ask for it.
-  virtual Connection& connect(int peer, const core::Deadline& deadline) = 0;
+  virtual Connection& connect(int peer, const base::Deadline& deadline) = 0;
   // The connection for calls on GPU buffers: one whose slots are device memory where the
   // transport has one for this peer (CUDA IPC), else the host connection (slots staged).
-  virtual Connection& connect_device(int peer, const core::Deadline& deadline) {
+  virtual Connection& connect_device(int peer, const base::Deadline& deadline) {
     return connect(peer, deadline);
   }
   // After a failure: tell every connected peer, so that none of them waits for this rank.

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-#include "reduce.cuh"
+#include "kernels/cuda/cuda_kernels.cuh"
 
 namespace loom {
 namespace {

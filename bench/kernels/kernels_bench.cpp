@@ -9,8 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "kernels/cpu/cpu_kernels.hpp"
 #include "plain_add.hpp"
-#include "reduce.hpp"
 
 namespace loom {
 namespace {

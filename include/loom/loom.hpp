@@ -35,25 +35,44 @@ std::optional<ReduceOp> parse_reduce_op(std::string_view name);
 
 // ---- Errors -------------------------------------------------------------------------------------
 // Every message names the operation, the rank, the peer (where one is involved) and the cause.
+// kind() says which subclass an error is, for code that must not depend on message text.
+enum class ErrorKind : std::uint8_t {
+  internal,          // Error itself: a failure with no more specific kind
+  invalid_argument,  // InvalidArgument
+  timeout,           // TimeoutError
+  peer,              // PeerError
+  mismatch,          // CollectiveMismatch
+  aborted,           // Aborted
+  store,             // StoreError
+};
+std::string_view to_string(ErrorKind kind);
+
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& what) : Error(what, ErrorKind::internal) {}
+  ErrorKind kind() const { return kind_; }
+
+ protected:
+  Error(const std::string& what, ErrorKind kind) : std::runtime_error(what), kind_(kind) {}
+
+ private:
+  ErrorKind kind_;
 };
 // Bad arguments; raised before any communication, the communicator stays usable.
 class InvalidArgument : public Error {
  public:
-  using Error::Error;
+  explicit InvalidArgument(const std::string& what) : Error(what, ErrorKind::invalid_argument) {}
 };
 // A wait passed its deadline (LOOM_TIMEOUT or the timeout given to Work::wait).
 class TimeoutError : public Error {
  public:
-  using Error::Error;
+  explicit TimeoutError(const std::string& what) : Error(what, ErrorKind::timeout) {}
 };
 // A peer closed its connection, died or sent something that breaks the protocol.
 class PeerError : public Error {
  public:
-  using Error::Error;
-  PeerError(const std::string& what, int peer) : Error(what), peer_(peer) {}
+  explicit PeerError(const std::string& what, int peer = -1)
+      : Error(what, ErrorKind::peer), peer_(peer) {}
   // The rank at fault, or -1 when it is not known.
   int peer() const { return peer_; }
 
@@ -63,18 +82,27 @@ class PeerError : public Error {
 // Ranks issued different collectives at the same position in their sequence.
 class CollectiveMismatch : public Error {
  public:
-  using Error::Error;
+  // detail: the two calls, as one sentence ("rank 1 called ... while rank 0 called ...").
+  explicit CollectiveMismatch(const std::string& what, std::string detail = {})
+      : Error(what, ErrorKind::mismatch), detail_(detail.empty() ? what : std::move(detail)) {}
+  const std::string& detail() const { return detail_; }
+
+ private:
+  std::string detail_;
 };
 // The call was cut short, or refused, because Communicator::abort() was called.
 class Aborted : public Error {
  public:
-  using Error::Error;
+  explicit Aborted(const std::string& what) : Error(what, ErrorKind::aborted) {}
 };
 // Rendezvous store failures (connection, protocol).
 class StoreError : public Error {
  public:
-  using Error::Error;
+  explicit StoreError(const std::string& what) : Error(what, ErrorKind::store) {}
 };
+// The same error with `context` in front of its message ("all_reduce #3 (f32 x 8, sum): "),
+// unless the message starts with it already.
+[[noreturn]] void rethrow_with_context(const Error& error, const std::string& context);
 
 // ---- Options ------------------------------------------------------------------------------------
 // Every field left unset takes its value from the LOOM_* environment, then from the default.

@@ -15,8 +15,8 @@
 #include <type_traits>
 
 #include "cpu/half_simd-inl.h"
+#include "cpu_kernels.hpp"
 #include "element_ops.hpp"
-#include "reduce.hpp"
 
 // ---- Per target ---------------------------------------------------------------------------------
 HWY_BEFORE_NAMESPACE();

@@ -1,6 +1,6 @@
 // The scalar reference: one element at a time, dispatching on dtype and op per element.
+#include "cpu_kernels.hpp"
 #include "element_ops.hpp"
-#include "reduce.hpp"
 
 namespace loom::kernels::reference {
 

@@ -3,8 +3,8 @@
 // scalar head up to the first 16-byte boundary and a scalar tail.
 #include <algorithm>
 
+#include "cuda_kernels.cuh"
 #include "element_ops.cuh"
-#include "reduce.cuh"
 
 namespace loom::kernels::cuda {
 namespace {

@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <cstring>
 
+#include "kernels/cpu/cpu_kernels.hpp"
 #include "loom/loom.hpp"
-#include "reduce.hpp"
 #include "transports/transport.hpp"
 
 namespace loom::algorithms {

@@ -8,7 +8,7 @@
 
 #include "algorithms/algorithms.hpp"
 #include "algorithms/primitives.hpp"
-#include "reduce.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
 
 namespace loom::algorithms {
 

@@ -90,7 +90,8 @@ void Primitives::mismatch(const transport::RecvSlot& slot, std::size_t expected_
           : fmt::format("rank {} called {} while rank {} called {}", recv_from_->peer(),
                         describe_tag(slot.tag), engine_.rank(), describe_tag(ours));
   throw CollectiveMismatch(
-      fmt::format("{}: rank {}: collective mismatch: {}", c.describe(), engine_.rank(), detail));
+      fmt::format("{}: rank {}: collective mismatch: {}", c.describe(), engine_.rank(), detail),
+      detail);
 }
 
 void Primitives::send(const void* src, std::size_t count) {

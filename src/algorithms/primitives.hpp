@@ -7,7 +7,7 @@
 
 #include <cstddef>
 
-#include "algorithms/collective.hpp"
+#include "algorithms/engine.hpp"
 #include "algorithms/waiter.hpp"
 
 namespace loom::algorithms {

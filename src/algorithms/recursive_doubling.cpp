@@ -7,11 +7,11 @@
 
 #include "algorithms/algorithms.hpp"
 #include "algorithms/primitives.hpp"
-#include "reduce.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
 
 namespace loom::algorithms {
 
-std::size_t recursive_doubling_max_bytes(const core::Config& config) {
+std::size_t recursive_doubling_max_bytes(const base::Config& config) {
   // Each exchange sends before it receives: the buffer must fit the FIFO's half so that the
   // send never waits for the peer's receive.
   return config.buffer_bytes / static_cast<std::size_t>(config.slots) *

@@ -27,7 +27,7 @@
 #include <fmt/format.h>
 
 #include "algorithms/algorithms.hpp"
-#include "core/logging.hpp"
+#include "base/logging.hpp"
 
 namespace loom::algorithms {
 
@@ -78,7 +78,7 @@ double hierarchical_cost(const Engine& engine, double bytes) {
 }
 
 // The slice for `unit` bytes crossing `stages` pipeline stages (see the top of the file).
-std::size_t slice_bytes(const CostModel& m, double unit, int stages, const core::Config& config) {
+std::size_t slice_bytes(const CostModel& m, double unit, int stages, const base::Config& config) {
   constexpr double kMin = 16 * 1024;
   const double slot =
       static_cast<double>(config.buffer_bytes / static_cast<std::size_t>(config.slots));
@@ -95,7 +95,7 @@ std::size_t slice_bytes(const CostModel& m, double unit, int stages, const core:
 }  // namespace
 
 std::size_t pipeline_slice(bool shared_memory, double unit, int stages,
-                           const core::Config& config) {
+                           const base::Config& config) {
   return slice_bytes(shared_memory ? kShm : kTcp, unit, stages, config);
 }
 
@@ -122,7 +122,7 @@ void log_choice(const Collective& call, const CostModel& model, int chosen,
             ? fmt::format("{}{} n/a", i ? ", " : "", candidates[i].name)
             : fmt::format("{}{} {:.1f} us{}", i ? ", " : "", candidates[i].name,
                           candidates[i].cost_us, candidates[i].fits ? "" : candidates[i].unfit);
-  core::log().info("{}: {} in slices of {} KiB for {} B over {}; model: {}", to_string(call.kind),
+  base::log().info("{}: {} in slices of {} KiB for {} B over {}; model: {}", to_string(call.kind),
                    candidates[chosen].name, slice >> 10, bytes, model.transport, table);
 }
 

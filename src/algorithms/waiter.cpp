@@ -26,7 +26,7 @@ void Waiter::begin() {
   // Yield, and briefly, when ranks outnumber cores or this call runs beside its rank's work.
   yield_ = engine_.config().oversubscribed || engine_.sharing_core();
   const int spin_us = yield_ ? std::min(engine_.config().spin_us, 20) : engine_.config().spin_us;
-  spin_until_ = core::Clock::now() + std::chrono::microseconds(spin_us);
+  spin_until_ = base::Clock::now() + std::chrono::microseconds(spin_us);
 }
 
 bool Waiter::spin() {
@@ -37,11 +37,11 @@ bool Waiter::spin() {
     return true;
   }
   if (yield_) {
-    if (core::Clock::now() < spin_until_) {
+    if (base::Clock::now() < spin_until_) {
       sched_yield();  // a yield can last a time slice: look at the clock every time
       return true;
     }
-  } else if ((++spins_ & 63) != 0 || core::Clock::now() < spin_until_) {
+  } else if ((++spins_ & 63) != 0 || base::Clock::now() < spin_until_) {
     cpu_relax();  // reading the clock costs more than a pause: do it every 64 rounds
     return true;
   }

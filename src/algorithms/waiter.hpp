@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "algorithms/collective.hpp"
+#include "algorithms/engine.hpp"
 
 namespace loom::algorithms {
 
@@ -41,7 +41,7 @@ class Waiter {
   const Engine& engine_;
   std::vector<pollfd> fds_;
   bool poll_waited_fd_ = false;  // the waited connection has descriptors in fds_
-  core::Clock::time_point spin_until_;
+  base::Clock::time_point spin_until_;
   unsigned spins_ = 0;
   bool yield_ = false;  // spin by yielding, briefly (decided at each begin())
 };

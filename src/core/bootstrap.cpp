@@ -1,9 +1,9 @@
 // init(): builds a communicator from the launcher's environment.
 #include <fmt/format.h>
 
-#include "core/config.hpp"
+#include "base/config.hpp"
+#include "base/logging.hpp"
 #include "core/launch_env.hpp"
-#include "core/logging.hpp"
 #include "loom/loom.hpp"
 #include "loom/store.hpp"
 
@@ -43,8 +43,8 @@ Communicator init(Options options) {
   const int rank = launch.rank;
   const int size = launch.world_size;
   const std::string& method = launch.init_method;
-  auto timeout = core::Config::resolve(options, size).timeout;
-  core::log().info("init: {}", launch.describe());
+  auto timeout = base::Config::resolve(options, size).timeout;
+  base::log().info("init: {}", launch.describe());
 
   std::shared_ptr<Store> store;
   std::unique_ptr<StoreServer> server;

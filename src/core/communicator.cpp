@@ -14,19 +14,23 @@
 
 #include <fmt/format.h>
 
-#include "algorithms/collective.hpp"
-#include "core/abort_record.hpp"
-#include "core/config.hpp"
-#include "core/halt.hpp"
+#include "algorithms/engine.hpp"
+#include "base/abort_record.hpp"
+#include "base/config.hpp"
+#include "base/halt.hpp"
+#include "base/logging.hpp"
+#include "base/trace_internal.hpp"
+#include "core/failure_store.hpp"
 #include "core/health_monitor.hpp"
-#include "core/logging.hpp"
 #include "core/topology.hpp"
-#include "core/trace_internal.hpp"
 #include "core/work.hpp"
-#include "gpu/gpu.hpp"
+#include "device/device.hpp"
+#include "gpu/runtime.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
 #include "loom/store.hpp"
 #include "loom/trace.hpp"
-#include "reduce.hpp"
+#include "store/keys.hpp"
+#include "transports/cudaipc/cudaipc.hpp"
 #include "transports/ibverbs/ib_device.hpp"
 #include "transports/ibverbs/ib_transport.hpp"
 #include "transports/shm/shm_transport.hpp"
@@ -53,29 +57,12 @@ std::uint64_t random_token() {
 
 // Errors from below the engine name the peer and cause; this adds which call was running.
 [[noreturn]] void rethrow_in_context(const Collective& call) {
-  const std::string prefix = call.describe();
-  auto with = [&](const std::exception& e) {
-    std::string what = e.what();
-    return what.rfind(prefix, 0) == 0 ? what : prefix + ": " + what;
-  };
   try {
     throw;
-  } catch (const CollectiveMismatch& e) {
-    throw CollectiveMismatch(with(e));
-  } catch (const TimeoutError& e) {
-    throw TimeoutError(with(e));
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(with(e));
-  } catch (const StoreError& e) {
-    throw StoreError(with(e));
-  } catch (const Aborted& e) {
-    throw Aborted(with(e));
-  } catch (const PeerError& e) {
-    throw PeerError(with(e), e.peer());
   } catch (const Error& e) {
-    throw Error(with(e));
+    rethrow_with_context(e, call.describe());
   } catch (const std::exception& e) {
-    throw Error(with(e));
+    throw Error(call.describe() + ": " + e.what());
   }
 }
 
@@ -91,26 +78,30 @@ class Communicator::Impl {
     if (rank < 0 || rank >= size)
       throw InvalidArgument(fmt::format("init: rank {} is outside [0, {})", rank, size));
     if (!store) throw InvalidArgument(fmt::format("init: rank {}: store is null", rank));
-    config_ = core::Config::resolve(options, size);
-    core::set_log_rank(rank, size);
-    core::set_trace_rank(rank, size);
+    config_ = base::Config::resolve(options, size);
+    base::set_log_rank(rank, size);
+    base::set_trace_rank(rank, size);
     // Each communicator built on the same store and prefix gets a fresh key space, so a second
     // communicator never reads the first one's addresses.
+    // Each attempt of a restarted job counts afresh, so a rank that died before joining in an
+    // earlier attempt cannot leave the ranks on different generations.
     auto base = std::make_shared<PrefixStore>(options.store_prefix, store);
-    std::int64_t generation = base->add(fmt::format("generation/{}", rank), 1);
-    store_ = std::make_shared<PrefixStore>(fmt::format("g{}", generation), base);
+    const std::string attempt =
+        config_.restart_count < 0 ? "" : fmt::format("attempt{}", config_.restart_count);
+    const std::int64_t generation = base->add(store::keys::generation(attempt, rank), 1);
+    store_ =
+        std::make_shared<PrefixStore>(store::keys::generation_prefix(attempt, generation), base);
 
     std::uint64_t token = random_token();
     Bytes mine(reinterpret_cast<std::uint8_t*>(&token),
                reinterpret_cast<std::uint8_t*>(&token) + 8);
-    Bytes agreed = store_->compare_set("job_token", {}, mine);
+    Bytes agreed = store_->compare_set(store::keys::job_token(), {}, mine);
     if (agreed.size() != 8) throw StoreError("init: the job token in the store is malformed");
     std::memcpy(&token, agreed.data(), 8);
 
     auto tcp = std::make_unique<transport::tcp::TcpTransport>(*store_, rank, size, token, config_,
                                                               route_hint);
     listen_address_ = tcp->listen_address();
-    join();
     // RDMA is opened before the topology exchange, so that a port is advertised only when it
     // works here; the peers on other hosts that advertise one too are reached through it.
     std::unique_ptr<transport::Transport> rdma;
@@ -159,8 +150,8 @@ class Communicator::Impl {
     }
     // Device buffers of same-host peers: CUDA IPC, when this build and machine have CUDA.
     if (config_.cuda_ipc && std::find(shm_peers.begin(), shm_peers.end(), true) != shm_peers.end())
-      if (auto ipc = gpu::make_ipc_transport(*store_, rank, token, config_, topology_.pid_of_rank,
-                                             shm_peers)) {
+      if (auto ipc = transport::cudaipc::make_transport(*store_, rank, token, config_,
+                                                        topology_.pid_of_rank, shm_peers)) {
         ipc_ = ipc.get();
         table->set_device_transport(std::move(ipc));
       }
@@ -168,18 +159,18 @@ class Communicator::Impl {
     transport_ = std::move(table);
     engine_ = std::make_unique<algorithms::Engine>(rank, size, *transport_, config_, halt_,
                                                    *callers_waiting_, topology_.ranks_by_host());
-    core::log().info(
+    base::log().info(
         "rank {}/{} on {}: {}; tcp at {}, {} sockets per peer; {} slots of {} KiB; timeout {} s; "
         "reduction kernels {}",
         rank, size, host_name(), transport_summary_, listen_address_, config_.sockets_per_peer,
         config_.slots, config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10,
         config_.timeout.count() / 1000, kernels::simd_target());
-    if (rank == 0) core::log().info("topology: {}", topology_.describe());
+    if (rank == 0) base::log().info("topology: {}", topology_.describe());
     if (gpus_)
-      core::log().info("rank {}: {}; device buffers of local peers via {}", rank, gpu::describe(),
-                       ipc_ ? "cudaipc" : "host slots");
+      base::log().info("rank {}: {}; device buffers of local peers via {}", rank,
+                       device::describe(), ipc_ ? "cudaipc" : "host slots");
     if (rank == 0)
-      core::log().info(
+      base::log().info(
           "algorithms: all_reduce ring, recursive_doubling, one_shot or hierarchical (cost "
           "model), "
           "reduce_scatter ring, "
@@ -251,8 +242,8 @@ class Communicator::Impl {
   void abort() {
     std::lock_guard lock(mu_);
     if (destroyed_) return;
-    core::AbortRecord mine{
-        core::AbortRecord::Kind::aborted, rank_, rank_,
+    base::AbortRecord mine{
+        base::AbortRecord::Kind::aborted, rank_, rank_,
         fmt::format("rank {} on host {} aborted its communicator", rank_, host_of(rank_))};
     if (!halt_.trigger(mine, true)) return;
     // A running call sees the halt at its next wait (within its spin window or 100 ms of
@@ -273,7 +264,7 @@ class Communicator::Impl {
   void start_monitor() {
     std::shared_ptr<Store> own = store_->clone();
     if (!own) {
-      core::log().debug("rank {}: the store cannot be cloned: no health monitor", rank_);
+      base::log().debug("rank {}: the store cannot be cloned: no health monitor", rank_);
       return;
     }
     core::HealthMonitor::Settings s;
@@ -284,14 +275,14 @@ class Communicator::Impl {
     for (int r = 0; r < size_; ++r) s.hosts.push_back(host_of(r));
     monitor_ = std::make_unique<core::HealthMonitor>(
         std::move(own), std::move(s), progress_,
-        [this](const core::AbortRecord& record) { halt_from_record(record); });
+        [this](const base::AbortRecord& record) { halt_from_record(record); });
   }
 
   // The health monitor found another rank's record: stop, the way abort() does.
-  void halt_from_record(const core::AbortRecord& record) {
+  void halt_from_record(const base::AbortRecord& record) {
     std::lock_guard lock(mu_);
     if (destroyed_ || !halt_.trigger(record, false)) return;
-    core::log().error("rank {}: stopping: {} (reported by rank {})", rank_, record.cause,
+    base::log().error("rank {}: stopping: {} (reported by rank {})", rank_, record.cause,
                       record.reporter);
     if (!busy_) transport_->abort();
   }
@@ -310,22 +301,6 @@ class Communicator::Impl {
   }
 
  private:
-  void join() {
-    std::vector<std::string> keys;
-    for (int r = 0; r < size_; ++r) keys.push_back(fmt::format("tcp/{}", r));
-    try {
-      store_->wait(keys, config_.timeout);
-    } catch (const TimeoutError&) {
-      std::vector<int> missing;
-      auto present = store_->check(keys);
-      for (int r = 0; r < size_; ++r)
-        if (!present[r]) missing.push_back(r);
-      throw TimeoutError(fmt::format(
-          "init: rank {} timed out after {} s waiting for rank(s) {} to join (world size {})",
-          rank_, config_.timeout.count() / 1000.0, fmt::join(missing, ", "), size_));
-    }
-  }
-
   // Under mu_.
   void enqueue(std::shared_ptr<Work::State> state) {
     queue_.push_back(std::move(state));
@@ -396,9 +371,7 @@ class Communicator::Impl {
     };
     if (c.count == 0 || c.kind == Kind::barrier) return;
     // -2: a buffer this rank does not touch; without GPUs every buffer is host memory (-1).
-    auto where = [&](bool used, const void* p) {
-      return !used ? -2 : gpus_ ? gpu::device_of(p) : -1;
-    };
+    auto where = [&](bool used, const void* p) { return !used ? -2 : gpus_ ? device::of(p) : -1; };
     const int in_device = where(reads(c), c.in);
     const int out_device = where(writes(c), c.out);
     if (in_device != -2 && out_device != -2 && in_device != out_device)
@@ -409,9 +382,9 @@ class Communicator::Impl {
     const int device = std::max(in_device, out_device);
     if (device < 0) {
       if (c.stream != nullptr)
-        throw bad(!gpu::built() ? "a CUDA stream was given but this build has no CUDA support"
-                  : !gpus_      ? "a CUDA stream was given but no GPU is visible"
-                                : "a CUDA stream was given but the buffers are host memory");
+        throw bad(!device::built() ? "a CUDA stream was given but this build has no CUDA support"
+                  : !gpus_         ? "a CUDA stream was given but no GPU is visible"
+                                   : "a CUDA stream was given but the buffers are host memory");
       return;
     }
     std::lock_guard lock(gpu_mu_);
@@ -472,54 +445,54 @@ class Communicator::Impl {
   // close the connections so that no peer waits on this rank, and raise. A rank that only saw a
   // neighbour close raises the cause that the first rank to know published.
   [[noreturn]] void fail(const Collective& call, const Error& e) {
-    const bool local_abort = dynamic_cast<const Aborted*>(&e) != nullptr;
-    const core::AbortRecord standing = publish(record_of(e));
+    const bool local_abort = e.kind() == ErrorKind::aborted;
+    const base::AbortRecord standing = publish(record_of(e));
     halt_.trigger(standing, local_abort);
     transport_->abort();  // peers waiting on this rank fail now instead of at their timeout
     // A peer's failure is told the same way on every rank (naming the rank and its host); this
     // rank's own mismatch or timeout keeps its own words.
     if (!local_abort &&
-        (standing.reporter != rank_ || standing.kind == core::AbortRecord::Kind::peer_failed)) {
-      core::log().error("{}: rank {}: {} (reported by rank {})", call.describe(), rank_,
+        (standing.reporter != rank_ || standing.kind == base::AbortRecord::Kind::peer_failed)) {
+      base::log().error("{}: rank {}: {} (reported by rank {})", call.describe(), rank_,
                         standing.cause, standing.reporter);
       standing.raise(fmt::format("{}: rank {}", call.describe(), rank_));
     }
-    core::log().error("{}", e.what());
+    base::log().error("{}", e.what());
     throw;
   }
 
   // What this rank's own error tells the others.
-  core::AbortRecord record_of(const Error& e) const {
-    using Kind = core::AbortRecord::Kind;
-    const std::string what = e.what();
-    if (dynamic_cast<const CollectiveMismatch*>(&e)) {
-      const auto at = what.find("collective mismatch: ");
-      return {
-          Kind::mismatch, rank_, -1,
-          "collective mismatch: " + (at == std::string::npos
-                                         ? what
-                                         : what.substr(at + std::strlen("collective mismatch: ")))};
+  base::AbortRecord record_of(const Error& e) const {
+    using Kind = base::AbortRecord::Kind;
+    switch (e.kind()) {
+      case ErrorKind::mismatch:
+        return {Kind::mismatch, rank_, -1,
+                "collective mismatch: " + static_cast<const CollectiveMismatch&>(e).detail()};
+      case ErrorKind::timeout:
+        return {Kind::timeout, rank_, -1, fmt::format("rank {} timed out: {}", rank_, e.what())};
+      case ErrorKind::aborted:
+        return {Kind::aborted, rank_, rank_,
+                fmt::format("rank {} on host {} aborted its communicator", rank_, host_of(rank_))};
+      case ErrorKind::peer:
+        if (const int peer = static_cast<const PeerError&>(e).peer(); peer >= 0)
+          return {Kind::peer_failed, rank_, peer,
+                  fmt::format("rank {} on host {} is gone or failed (seen by rank {}: {})", peer,
+                              host_of(peer), rank_, e.what())};
+        break;
+      default:
+        break;
     }
-    if (dynamic_cast<const TimeoutError*>(&e))
-      return {Kind::timeout, rank_, -1, fmt::format("rank {} timed out: {}", rank_, what)};
-    if (dynamic_cast<const Aborted*>(&e))
-      return {Kind::aborted, rank_, rank_,
-              fmt::format("rank {} on host {} aborted its communicator", rank_, host_of(rank_))};
-    if (const auto* peer = dynamic_cast<const PeerError*>(&e); peer && peer->peer() >= 0)
-      return {Kind::peer_failed, rank_, peer->peer(),
-              fmt::format("rank {} on host {} is gone or failed (seen by rank {}: {})",
-                          peer->peer(), host_of(peer->peer()), rank_, what)};
     return {Kind::peer_failed, rank_, rank_,
-            fmt::format("rank {} on host {} failed: {}", rank_, host_of(rank_), what)};
+            fmt::format("rank {} on host {} failed: {}", rank_, host_of(rank_), e.what())};
   }
 
   // Publishes `mine` unless a record stands already; returns the one that stands (`mine` when
   // the store cannot be reached: peers still see this rank's connections close).
-  core::AbortRecord publish(const core::AbortRecord& mine) {
+  base::AbortRecord publish(const base::AbortRecord& mine) {
     try {
       return core::publish_abort(*store_, mine);
     } catch (const Error& e) {
-      core::log().warn("rank {}: cannot publish the failure: {}", rank_, e.what());
+      base::log().warn("rank {}: cannot publish the failure: {}", rank_, e.what());
       return mine;
     }
   }
@@ -574,22 +547,22 @@ class Communicator::Impl {
       if (topology_.rdma_of_rank[static_cast<std::size_t>(r)] == "-") without.push_back(r);
     }
     if (remote.empty()) {
-      core::log().debug("rank {}: no rank on another host; ibverbs: {}", rank_, why);
+      base::log().debug("rank {}: no rank on another host; ibverbs: {}", rank_, why);
     } else if (mine == "-") {
-      core::log().info("rank {}: ibverbs unavailable ({}): TCP to the {} rank(s) on other hosts",
+      base::log().info("rank {}: ibverbs unavailable ({}): TCP to the {} rank(s) on other hosts",
                        rank_, why, remote.size());
     } else if (!without.empty()) {
-      core::log().info("rank {}: ibverbs on {}; rank(s) {} have no RDMA port: TCP to them", rank_,
+      base::log().info("rank {}: ibverbs on {}; rank(s) {} have no RDMA port: TCP to them", rank_,
                        why, fmt::join(without, ","));
     } else {
-      core::log().info("rank {}: ibverbs on {} to the {} rank(s) on other hosts", rank_, why,
+      base::log().info("rank {}: ibverbs on {} to the {} rank(s) on other hosts", rank_, why,
                        remote.size());
     }
   }
 
   int rank_;
   int size_;
-  core::Config config_;
+  base::Config config_;
   std::shared_ptr<Store> store_;
   core::Topology topology_;
   std::string listen_address_;
@@ -597,10 +570,10 @@ class Communicator::Impl {
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<algorithms::Engine> engine_;
   // Calls on device buffers: created by the first one, on the caller's thread (place()).
-  const bool gpus_ = gpu::device_count() > 0;  // without GPUs every buffer is host memory
+  const bool gpus_ = device::count() > 0;  // without GPUs every buffer is host memory
   std::mutex gpu_mu_;
   std::unique_ptr<gpu::Runtime> gpu_;
-  gpu::IpcTransport* ipc_ = nullptr;  // owned by transport_
+  transport::cudaipc::IpcTransport* ipc_ = nullptr;  // owned by transport_
 
   std::mutex mu_;
   std::condition_variable wake_;
@@ -609,7 +582,7 @@ class Communicator::Impl {
   // thread clears it without the lock.
   std::atomic<bool> busy_{false};
   std::atomic<std::uint32_t> queued_{0};  // queue_.size(), readable without the lock
-  core::Halt halt_;
+  base::Halt halt_;
   core::Progress progress_;
   std::unique_ptr<core::HealthMonitor> monitor_;
   // Threads in Work::wait on this communicator's calls (see Engine::caller_waiting).

@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 
 #include "algorithms/collective.hpp"
-#include "core/logging.hpp"
+#include "base/logging.hpp"
+#include "core/failure_store.hpp"
+#include "store/keys.hpp"
 
 namespace loom::core {
 namespace {
@@ -15,18 +17,11 @@ constexpr auto kTick = std::chrono::milliseconds(500);
 constexpr auto kBeat = std::chrono::seconds(1);
 constexpr auto kHeartbeatCheck = std::chrono::seconds(2);
 
-std::string progress_key(int rank) {
-  return fmt::format("progress/{}", rank);
-}
-std::string heartbeat_key(int rank) {
-  return fmt::format("heartbeat/{}", rank);
-}
-
 }  // namespace
 
 HealthMonitor::HealthMonitor(std::shared_ptr<Store> store, Settings settings,
                              const Progress& progress,
-                             std::function<void(const AbortRecord&)> on_abort)
+                             std::function<void(const base::AbortRecord&)> on_abort)
     : store_(std::move(store)),
       settings_(std::move(settings)),
       progress_(progress),
@@ -54,7 +49,7 @@ void HealthMonitor::loop() {
     } catch (const Error& e) {
       // The store is gone (its host finished or failed) or slow: the data connections still
       // report failures, so this only stops the watch.
-      log().debug("health monitor: rank {}: {}; watching stops", settings_.rank, e.what());
+      base::log().debug("health monitor: rank {}: {}; watching stops", settings_.rank, e.what());
       lock.lock();
       return;
     }
@@ -71,7 +66,7 @@ void HealthMonitor::tick(Clock::time_point now) {
     }
   }
   if (now >= next_beat_) {
-    store_->add(heartbeat_key(settings_.rank), 1);
+    store_->add(store::keys::heartbeat(settings_.rank), 1);
     next_beat_ = now + kBeat;
   }
   if (settings_.rank == 0 && settings_.heartbeat_timeout.count() > 0 &&
@@ -85,21 +80,21 @@ void HealthMonitor::tick(Clock::time_point now) {
 void HealthMonitor::watch_heartbeats(Clock::time_point now) {
   for (int r = 1; r < settings_.size; ++r) {
     const auto i = static_cast<std::size_t>(r);
-    const std::int64_t beat = store_->add(heartbeat_key(r), 0);
+    const std::int64_t beat = store_->add(store::keys::heartbeat(r), 0);
     if (beat != last_beat_[i]) {
       last_beat_[i] = beat;
       last_change_[i] = now;
       continue;
     }
     if (now - last_change_[i] < settings_.heartbeat_timeout || abort_seen_) continue;
-    AbortRecord mine;
-    mine.kind = AbortRecord::Kind::peer_failed;
+    base::AbortRecord mine;
+    mine.kind = base::AbortRecord::Kind::peer_failed;
     mine.reporter = 0;
     mine.failed = r;
     mine.cause = fmt::format(
         "rank {} on host {} stopped responding: no heartbeat for {} s (LOOM_HEARTBEAT_TIMEOUT)", r,
         settings_.hosts.at(i), settings_.heartbeat_timeout.count() / 1000);
-    const AbortRecord standing = publish_abort(*store_, mine);
+    const base::AbortRecord standing = publish_abort(*store_, mine);
     abort_seen_ = true;
     on_abort_(standing);
     return;
@@ -117,14 +112,14 @@ void HealthMonitor::watch_stalls(Clock::time_point now) {
   if (in_call && collective && word != reported_word_ &&
       now - seen_since_ >= settings_.stall_warn) {
     reported_word_ = word;
-    store_->add("stalls", 1);
+    store_->add(store::keys::stalls(), 1);
   }
-  const std::int64_t stalls = store_->add("stalls", 0);
+  const std::int64_t stalls = store_->add(store::keys::stalls(), 0);
   if (stalls == stalls_seen_) return;
   stalls_seen_ = stalls;
   // Someone stalls: every rank says where it stands; rank 0 reports, at most once a period.
   store_->set(
-      progress_key(settings_.rank),
+      store::keys::progress(settings_.rank),
       fmt::format("{} {} {} {} {}", stalls, word, progress_.count.load(std::memory_order_relaxed),
                   in_call ? 1 : 0,
                   std::chrono::duration_cast<std::chrono::seconds>(now - seen_since_).count()));
@@ -144,7 +139,7 @@ void HealthMonitor::report_stall(std::int64_t stalls) {
   };
   std::vector<Where> where(static_cast<std::size_t>(settings_.size));
   std::vector<std::string> keys;
-  for (int r = 0; r < settings_.size; ++r) keys.push_back(progress_key(r));
+  for (int r = 0; r < settings_.size; ++r) keys.push_back(store::keys::progress(r));
   std::uint64_t stalled_seq = 0;
   for (int attempt = 0; attempt < 5; ++attempt) {
     const auto present = store_->check(keys);
@@ -201,7 +196,7 @@ void HealthMonitor::report_stall(std::int64_t stalls) {
   if (settings_.report)
     settings_.report(text);
   else
-    log().warn("{}", text);
+    base::log().warn("{}", text);
 }
 
 }  // namespace loom::core

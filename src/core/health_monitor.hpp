@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/abort_record.hpp"
+#include "base/abort_record.hpp"
 #include "loom/store.hpp"
 
 namespace loom::core {
@@ -42,7 +42,7 @@ class HealthMonitor {
   };
   // `on_abort` runs on the monitor's thread when a record appears (once).
   HealthMonitor(std::shared_ptr<Store> store, Settings settings, const Progress& progress,
-                std::function<void(const AbortRecord&)> on_abort);
+                std::function<void(const base::AbortRecord&)> on_abort);
   ~HealthMonitor();
   HealthMonitor(const HealthMonitor&) = delete;
   HealthMonitor& operator=(const HealthMonitor&) = delete;
@@ -57,7 +57,7 @@ class HealthMonitor {
   std::shared_ptr<Store> store_;
   Settings settings_;
   const Progress& progress_;
-  std::function<void(const AbortRecord&)> on_abort_;
+  std::function<void(const base::AbortRecord&)> on_abort_;
   bool abort_seen_ = false;
 
   // Heartbeats (rank 0 watches them all).

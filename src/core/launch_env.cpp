@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "core/config.hpp"
+#include "base/config.hpp"
 #include "loom/loom.hpp"
 
 namespace loom::core {
@@ -226,7 +226,7 @@ LaunchEnv detect_launch_env(const EnvLookup& lookup) {
 }
 
 LaunchEnv detect_launch_env() {
-  return detect_launch_env([](const char* name) { return env_string(name); });
+  return detect_launch_env([](const char* name) { return base::env_string(name); });
 }
 
 }  // namespace loom::core

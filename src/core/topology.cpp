@@ -10,7 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "core/config.hpp"
+#include "base/config.hpp"
+#include "store/keys.hpp"
 
 namespace loom::core {
 namespace {
@@ -31,7 +32,7 @@ std::string namespace_id(const char* path) {
 }  // namespace
 
 std::string local_host_id() {
-  if (auto id = env_string("LOOM_HOST_ID")) return *id;
+  if (auto id = base::env_string("LOOM_HOST_ID")) return *id;
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
   return fmt::format("{}|{}|{}|{}", host, read_first_line("/proc/sys/kernel/random/boot_id"),
@@ -75,12 +76,24 @@ std::string Topology::describe() const {
 Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
                            const std::string& rdma) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  store.set(
-      fmt::format("topology/{}", rank),
-      fmt::format("{} {} {}\n{}", ::getpid(), cores, rdma.empty() ? "-" : rdma, local_host_id()));
+  store.set(store::keys::topology(rank), fmt::format("{} {} {}\n{}", ::getpid(), cores,
+                                                     rdma.empty() ? "-" : rdma, local_host_id()));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(store::keys::topology(r));
+  try {
+    store.wait(keys, timeout);
+  } catch (const TimeoutError&) {
+    std::vector<int> missing;
+    const auto present = store.check(keys);
+    for (int r = 0; r < size; ++r)
+      if (!present[static_cast<std::size_t>(r)]) missing.push_back(r);
+    throw TimeoutError(fmt::format(
+        "init: rank {} timed out after {} s waiting for rank(s) {} to join (world size {})", rank,
+        static_cast<double>(timeout.count()) / 1000.0, fmt::join(missing, ", "), size));
+  }
   Topology t;
   for (int r = 0; r < size; ++r) {
-    std::string v = store.get_string(fmt::format("topology/{}", r), timeout);
+    std::string v = store.get_string(store::keys::topology(r), timeout);
     auto nl = v.find('\n');
     if (nl == std::string::npos)
       throw StoreError(fmt::format("init: malformed topology record of rank {}", r));

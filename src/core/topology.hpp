@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/deadline.hpp"
+#include "base/deadline.hpp"
 #include "loom/store.hpp"
 
 namespace loom::core {
@@ -30,7 +30,7 @@ struct Topology {
 };
 
 // Publishes this rank's host id, pid, cores and RDMA port (`rdma`, one word, "-" for none)
-// under "topology/<rank>" and reads every rank's.
+// (store::keys::topology) and reads every rank's.
 Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
                            const std::string& rdma = "-");
 

@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "core/deadline.hpp"
-#include "core/futex.hpp"
+#include "base/deadline.hpp"
+#include "base/futex.hpp"
 
 namespace loom {
 
@@ -18,7 +18,7 @@ void Work::State::execute() {
   run = nullptr;
   done.store(1, std::memory_order_seq_cst);
   // seq_cst on both sides: either the waiter sees done, or this sees the waiter.
-  if (sleepers.load(std::memory_order_seq_cst) != 0) core::futex_wake_all(done);
+  if (sleepers.load(std::memory_order_seq_cst) != 0) base::futex_wake_all(done);
 }
 
 Work::Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
@@ -36,7 +36,7 @@ void Work::wait(std::chrono::milliseconds timeout) const {
     if (state_->error) std::rethrow_exception(state_->error);
     return;
   }
-  core::Deadline deadline(timeout);
+  base::Deadline deadline(timeout);
   if (state_->waiting) state_->waiting->fetch_add(1, std::memory_order_relaxed);
   struct Done {
     std::atomic<int>* waiting;
@@ -45,9 +45,9 @@ void Work::wait(std::chrono::milliseconds timeout) const {
     }
   } done_waiting{state_->waiting.get()};
   // A short spin catches operations that are about to finish without a sleep and wake-up.
-  const auto spin_until = core::Clock::now() + std::chrono::microseconds(20);
+  const auto spin_until = base::Clock::now() + std::chrono::microseconds(20);
   while (state_->done.load(std::memory_order_acquire) == 0) {
-    if (core::Clock::now() < spin_until) {
+    if (base::Clock::now() < spin_until) {
       std::this_thread::yield();
       continue;
     }
@@ -56,7 +56,7 @@ void Work::wait(std::chrono::milliseconds timeout) const {
           fmt::format("Work::wait: the operation did not finish within {} ms", timeout.count()));
     state_->sleepers.fetch_add(1, std::memory_order_seq_cst);
     if (state_->done.load(std::memory_order_seq_cst) == 0)
-      core::futex_wait(state_->done, 0, deadline.remaining_ms(100));
+      base::futex_wait(state_->done, 0, deadline.remaining_ms(100));
     state_->sleepers.fetch_sub(1, std::memory_order_relaxed);
   }
   if (state_->error) std::rethrow_exception(state_->error);

@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include "core/logging.hpp"
+#include "base/logging.hpp"
 
 namespace loom::ddp {
 namespace {
@@ -195,10 +195,10 @@ std::optional<std::vector<unsigned char>> newest_valid(const std::string& dir, M
     std::vector<unsigned char> bytes(std::istreambuf_iterator<char>(in), {});
     try {
       decode(bytes, path, model, optimizer);
-      core::log().info("resuming from {}", path);
+      base::log().info("resuming from {}", path);
       return bytes;
     } catch (const InvalidArgument& e) {
-      core::log().warn("skipping snapshot {}; trying an older one", e.what());
+      base::log().warn("skipping snapshot {}; trying an older one", e.what());
     }
   }
   return std::nullopt;

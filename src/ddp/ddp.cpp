@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "kernels/cpu/cpu_kernels.hpp"
 #include "loom/trace.hpp"
-#include "reduce.hpp"
 
 namespace loom::ddp {
 

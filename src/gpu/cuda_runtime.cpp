@@ -11,12 +11,16 @@
 
 #include <fmt/format.h>
 
-#include "core/logging.hpp"
-#include "gpu/cuda_util.hpp"
-#include "gpu/gpu.hpp"
-#include "reduce.cuh"
+#include "base/logging.hpp"
+#include "device/cuda_util.hpp"
+#include "device/device.hpp"
+#include "gpu/runtime.hpp"
+#include "kernels/cuda/cuda_kernels.cuh"
 
 namespace loom::gpu {
+using device::DeviceScope;
+using device::error_text;
+
 namespace {
 
 void check(cudaError_t e, int rank, const char* what) {
@@ -26,10 +30,10 @@ void check(cudaError_t e, int rank, const char* what) {
 
 // Waits for `event` without blocking past the deadline: a short spin, then 20 us sleeps, with
 // the halt checked and the call's connections kept moving meanwhile.
-void wait_event(cudaEvent_t event, const core::Deadline& deadline, const core::Halt& halt,
+void wait_event(cudaEvent_t event, const base::Deadline& deadline, const base::Halt& halt,
                 const std::vector<transport::Connection*>& moving, int rank,
                 const std::string& context, const char* what) {
-  const auto spin_until = core::Clock::now() + std::chrono::microseconds(50);
+  const auto spin_until = base::Clock::now() + std::chrono::microseconds(50);
   for (;;) {
     const cudaError_t state = cudaEventQuery(event);
     if (state == cudaSuccess) return;
@@ -38,7 +42,7 @@ void wait_event(cudaEvent_t event, const core::Deadline& deadline, const core::H
           fmt::format("{}: rank {}: {} failed: {}", context, rank, what, error_text(state)));
     if (halt.triggered()) halt.raise(fmt::format("{}: rank {}", context, rank));
     for (transport::Connection* c : moving) c->progress();
-    if (core::Clock::now() < spin_until) continue;
+    if (base::Clock::now() < spin_until) continue;
     if (deadline.expired())
       throw TimeoutError(fmt::format("{}: rank {}: timed out waiting for {}", context, rank, what));
     std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -138,7 +142,7 @@ class CudaPath final : public algorithms::DataPath {
 
 class CudaRuntime final : public Runtime {
  public:
-  CudaRuntime(int device, int rank, const core::Config& config)
+  CudaRuntime(int device, int rank, const base::Config& config)
       : device_(device), rank_(rank), timeout_(config.timeout) {
     DeviceScope scope(device);
     // Everything is allocated here, before the first call holds a user stream: allocations may
@@ -162,7 +166,7 @@ class CudaRuntime final : public Runtime {
     path_ = std::make_unique<CudaPath>(rank, stream_, done_, scratch_, scratch_bytes);
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, device);
-    core::log().info("rank {}: device buffers on device {} ({}, sm_{}{})", rank, device, prop.name,
+    base::log().info("rank {}: device buffers on device {} ({}, sm_{}{})", rank, device, prop.name,
                      prop.major, prop.minor);
   }
 
@@ -218,7 +222,7 @@ class CudaRuntime final : public Runtime {
     // A blocking call runs on the caller's thread: its current device comes back at end().
     if (cudaGetDevice(&caller_device_) != cudaSuccess) caller_device_ = -1;
     check(cudaSetDevice(device_), rank_, "cudaSetDevice");
-    const core::Deadline deadline(timeout_);
+    const base::Deadline deadline(timeout_);
     wait_event(static_cast<cudaEvent_t>(call.ready_event), deadline, engine.halt(), {}, rank_,
                call.describe(), "the stream's work before the call");
     path_->start(engine);
@@ -270,56 +274,10 @@ class CudaRuntime final : public Runtime {
 
 }  // namespace
 
-bool built() {
-  return true;
-}
-
-int device_count() {
-  static const int count = [] {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
-    cudaGetLastError();
-    return n;
-  }();
-  return count;
-}
-
-int device_of(const void* p) {
-  if (p == nullptr || device_count() == 0) return -1;
-  cudaPointerAttributes attr{};
-  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-    cudaGetLastError();
-    return -1;
-  }
-  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? attr.device : -1;
-}
-
-std::string describe() {
-  int runtime = 0, driver = 0;
-  cudaRuntimeGetVersion(&runtime);
-  cudaDriverGetVersion(&driver);
-  std::string text = fmt::format("CUDA runtime {}.{}", runtime / 1000, runtime % 1000 / 10);
-  if (device_count() == 0) {
-    int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    cudaGetLastError();
-    return text +
-           fmt::format(", no device visible ({})", e == cudaSuccess ? "none found" : error_text(e));
-  }
-  text += fmt::format(", driver {}.{}, {} device(s):", driver / 1000, driver % 1000 / 10,
-                      device_count());
-  for (int d = 0; d < device_count(); ++d) {
-    cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, d) == cudaSuccess)
-      text += fmt::format(" {} {} (sm_{}{})", d, prop.name, prop.major, prop.minor);
-  }
-  return text;
-}
-
-std::unique_ptr<Runtime> make_runtime(int device, int rank, const core::Config& config) {
-  if (device < 0 || device >= device_count())
+std::unique_ptr<Runtime> make_runtime(int device, int rank, const base::Config& config) {
+  if (device < 0 || device >= device::count())
     throw InvalidArgument(fmt::format("rank {}: device {} is not one of the {} visible", rank,
-                                      device, device_count()));
+                                      device, device::count()));
   return std::make_unique<CudaRuntime>(device, rank, config);
 }
 

@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "half.hpp"
-#include "reduce.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/half.hpp"
 
 namespace loom::verify {
 namespace {

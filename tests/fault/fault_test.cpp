@@ -9,9 +9,10 @@
 #include <vector>
 
 #include "../support/ranks.hpp"
-#include "core/auth.hpp"
-#include "core/socket_io.hpp"
-#include "core/tcp_connect.hpp"
+#include "base/auth.hpp"
+#include "base/socket_io.hpp"
+#include "base/tcp_connect.hpp"
+#include "store/keys.hpp"
 
 namespace loom {
 namespace {
@@ -203,33 +204,35 @@ TEST(Auth, IntrudersOnADataPortAreRejectedAndTheJobCarriesOn) {
         if (ctx.rank == 0) {
           // Before the first call connects the ranks, knock on rank 1's data port: with
           // garbage, and with a well-formed handshake under the wrong secret.
-          const std::string address = ctx.store->get_string("loom/g1/tcp/1", 10s);
+          const std::string address = ctx.store->get_string(
+              "loom/" + store::keys::generation_prefix("", 1) + "/" + store::keys::tcp_address(1),
+              10s);
           const auto colon = address.rfind(':');
           const auto port = static_cast<std::uint16_t>(std::stoi(address.substr(colon + 1)));
           std::vector<int> intruders;
           for (int k = 0; k < 2; ++k) {
             std::string error;
-            core::Deadline deadline(5s);
-            int fd = core::connect_tcp(address.substr(0, colon), port, deadline, error);
+            base::Deadline deadline(5s);
+            int fd = base::connect_tcp(address.substr(0, colon), port, deadline, error);
             ASSERT_GE(fd, 0) << error;
             std::vector<std::uint8_t> bytes(32, 0x41);  // something like a hello...
             if (k == 1) {                               // ...and a response under another secret
-              core::Handshake wrong("loom-data", "not-the-secret");
-              core::Challenge fake;
+              base::Handshake wrong("loom-data", "not-the-secret");
+              base::Challenge fake;
               fake.secret_required = true;
               auto reply = wrong.respond(fake, "x");
               bytes.insert(bytes.end(), reply.bytes.begin(), reply.bytes.end());
             }
-            core::write_exact(fd, bytes.data(), bytes.size(), deadline);
+            base::write_exact(fd, bytes.data(), bytes.size(), deadline);
             ::shutdown(fd, SHUT_WR);  // nothing more is coming
             intruders.push_back(fd);
           }
           ctx.store->set("knocked", std::string("1"));
           for (int fd : intruders) {  // the challenge, then the door closes
-            std::array<std::uint8_t, core::Challenge::kBytes + 1> got{};
-            core::Deadline deadline(20s);
-            EXPECT_EQ(core::read_exact(fd, got.data(), got.size(), deadline),
-                      core::IoResult::closed);
+            std::array<std::uint8_t, base::Challenge::kBytes + 1> got{};
+            base::Deadline deadline(20s);
+            EXPECT_EQ(base::read_exact(fd, got.data(), got.size(), deadline),
+                      base::IoResult::closed);
             ::close(fd);
           }
         } else {

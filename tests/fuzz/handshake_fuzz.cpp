@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "core/abort_record.hpp"
-#include "core/auth.hpp"
+#include "base/abort_record.hpp"
+#include "base/auth.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace loom::core;

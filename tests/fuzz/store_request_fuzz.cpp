@@ -4,11 +4,11 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/store_protocol.hpp"
 #include "loom/loom.hpp"
+#include "store/store_protocol.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  using namespace loom::core::store_protocol;
+  using namespace loom::store::protocol;
   try {
     const Request req = parse_request(data, size);
     std::size_t bytes = req.value.size() + req.expected.size();

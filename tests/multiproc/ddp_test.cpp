@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "../support/ranks.hpp"
-#include "core/trace_internal.hpp"
+#include "base/trace_internal.hpp"
 #include "loom/ddp/data.hpp"
 #include "loom/ddp/ddp.hpp"
 #include "loom/ddp/layers.hpp"
@@ -151,7 +151,7 @@ TEST(Ddp, FirstBucketAllReduceStartsBeforeBackwardEnds) {
     DdpOptions o;
     o.bucket_cap_mb = o.first_bucket_mb = 0.001;
     DistributedDataParallel ddp(model, comm, o);
-    core::start_trace(dir + "/overlap-%r.json");
+    base::start_trace(dir + "/overlap-%r.json");
     Tensor x({128, 1024});
     x.fill(0.5f);
     std::vector<int> y(128, 3);

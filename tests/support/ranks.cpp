@@ -1,4 +1,5 @@
 #include "ranks.hpp"
+#include "store/keys.hpp"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -162,7 +163,9 @@ void run_ranks_raw(int world, const std::function<void(RankContext&)>& body, Run
 }
 
 std::vector<std::string> segments_of(Store& store) {
-  Bytes token = store.get("loom/g1/job_token", std::chrono::seconds(10));
+  Bytes token =
+      store.get("loom/" + store::keys::generation_prefix("", 1) + "/" + store::keys::job_token(),
+                std::chrono::seconds(10));
   std::uint64_t t = 0;
   std::memcpy(&t, token.data(), std::min<std::size_t>(8, token.size()));
   char prefix[64];

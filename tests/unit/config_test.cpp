@@ -3,7 +3,7 @@
 
 #include <cstdlib>
 
-#include "core/config.hpp"
+#include "base/config.hpp"
 #include "loom/loom.hpp"
 
 namespace loom {
@@ -31,21 +31,21 @@ class ScopedEnv {
 };
 
 TEST(Config, SizesAcceptBinarySuffixes) {
-  EXPECT_EQ(core::parse_size("4096"), 4096u);
-  EXPECT_EQ(core::parse_size("4K"), 4096u);
-  EXPECT_EQ(core::parse_size("4M"), 4u << 20);
-  EXPECT_EQ(core::parse_size("1G"), 1u << 30);
-  EXPECT_EQ(core::parse_size("2MB"), 2u << 20);
-  EXPECT_FALSE(core::parse_size(""));
-  EXPECT_FALSE(core::parse_size("-1"));
-  EXPECT_FALSE(core::parse_size("4X"));
-  EXPECT_FALSE(core::parse_size("99999999999999999999G"));
+  EXPECT_EQ(base::parse_size("4096"), 4096u);
+  EXPECT_EQ(base::parse_size("4K"), 4096u);
+  EXPECT_EQ(base::parse_size("4M"), 4u << 20);
+  EXPECT_EQ(base::parse_size("1G"), 1u << 30);
+  EXPECT_EQ(base::parse_size("2MB"), 2u << 20);
+  EXPECT_FALSE(base::parse_size(""));
+  EXPECT_FALSE(base::parse_size("-1"));
+  EXPECT_FALSE(base::parse_size("4X"));
+  EXPECT_FALSE(base::parse_size("99999999999999999999G"));
 }
 
 TEST(Config, EnvironmentSetsDefaultsAndOptionsWin) {
   ScopedEnv t("LOOM_TIMEOUT", "7"), s("LOOM_NSOCKS", "3"), b("LOOM_BUFFSIZE", "1M"),
       a("LOOM_ALGO", "ring");
-  core::Config c = core::Config::resolve({}, 4);
+  base::Config c = base::Config::resolve({}, 4);
   EXPECT_EQ(c.timeout, std::chrono::seconds(7));
   EXPECT_EQ(c.sockets_per_peer, 3);
   EXPECT_EQ(c.buffer_bytes, 1u << 20);
@@ -53,7 +53,7 @@ TEST(Config, EnvironmentSetsDefaultsAndOptionsWin) {
   Options o;
   o.timeout = std::chrono::milliseconds(1500);
   o.sockets_per_peer = 1;
-  c = core::Config::resolve(o, 4);
+  c = base::Config::resolve(o, 4);
   EXPECT_EQ(c.timeout, std::chrono::milliseconds(1500));
   EXPECT_EQ(c.sockets_per_peer, 1);
 }
@@ -62,7 +62,7 @@ TEST(Config, BadValuesNameTheVariable) {
   {
     ScopedEnv t("LOOM_TIMEOUT", "soon");
     try {
-      core::Config::resolve({}, 2);
+      base::Config::resolve({}, 2);
       ADD_FAILURE();
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("LOOM_TIMEOUT"), std::string::npos);
@@ -70,19 +70,19 @@ TEST(Config, BadValuesNameTheVariable) {
   }
   {
     ScopedEnv n("LOOM_NSOCKS", "0");
-    EXPECT_THROW(core::Config::resolve({}, 2), InvalidArgument);
+    EXPECT_THROW(base::Config::resolve({}, 2), InvalidArgument);
   }
   {
     ScopedEnv b("LOOM_BUFFSIZE", "1K");  // slots of 128 bytes are too small
-    EXPECT_THROW(core::Config::resolve({}, 2), InvalidArgument);
+    EXPECT_THROW(base::Config::resolve({}, 2), InvalidArgument);
   }
 }
 
 TEST(Config, SpinWindowShrinksWhenRanksOutnumberCores) {
   ScopedEnv l("LOCAL_WORLD_SIZE", "4096"), s("LOOM_SPIN_US", nullptr);
-  core::Config many = core::Config::resolve({}, 4096);
+  base::Config many = base::Config::resolve({}, 4096);
   ScopedEnv l1("LOCAL_WORLD_SIZE", "1");
-  core::Config one = core::Config::resolve({}, 1);
+  base::Config one = base::Config::resolve({}, 1);
   EXPECT_LT(many.spin_us, one.spin_us);
 }
 

@@ -9,9 +9,9 @@
 #include <random>
 #include <vector>
 
-#include "element_ops.cuh"
-#include "half.hpp"
-#include "reduce.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/half.hpp"
+#include "kernels/cuda/element_ops.cuh"
 
 namespace loom {
 namespace {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <random>
 
-#include "half.hpp"
+#include "kernels/cpu/half.hpp"
 
 namespace loom::kernels {
 namespace {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "algorithms/collective.hpp"
+#include "core/failure_store.hpp"
 #include "core/health_monitor.hpp"
 #include "loom/store.hpp"
 
@@ -30,7 +31,7 @@ transport::Tag tag_of(algorithms::Kind kind, std::uint64_t seq, std::size_t coun
 struct Rank {
   Progress progress;
   std::atomic<int> aborts{0};
-  AbortRecord last;
+  base::AbortRecord last;
   std::mutex mu;
   // Last, so that it is destroyed first: its thread writes the members above until joined.
   std::unique_ptr<HealthMonitor> monitor;
@@ -56,7 +57,7 @@ class Monitors : public ::testing::Test {
       Rank& rank = *ranks_[static_cast<std::size_t>(r)];
       rank.monitor = std::make_unique<HealthMonitor>(
           std::make_shared<TcpStore>("127.0.0.1", server_.port(), 5s, std::string()), s,
-          rank.progress, [&rank](const AbortRecord& record) {
+          rank.progress, [&rank](const base::AbortRecord& record) {
             std::lock_guard lock(rank.mu);
             rank.last = record;
             ++rank.aborts;
@@ -102,8 +103,8 @@ TEST_F(Monitors, AnAbortRecordReachesEveryRank) {
   s.heartbeat_timeout = 0s;
   start(3, s);
   TcpStore client("127.0.0.1", server_.port(), 5s, std::string());
-  publish_abort(client,
-                AbortRecord{AbortRecord::Kind::mismatch, 1, -1, "collective mismatch: test"});
+  publish_abort(client, base::AbortRecord{base::AbortRecord::Kind::mismatch, 1, -1,
+                                          "collective mismatch: test"});
   for (int i = 0; i < 60; ++i) {
     bool all = true;
     for (auto& r : ranks_) all &= r->aborts.load() == 1;
@@ -113,7 +114,7 @@ TEST_F(Monitors, AnAbortRecordReachesEveryRank) {
   for (auto& r : ranks_) {
     EXPECT_EQ(r->aborts.load(), 1);
     std::lock_guard lock(r->mu);
-    EXPECT_EQ(r->last.kind, AbortRecord::Kind::mismatch);
+    EXPECT_EQ(r->last.kind, base::AbortRecord::Kind::mismatch);
     EXPECT_EQ(r->last.cause, "collective mismatch: test");
   }
 }
@@ -134,15 +135,15 @@ TEST_F(Monitors, RankZeroDeclaresARankWithoutHeartbeatFailed) {
 }
 
 TEST(AbortRecords, EncodeDecodeAndRejectMalformed) {
-  AbortRecord r{AbortRecord::Kind::timeout, 3, -1, "a cause\nwith a newline"};
-  auto back = AbortRecord::decode(r.encode());
+  base::AbortRecord r{base::AbortRecord::Kind::timeout, 3, -1, "a cause\nwith a newline"};
+  auto back = base::AbortRecord::decode(r.encode());
   ASSERT_TRUE(back);
   EXPECT_EQ(back->kind, r.kind);
   EXPECT_EQ(back->reporter, 3);
   EXPECT_EQ(back->failed, -1);
   EXPECT_EQ(back->cause, r.cause);
   for (std::string bad : {"", "1", "9\n1\n2\nx", "1\nx\n2\ny", "1\n2\n3"})
-    EXPECT_FALSE(AbortRecord::decode(Bytes(bad.begin(), bad.end()))) << bad;
+    EXPECT_FALSE(base::AbortRecord::decode(Bytes(bad.begin(), bad.end()))) << bad;
 }
 
 }  // namespace

@@ -12,8 +12,8 @@
 
 #include <hwy/targets.h>
 
-#include "half.hpp"
-#include "reduce.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/half.hpp"
 
 namespace loom::kernels {
 namespace {

@@ -9,9 +9,9 @@
 #include <cstring>
 #include <thread>
 
-#include "core/auth.hpp"
-#include "core/socket_io.hpp"
-#include "core/tcp_connect.hpp"
+#include "base/auth.hpp"
+#include "base/socket_io.hpp"
+#include "base/tcp_connect.hpp"
 #include "loom/store.hpp"
 
 namespace loom {
@@ -117,19 +117,19 @@ INSTANTIATE_TEST_SUITE_P(Stores, StoreContract, ::testing::Values("tcp", "file")
 // requests, or -1 when the server closed the connection.
 int authenticated_connection(std::uint16_t port, const std::string& secret = "") {
   std::string error;
-  core::Deadline deadline(2s);
-  int fd = core::connect_tcp("127.0.0.1", port, deadline, error);
+  base::Deadline deadline(2s);
+  int fd = base::connect_tcp("127.0.0.1", port, deadline, error);
   EXPECT_GE(fd, 0) << error;
-  std::array<std::uint8_t, core::Challenge::kBytes> raw{};
-  EXPECT_EQ(core::read_exact(fd, raw.data(), raw.size(), deadline), core::IoResult::ok);
-  auto challenge = core::Challenge::decode(raw.data(), raw.size());
+  std::array<std::uint8_t, base::Challenge::kBytes> raw{};
+  EXPECT_EQ(base::read_exact(fd, raw.data(), raw.size(), deadline), base::IoResult::ok);
+  auto challenge = base::Challenge::decode(raw.data(), raw.size());
   EXPECT_TRUE(challenge.has_value());
-  core::Handshake handshake("loom-store", secret);
+  base::Handshake handshake("loom-store", secret);
   auto reply = handshake.respond(*challenge, {});
   EXPECT_EQ(reply.error, "");
-  core::write_exact(fd, reply.bytes.data(), reply.bytes.size(), deadline);
+  base::write_exact(fd, reply.bytes.data(), reply.bytes.size(), deadline);
   std::vector<std::uint8_t> proof(handshake.proof_bytes());
-  if (core::read_exact(fd, proof.data(), proof.size(), deadline) != core::IoResult::ok) {
+  if (base::read_exact(fd, proof.data(), proof.size(), deadline) != base::IoResult::ok) {
     ::close(fd);
     return -1;
   }
@@ -140,13 +140,13 @@ int authenticated_connection(std::uint16_t port, const std::string& secret = "")
 // connection without one).
 int raw_exchange(std::uint16_t port, const std::vector<std::uint8_t>& bytes) {
   int fd = authenticated_connection(port);
-  core::Deadline deadline(2s);
-  core::write_exact(fd, bytes.data(), bytes.size(), deadline);
+  base::Deadline deadline(2s);
+  base::write_exact(fd, bytes.data(), bytes.size(), deadline);
   std::uint32_t len = 0;
   std::uint8_t status = 0xff;
   int result = -1;
-  if (core::read_exact(fd, &len, 4, deadline) == core::IoResult::ok && len >= 1 &&
-      len < (1u << 20) && core::read_exact(fd, &status, 1, deadline) == core::IoResult::ok)
+  if (base::read_exact(fd, &len, 4, deadline) == base::IoResult::ok && len >= 1 &&
+      len < (1u << 20) && base::read_exact(fd, &status, 1, deadline) == base::IoResult::ok)
     result = status;
   ::close(fd);
   return result;
@@ -184,13 +184,13 @@ TEST(StoreServer, RejectsMalformedAndOversizedMessagesAndKeepsServing) {
 
 // Reads until the server closes the connection; true if it did within 2 s.
 bool closed_by_server(int fd) {
-  core::Deadline deadline(2s);
+  base::Deadline deadline(2s);
   std::uint8_t byte;
-  core::IoResult r;
-  while ((r = core::read_exact(fd, &byte, 1, deadline)) == core::IoResult::ok) {
+  base::IoResult r;
+  while ((r = base::read_exact(fd, &byte, 1, deadline)) == base::IoResult::ok) {
   }
   ::close(fd);
-  return r != core::IoResult::timeout;
+  return r != base::IoResult::timeout;
 }
 
 TEST(StoreAuth, WrongMissingReplayedAndGarbageHandshakesAreRejectedAndTheStoreServesOn) {
@@ -200,32 +200,32 @@ TEST(StoreAuth, WrongMissingReplayedAndGarbageHandshakesAreRejectedAndTheStoreSe
 
   // A recorded response does not open another connection: its challenge has a new nonce.
   std::string error;
-  core::Deadline deadline(2s);
-  int first = core::connect_tcp("127.0.0.1", server.port(), deadline, error);
-  std::array<std::uint8_t, core::Challenge::kBytes> raw{};
-  ASSERT_EQ(core::read_exact(first, raw.data(), raw.size(), deadline), core::IoResult::ok);
-  core::Handshake honest("loom-store", "s3cret");
-  auto recorded = honest.respond(*core::Challenge::decode(raw.data(), raw.size()), {});
+  base::Deadline deadline(2s);
+  int first = base::connect_tcp("127.0.0.1", server.port(), deadline, error);
+  std::array<std::uint8_t, base::Challenge::kBytes> raw{};
+  ASSERT_EQ(base::read_exact(first, raw.data(), raw.size(), deadline), base::IoResult::ok);
+  base::Handshake honest("loom-store", "s3cret");
+  auto recorded = honest.respond(*base::Challenge::decode(raw.data(), raw.size()), {});
   ASSERT_EQ(recorded.bytes.size(), 64u);
   ::close(first);
-  int replay = core::connect_tcp("127.0.0.1", server.port(), deadline, error);
-  ASSERT_EQ(core::read_exact(replay, raw.data(), raw.size(), deadline), core::IoResult::ok);
-  core::write_exact(replay, recorded.bytes.data(), recorded.bytes.size(), deadline);
+  int replay = base::connect_tcp("127.0.0.1", server.port(), deadline, error);
+  ASSERT_EQ(base::read_exact(replay, raw.data(), raw.size(), deadline), base::IoResult::ok);
+  base::write_exact(replay, recorded.bytes.data(), recorded.bytes.size(), deadline);
   EXPECT_TRUE(closed_by_server(replay)) << "a replayed response was accepted";
 
   // A request where the response belongs never reaches the parser.
-  int sneaky = core::connect_tcp("127.0.0.1", server.port(), deadline, error);
-  ASSERT_EQ(core::read_exact(sneaky, raw.data(), raw.size(), deadline), core::IoResult::ok);
+  int sneaky = base::connect_tcp("127.0.0.1", server.port(), deadline, error);
+  ASSERT_EQ(base::read_exact(sneaky, raw.data(), raw.size(), deadline), base::IoResult::ok);
   auto set = frame(16, {1, 5, 0, 0, 0, 'o', 'w', 'n', 'e', 'd', 1, 0, 0, 0, 'x'});
   set.resize(64, 0);
-  core::write_exact(sneaky, set.data(), set.size(), deadline);
+  base::write_exact(sneaky, set.data(), set.size(), deadline);
   EXPECT_TRUE(closed_by_server(sneaky));
 
   // Random bytes, and a client that says nothing.
-  int garbage = core::connect_tcp("127.0.0.1", server.port(), deadline, error);
+  int garbage = base::connect_tcp("127.0.0.1", server.port(), deadline, error);
   std::vector<std::uint8_t> noise(200);
   for (std::size_t i = 0; i < noise.size(); ++i) noise[i] = static_cast<std::uint8_t>(i * 97 + 13);
-  core::write_exact(garbage, noise.data(), noise.size(), deadline);
+  base::write_exact(garbage, noise.data(), noise.size(), deadline);
   EXPECT_TRUE(closed_by_server(garbage));
 
   TcpStore good("127.0.0.1", server.port(), 2s, std::string("s3cret"));

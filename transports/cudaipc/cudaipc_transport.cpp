@@ -6,18 +6,14 @@
 
 #include <fmt/format.h>
 
-#include "core/logging.hpp"
-#include "gpu/cuda_util.hpp"
+#include "base/logging.hpp"
+#include "device/cuda_util.hpp"
+#include "device/device.hpp"
+#include "store/keys.hpp"
 
 namespace loom::transport::cudaipc {
-using gpu::error_text;
-namespace {
-
-std::string handle_key(int owner, int peer) {
-  return fmt::format("cudaipc/{}/{}", owner, peer);
-}
-
-}  // namespace
+using device::error_text;
+namespace {}  // namespace
 
 CudaIpcConnection::CudaIpcConnection(shm::ShmConnection& control, std::byte* own_slots,
                                      std::byte* peer_slots, int device)
@@ -42,34 +38,35 @@ std::string CudaIpcConnection::describe() const {
 namespace {
 // The control connections get the device FIFO's geometry; their own host slots stay untouched
 // (the segment's pages are never faulted in).
-core::Config control_config(const core::Config& config) {
-  core::Config c = config;
+base::Config control_config(const base::Config& config) {
+  base::Config c = config;
   c.buffer_bytes = config.cuda_buffer_bytes;
   return c;
 }
 }  // namespace
 
 CudaIpcTransport::CudaIpcTransport(Store& store, int rank, std::uint64_t job_token,
-                                   const core::Config& config, std::vector<int> pids,
+                                   const base::Config& config, std::vector<int> pids,
                                    std::vector<bool> local_peers)
     : store_(store),
       rank_(rank),
       slot_bytes_(config.cuda_buffer_bytes / static_cast<std::size_t>(config.slots)),
       slots_(static_cast<std::size_t>(config.slots)),
       local_peers_(std::move(local_peers)),
-      control_(store, rank, job_token, control_config(config), std::move(pids), "cudaipc") {}
+      control_(store, rank, job_token, control_config(config), std::move(pids),
+               store::keys::Space::cudaipc_control) {}
 
 CudaIpcTransport::~CudaIpcTransport() {
   connections_.clear();
   if (device_ < 0) return;
-  gpu::DeviceScope scope(device_);
+  device::DeviceScope scope(device_);
   for (auto& [peer, p] : opened_) cudaIpcCloseMemHandle(p);
   for (auto& [peer, p] : own_) cudaFree(p);
 }
 
 void CudaIpcTransport::prepare(int device) {
   if (device_ >= 0) return;
-  gpu::DeviceScope scope(device);  // the caller's thread: its device comes back
+  device::DeviceScope scope(device);  // the caller's thread: its device comes back
   device_ = device;
   for (std::size_t peer = 0; peer < local_peers_.size(); ++peer) {
     if (!local_peers_[peer]) continue;
@@ -87,20 +84,21 @@ void CudaIpcTransport::prepare(int device) {
       throw Error(fmt::format("cudaipc: rank {}: cudaIpcGetMemHandle for rank {} failed: {}", rank_,
                               peer, error_text(e)));
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(&handle);
-    store_.set(handle_key(rank_, static_cast<int>(peer)), Bytes(bytes, bytes + sizeof(handle)));
+    store_.set(store::keys::cudaipc_handle(rank_, static_cast<int>(peer)),
+               Bytes(bytes, bytes + sizeof(handle)));
   }
-  core::log().debug("cudaipc: rank {}: device {} slots exported to {} local peer(s)", rank_, device,
+  base::log().debug("cudaipc: rank {}: device {} slots exported to {} local peer(s)", rank_, device,
                     own_.size());
 }
 
-Connection& CudaIpcTransport::connect(int peer, const core::Deadline& deadline) {
+Connection& CudaIpcTransport::connect(int peer, const base::Deadline& deadline) {
   if (auto it = connections_.find(peer); it != connections_.end()) return *it->second;
   if (device_ < 0 || !local_peers_.at(static_cast<std::size_t>(peer)))
     throw std::logic_error(fmt::format(
         "cudaipc: rank {}: connect to rank {} before prepare() or across hosts", rank_, peer));
   // The control FIFO first: it is where a peer that never makes device calls is noticed.
   auto& control = static_cast<shm::ShmConnection&>(control_.connect(peer, deadline));
-  const Bytes handle_bytes = store_.get(handle_key(peer, rank_),
+  const Bytes handle_bytes = store_.get(store::keys::cudaipc_handle(peer, rank_),
                                         std::chrono::milliseconds(deadline.remaining_ms(1 << 30)));
   cudaIpcMemHandle_t handle{};
   if (handle_bytes.size() != sizeof(handle))
@@ -119,20 +117,20 @@ Connection& CudaIpcTransport::connect(int peer, const core::Deadline& deadline) 
   opened_[peer] = static_cast<std::byte*>(remote);
   auto conn = std::make_unique<CudaIpcConnection>(control, own_.at(peer),
                                                   static_cast<std::byte*>(remote), device_);
-  core::log().debug("connected: {}", conn->describe());
+  base::log().debug("connected: {}", conn->describe());
   return *(connections_[peer] = std::move(conn));
 }
 
 }  // namespace loom::transport::cudaipc
 
-namespace loom::gpu {
+namespace loom::transport::cudaipc {
 
-std::unique_ptr<IpcTransport> make_ipc_transport(Store& store, int rank, std::uint64_t job_token,
-                                                 const core::Config& config, std::vector<int> pids,
-                                                 std::vector<bool> local_peers) {
-  if (device_count() == 0) return nullptr;
-  return std::make_unique<transport::cudaipc::CudaIpcTransport>(
-      store, rank, job_token, config, std::move(pids), std::move(local_peers));
+std::unique_ptr<IpcTransport> make_transport(Store& store, int rank, std::uint64_t job_token,
+                                             const base::Config& config, std::vector<int> pids,
+                                             std::vector<bool> local_peers) {
+  if (device::count() == 0) return nullptr;
+  return std::make_unique<CudaIpcTransport>(store, rank, job_token, config, std::move(pids),
+                                            std::move(local_peers));
 }
 
-}  // namespace loom::gpu
+}  // namespace loom::transport::cudaipc

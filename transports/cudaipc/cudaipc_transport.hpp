@@ -9,7 +9,7 @@
 #include <map>
 #include <memory>
 
-#include "gpu/gpu.hpp"
+#include "transports/cudaipc/cudaipc.hpp"
 #include "transports/shm/shm_transport.hpp"
 
 namespace loom::transport::cudaipc {
@@ -39,15 +39,15 @@ class CudaIpcConnection final : public Connection {
   int device_;
 };
 
-class CudaIpcTransport final : public gpu::IpcTransport {
+class CudaIpcTransport final : public IpcTransport {
  public:
   // local_peers[r]: rank r is on this host (the only ones this transport serves).
-  CudaIpcTransport(Store& store, int rank, std::uint64_t job_token, const core::Config& config,
+  CudaIpcTransport(Store& store, int rank, std::uint64_t job_token, const base::Config& config,
                    std::vector<int> pids, std::vector<bool> local_peers);
   ~CudaIpcTransport() override;
   std::string_view name() const override { return "cudaipc"; }
   void prepare(int device) override;
-  Connection& connect(int peer, const core::Deadline& deadline) override;
+  Connection& connect(int peer, const base::Deadline& deadline) override;
   void abort() override { control_.abort(); }
 
  private:

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "core/config.hpp"
+#include "base/config.hpp"
 
 namespace loom::transport::ibverbs {
 
@@ -18,17 +18,17 @@ std::string PortChoice::describe() const {
 }
 
 std::optional<PortChoice> choose_port(std::string& why) {
-  if (core::env_string("LOOM_IB_DISABLE").value_or("0") == "1") {
+  if (base::env_string("LOOM_IB_DISABLE").value_or("0") == "1") {
     why = "disabled by LOOM_IB_DISABLE=1";
     return std::nullopt;
   }
-  std::string wanted = core::env_string("LOOM_IB_HCA").value_or("");
+  std::string wanted = base::env_string("LOOM_IB_HCA").value_or("");
   int wanted_port = 0;
   if (auto colon = wanted.find(':'); colon != std::string::npos) {
     wanted_port = std::atoi(wanted.c_str() + colon + 1);
     wanted.resize(colon);
   }
-  const int gid_index = static_cast<int>(core::env_int("LOOM_IB_GID_INDEX", 0, 255).value_or(0));
+  const int gid_index = static_cast<int>(base::env_int("LOOM_IB_GID_INDEX", 0, 255).value_or(0));
   int count = 0;
   std::unique_ptr<ibv_device*, decltype(&ibv_free_device_list)> list(ibv_get_device_list(&count),
                                                                      &ibv_free_device_list);

@@ -13,7 +13,8 @@
 
 #include <fmt/format.h>
 
-#include "core/logging.hpp"
+#include "base/logging.hpp"
+#include "store/keys.hpp"
 
 namespace loom::transport::ibverbs {
 namespace {
@@ -30,13 +31,6 @@ static_assert(sizeof(SlotHeader) <= kSlotHeader);
 
 std::size_t round_up(std::size_t n, std::size_t to) {
   return (n + to - 1) / to * to;
-}
-
-std::string record_key(int from, int to) {
-  return fmt::format("ib/{}/{}", from, to);
-}
-std::string ready_key(int from, int to) {
-  return fmt::format("ib/ready/{}/{}", from, to);
 }
 
 std::byte* page_aligned(std::size_t bytes) {
@@ -185,7 +179,7 @@ void IbConnection::modify(int state, const ConnectionRecord* remote) {
 
 void IbConnection::publish() {
   const std::string record = encode(local_record());
-  store_.set(record_key(self_, peer_), Bytes(record.begin(), record.end()));
+  store_.set(store::keys::ib_record(self_, peer_), Bytes(record.begin(), record.end()));
 }
 
 void IbConnection::connect_to(const ConnectionRecord& remote) {
@@ -206,7 +200,7 @@ bool IbConnection::establish() {
   if (now < next_look_) return false;
   next_look_ = now + std::chrono::milliseconds(1);
   if (!remote_) {
-    const std::string key = record_key(peer_, self_);
+    const std::string key = store::keys::ib_record(peer_, self_);
     if (!store_.check({key}).front()) return false;
     const Bytes theirs = store_.get(key, std::chrono::milliseconds(1000));
     std::string why;
@@ -216,11 +210,11 @@ bool IbConnection::establish() {
     connect_to(*remote);
     // The peer writes only after it has seen this: a write to a queue pair still in INIT
     // would be dropped and retried, and could exhaust the retries.
-    store_.set(ready_key(self_, peer_), Bytes{1});
+    store_.set(store::keys::ib_ready(self_, peer_), Bytes{1});
   }
-  if (!store_.check({ready_key(peer_, self_)}).front()) return false;
+  if (!store_.check({store::keys::ib_ready(peer_, self_)}).front()) return false;
   peer_ready_ = true;
-  core::log().debug("connected: {}", describe());
+  base::log().debug("connected: {}", describe());
   return true;
 }
 
@@ -393,7 +387,7 @@ std::vector<Connection::Region> IbConnection::host_regions() const {
 
 // ---- Transport
 
-IbTransport::IbTransport(Store& store, int rank, const core::Config& config, PortChoice port)
+IbTransport::IbTransport(Store& store, int rank, const base::Config& config, PortChoice port)
     : store_(store),
       rank_(rank),
       slot_bytes_(config.buffer_bytes / static_cast<std::size_t>(config.slots)),
@@ -437,7 +431,7 @@ void IbTransport::abort() {
   for (auto& [peer, conn] : connections_) conn->close();
 }
 
-Connection& IbTransport::connect(int peer, const core::Deadline&) {
+Connection& IbTransport::connect(int peer, const base::Deadline&) {
   if (auto it = connections_.find(peer); it != connections_.end()) return *it->second;
   auto conn = std::make_unique<IbConnection>(store_, rank_, peer, context_, pd_, *cache_, port_,
                                              slot_bytes_, slots_);
@@ -445,7 +439,7 @@ Connection& IbTransport::connect(int peer, const core::Deadline&) {
   return *(connections_[peer] = std::move(conn));
 }
 
-std::unique_ptr<Transport> make_transport(Store& store, int rank, const core::Config& config,
+std::unique_ptr<Transport> make_transport(Store& store, int rank, const base::Config& config,
                                           const PortChoice& port) {
   return std::make_unique<IbTransport>(store, rank, config, port);
 }

@@ -23,7 +23,7 @@
 #include <memory>
 #include <optional>
 
-#include "core/config.hpp"
+#include "base/config.hpp"
 #include "loom/store.hpp"
 #include "transports/ibverbs/connection_record.hpp"
 #include "transports/ibverbs/ib_device.hpp"
@@ -106,10 +106,10 @@ class IbConnection final : public Connection {
 class IbTransport final : public Transport {
  public:
   // Opens the port's device; raises Error when it cannot.
-  IbTransport(Store& store, int rank, const core::Config& config, PortChoice port);
+  IbTransport(Store& store, int rank, const base::Config& config, PortChoice port);
   ~IbTransport() override;
   std::string_view name() const override { return "ibverbs"; }
-  Connection& connect(int peer, const core::Deadline& deadline) override;
+  Connection& connect(int peer, const base::Deadline& deadline) override;
   void abort() override;
 
  private:
@@ -125,7 +125,7 @@ class IbTransport final : public Transport {
 
 // For the communicator, without the verbs headers: the transport over `port`, or nullptr in a
 // build without libibverbs.
-std::unique_ptr<Transport> make_transport(Store& store, int rank, const core::Config& config,
+std::unique_ptr<Transport> make_transport(Store& store, int rank, const base::Config& config,
                                           const PortChoice& port);
 
 }  // namespace loom::transport::ibverbs

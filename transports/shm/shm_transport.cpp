@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "core/logging.hpp"
+#include "base/logging.hpp"
 
 namespace loom::transport::shm {
 namespace {
@@ -24,13 +24,14 @@ void* map_fd(int fd, std::size_t bytes) {
 }  // namespace
 
 ShmTransport::ShmTransport(Store& store, int rank, std::uint64_t job_token,
-                           const core::Config& config, std::vector<int> pids, std::string purpose)
+                           const base::Config& config, std::vector<int> pids,
+                           store::keys::Space space)
     : store_(store),
       rank_(rank),
       job_token_(job_token),
       config_(config),
       pids_(std::move(pids)),
-      purpose_(std::move(purpose)) {}
+      space_(space) {}
 
 ShmTransport::~ShmTransport() {
   connections_.clear();
@@ -46,16 +47,17 @@ void ShmTransport::abort() {
 }
 
 std::string ShmTransport::segment_name(int peer) const {
-  const std::string kind = purpose_ == "shm" ? "" : "-" + purpose_;
+  const std::string kind =
+      space_ == store::keys::Space::shm ? "" : fmt::format("-{}", store::keys::name(space_));
   return fmt::format("/loom-{:016x}{}-{}-{}", job_token_, kind, std::min(rank_, peer),
                      std::max(rank_, peer));
 }
 
-Connection& ShmTransport::connect(int peer, const core::Deadline& deadline) {
+Connection& ShmTransport::connect(int peer, const base::Deadline& deadline) {
   if (auto it = connections_.find(peer); it != connections_.end()) return *it->second;
   const int low = std::min(rank_, peer), high = std::max(rank_, peer);
   const std::string name = segment_name(peer);
-  const std::string key = fmt::format("{}/{}/{}", purpose_, low, high);
+  const std::string key = store::keys::shm_segment(space_, low, high);
   const std::size_t slot_bytes = config_.buffer_bytes / static_cast<std::size_t>(config_.slots);
   const std::size_t slots = static_cast<std::size_t>(config_.slots);
   const std::size_t bytes = segment_bytes(slot_bytes, slots);
@@ -112,7 +114,7 @@ Connection& ShmTransport::connect(int peer, const core::Deadline& deadline) {
   }
   auto conn = std::make_unique<ShmConnection>(rank_, peer, pids_[static_cast<std::size_t>(peer)],
                                               base, bytes, rank_ == low ? 0 : 1, name);
-  core::log().debug("connected: {}", conn->describe());
+  base::log().debug("connected: {}", conn->describe());
   return *(connections_[peer] = std::move(conn));
 }
 

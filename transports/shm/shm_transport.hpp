@@ -5,8 +5,9 @@
 #include <map>
 #include <memory>
 
-#include "core/config.hpp"
+#include "base/config.hpp"
 #include "loom/store.hpp"
+#include "store/keys.hpp"
 #include "transports/shm/shm_connection.hpp"
 
 namespace loom::transport::shm {
@@ -14,22 +15,22 @@ namespace loom::transport::shm {
 class ShmTransport final : public Transport {
  public:
   // pids: every rank's process id (from the topology exchange), to notice dead peers.
-  // purpose: names this transport's segments and store keys apart from another one's in the
-  // same job ("shm"; "cudaipc" for the control FIFOs of CUDA IPC connections).
-  ShmTransport(Store& store, int rank, std::uint64_t job_token, const core::Config& config,
-               std::vector<int> pids, std::string purpose = "shm");
+  // space: this transport's store keys and segment names, apart from another one's in the same
+  // job (shm; cudaipc_control for the FIFO counters of CUDA IPC connections).
+  ShmTransport(Store& store, int rank, std::uint64_t job_token, const base::Config& config,
+               std::vector<int> pids, store::keys::Space space = store::keys::Space::shm);
   ~ShmTransport() override;
   std::string_view name() const override { return "shm"; }
-  Connection& connect(int peer, const core::Deadline& deadline) override;
+  Connection& connect(int peer, const base::Deadline& deadline) override;
   void abort() override;
 
  private:
   Store& store_;
   int rank_;
   std::uint64_t job_token_;
-  core::Config config_;
+  base::Config config_;
   std::vector<int> pids_;
-  std::string purpose_;
+  store::keys::Space space_;
   std::map<int, std::unique_ptr<ShmConnection>> connections_;
   std::string segment_name(int peer) const;
 };

@@ -12,10 +12,11 @@
 
 #include <fmt/format.h>
 
-#include "core/auth.hpp"
-#include "core/logging.hpp"
-#include "core/socket_io.hpp"
-#include "core/tcp_connect.hpp"
+#include "base/auth.hpp"
+#include "base/logging.hpp"
+#include "base/socket_io.hpp"
+#include "base/tcp_connect.hpp"
+#include "store/keys.hpp"
 
 namespace loom::transport::tcp {
 struct TcpTransport::Hello {
@@ -50,7 +51,7 @@ std::pair<std::string, std::uint16_t> split_address(const std::string& addr) {
 }  // namespace
 
 TcpTransport::TcpTransport(Store& store, int rank, int size, std::uint64_t job_token,
-                           const core::Config& config, const std::string& route_hint)
+                           const base::Config& config, const std::string& route_hint)
     : store_(store), rank_(rank), job_token_(job_token), config_(config) {
   std::string ip =
       choose_local_address(config.socket_ifname, route_hint, config.local_world_size >= size);
@@ -69,12 +70,12 @@ TcpTransport::TcpTransport(Store& store, int rank, int size, std::uint64_t job_t
     throw PeerError(
         fmt::format("tcp: rank {} cannot listen on {}: {}", rank, ip, std::strerror(err)));
   }
-  core::set_nonblocking(listen_fd_);
+  base::set_nonblocking(listen_fd_);
   socklen_t len = sizeof(addr);
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
   listen_address_ = fmt::format("{}:{}", ip, ntohs(addr.sin_port));
-  store_.set(fmt::format("tcp/{}", rank), listen_address_);
-  core::log().debug("tcp: listening on {}", listen_address_);
+  store_.set(store::keys::tcp_address(rank), listen_address_);
+  base::log().debug("tcp: listening on {}", listen_address_);
 }
 
 TcpTransport::~TcpTransport() {
@@ -89,13 +90,13 @@ void TcpTransport::abort() {
   for (auto& [peer, conn] : connections_) conn->shutdown();
 }
 
-Connection& TcpTransport::connect(int peer, const core::Deadline& deadline) {
+Connection& TcpTransport::connect(int peer, const base::Deadline& deadline) {
   if (auto it = connections_.find(peer); it != connections_.end()) return *it->second;
   const int n = config_.sockets_per_peer;
   std::string address;
   std::vector<int> fds;
   if (rank_ < peer) {
-    address = store_.get_string(fmt::format("tcp/{}", peer),
+    address = store_.get_string(store::keys::tcp_address(peer),
                                 std::chrono::milliseconds(deadline.remaining_ms(1 << 30)));
     try {
       for (int k = 0; k < n; ++k) fds.push_back(dial(peer, k, address, deadline));
@@ -107,22 +108,22 @@ Connection& TcpTransport::connect(int peer, const core::Deadline& deadline) {
     accept_until(peer, deadline);
     fds = std::move(accepted_[peer]);
     accepted_.erase(peer);
-    address = core::peer_address(fds[0]);
+    address = base::peer_address(fds[0]);
   }
   auto conn = std::make_unique<TcpConnection>(
       rank_, peer, std::move(fds), config_.buffer_bytes / static_cast<std::size_t>(config_.slots),
       config_.slots, address);
-  core::log().debug("connected: {}", conn->describe());
+  base::log().debug("connected: {}", conn->describe());
   return *(connections_[peer] = std::move(conn));
 }
 
 int TcpTransport::dial(int peer, int index, const std::string& address,
-                       const core::Deadline& deadline) {
+                       const base::Deadline& deadline) {
   auto [host, port] = split_address(address);
   std::string error;
   int fd = -1;
   // The peer listened before it published its address: a refusal means it is gone.
-  fd = core::connect_tcp(host, port, deadline, error, /*retry_refused=*/false);
+  fd = base::connect_tcp(host, port, deadline, error, /*retry_refused=*/false);
   if (fd < 0) {
     std::string msg = fmt::format("tcp connect: rank {} could not reach rank {} at {}: {}", rank_,
                                   peer, address, error);
@@ -136,25 +137,25 @@ int TcpTransport::dial(int peer, int index, const std::string& address,
     return PeerError(
         fmt::format("tcp connect: rank {} -> rank {} at {}: {}", rank_, peer, address, why), peer);
   };
-  std::array<std::uint8_t, core::Challenge::kBytes> raw{};
-  if (auto r = core::read_exact(fd, raw.data(), raw.size(), deadline); r != core::IoResult::ok)
-    throw fail("no challenge: " + core::describe(r));
-  auto challenge = core::Challenge::decode(raw.data(), raw.size());
+  std::array<std::uint8_t, base::Challenge::kBytes> raw{};
+  if (auto r = base::read_exact(fd, raw.data(), raw.size(), deadline); r != base::IoResult::ok)
+    throw fail("no challenge: " + base::describe(r));
+  auto challenge = base::Challenge::decode(raw.data(), raw.size());
   if (!challenge) throw fail("the peer's challenge is not Loom's");
   Hello hello{kHelloMagic, kVersion, job_token_, rank_, peer, index, config_.sockets_per_peer};
-  core::Handshake handshake("loom-data", config_.secret);
+  base::Handshake handshake("loom-data", config_.secret);
   const std::string_view context(reinterpret_cast<const char*>(&hello), sizeof(hello));
   auto reply = handshake.respond(*challenge, context);
   if (!reply.error.empty()) throw fail(reply.error);
   std::vector<std::uint8_t> message(sizeof(hello));
   std::memcpy(message.data(), &hello, sizeof(hello));
   message.insert(message.end(), reply.bytes.begin(), reply.bytes.end());
-  if (auto r = core::write_exact(fd, message.data(), message.size(), deadline);
-      r != core::IoResult::ok)
-    throw fail("hello failed: " + core::describe(r));
+  if (auto r = base::write_exact(fd, message.data(), message.size(), deadline);
+      r != base::IoResult::ok)
+    throw fail("hello failed: " + base::describe(r));
   std::vector<std::uint8_t> proof(handshake.proof_bytes());
-  if (auto r = core::read_exact(fd, proof.data(), proof.size(), deadline); r != core::IoResult::ok)
-    throw fail("the peer rejected this rank's job secret (" + core::describe(r) + ")");
+  if (auto r = base::read_exact(fd, proof.data(), proof.size(), deadline); r != base::IoResult::ok)
+    throw fail("the peer rejected this rank's job secret (" + base::describe(r) + ")");
   if (!handshake.verify_proof(proof.data(), proof.size(), context))
     throw fail("the peer does not know the job secret");
   return fd;
@@ -162,17 +163,17 @@ int TcpTransport::dial(int peer, int index, const std::string& address,
 
 // The accepting side of the handshake; an empty string when `fd` is a peer of this job.
 std::string TcpTransport::handshake_accepted(int fd, Hello& hello) {
-  const core::Deadline deadline(
+  const base::Deadline deadline(
       std::chrono::duration_cast<std::chrono::milliseconds>(kHelloTimeout));
-  core::Handshake handshake("loom-data", config_.secret);
+  base::Handshake handshake("loom-data", config_.secret);
   const auto challenge = handshake.challenge().encode();
-  if (auto r = core::write_exact(fd, challenge.data(), challenge.size(), deadline);
-      r != core::IoResult::ok)
-    return "challenge not sent: " + core::describe(r);
+  if (auto r = base::write_exact(fd, challenge.data(), challenge.size(), deadline);
+      r != base::IoResult::ok)
+    return "challenge not sent: " + base::describe(r);
   std::vector<std::uint8_t> message(sizeof(hello) + handshake.response_bytes());
-  if (auto r = core::read_exact(fd, message.data(), message.size(), deadline);
-      r != core::IoResult::ok)
-    return "no hello: " + core::describe(r);
+  if (auto r = base::read_exact(fd, message.data(), message.size(), deadline);
+      r != base::IoResult::ok)
+    return "no hello: " + base::describe(r);
   std::memcpy(&hello, message.data(), sizeof(hello));
   std::string why;
   const std::string_view context(reinterpret_cast<const char*>(message.data()), sizeof(hello));
@@ -187,13 +188,13 @@ std::string TcpTransport::handshake_accepted(int fd, Hello& hello) {
   if (hello.sockets != config_.sockets_per_peer)
     return fmt::format("peer uses LOOM_NSOCKS={}, this rank {}", hello.sockets,
                        config_.sockets_per_peer);
-  if (auto r = core::write_exact(fd, proof->data(), proof->size(), deadline);
-      r != core::IoResult::ok)
-    return "proof not sent: " + core::describe(r);
+  if (auto r = base::write_exact(fd, proof->data(), proof->size(), deadline);
+      r != base::IoResult::ok)
+    return "proof not sent: " + base::describe(r);
   return {};
 }
 
-void TcpTransport::accept_until(int peer, const core::Deadline& deadline) {
+void TcpTransport::accept_until(int peer, const base::Deadline& deadline) {
   auto complete = [&] {
     auto it = accepted_.find(peer);
     if (it == accepted_.end()) return false;
@@ -202,7 +203,7 @@ void TcpTransport::accept_until(int peer, const core::Deadline& deadline) {
     return true;
   };
   while (!complete()) {
-    if (core::wait_fd(listen_fd_, POLLIN, deadline) == core::IoResult::timeout)
+    if (base::wait_fd(listen_fd_, POLLIN, deadline) == base::IoResult::timeout)
       throw TimeoutError(fmt::format(
           "tcp connect: rank {} timed out waiting for rank {} to connect (is rank {} alive and in "
           "the same collective?)",
@@ -214,8 +215,8 @@ void TcpTransport::accept_until(int peer, const core::Deadline& deadline) {
     Hello hello{};
     const std::string why = handshake_accepted(fd, hello);
     if (!why.empty()) {
-      core::log().warn("tcp: rank {} rejected a connection from {}: {}", rank_,
-                       core::peer_address(fd), why);
+      base::log().warn("tcp: rank {} rejected a connection from {}: {}", rank_,
+                       base::peer_address(fd), why);
       ::close(fd);
       continue;
     }

@@ -6,7 +6,7 @@
 #include <map>
 #include <memory>
 
-#include "core/config.hpp"
+#include "base/config.hpp"
 #include "loom/store.hpp"
 #include "transports/tcp/tcp_connection.hpp"
 
@@ -14,26 +14,26 @@ namespace loom::transport::tcp {
 
 class TcpTransport final : public Transport {
  public:
-  // Binds the listener and publishes its address under "tcp/<rank>".
+  // Binds the listener and publishes its address (store::keys::tcp_address).
   TcpTransport(Store& store, int rank, int size, std::uint64_t job_token,
-               const core::Config& config, const std::string& route_hint);
+               const base::Config& config, const std::string& route_hint);
   ~TcpTransport() override;
 
   std::string_view name() const override { return "tcp"; }
-  Connection& connect(int peer, const core::Deadline& deadline) override;
+  Connection& connect(int peer, const base::Deadline& deadline) override;
   void abort() override;
   const std::string& listen_address() const { return listen_address_; }
 
  private:
   struct Hello;
-  int dial(int peer, int index, const std::string& address, const core::Deadline& deadline);
-  void accept_until(int peer, const core::Deadline& deadline);
+  int dial(int peer, int index, const std::string& address, const base::Deadline& deadline);
+  void accept_until(int peer, const base::Deadline& deadline);
   std::string handshake_accepted(int fd, Hello& hello);
 
   Store& store_;
   int rank_;
   std::uint64_t job_token_;
-  core::Config config_;
+  base::Config config_;
   int listen_fd_ = -1;
   std::string listen_address_;
   std::map<int, std::unique_ptr<TcpConnection>> connections_;

@@ -1,6 +1,6 @@
-#include "core/config.hpp"
+#include "base/config.hpp"
 
-#include "core/auth.hpp"
+#include "base/auth.hpp"
 
 #include <cerrno>
 #include <cstdlib>
@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-namespace loom::core {
+namespace loom::base {
 
 std::optional<std::string> env_string(const char* name) {
   const char* v = std::getenv(name);
@@ -134,6 +134,11 @@ Config Config::resolve(const Options& options, int world_size) {
                     c.buffer_bytes, c.slots));
 
   c.secret = options.secret ? *options.secret : job_secret();
+  // A launcher that restarts workers numbers its attempts; each gets key spaces of its own.
+  if (auto n = env_int("LOOM_RESTART_COUNT", 0, 1 << 30))
+    c.restart_count = static_cast<int>(*n);
+  else if (auto t = env_int("TORCHELASTIC_RESTART_COUNT", 0, 1 << 30))
+    c.restart_count = static_cast<int>(*t);
   c.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (auto n = env_int("LOOM_CUDA_IPC", 0, 1)) c.cuda_ipc = *n == 1;
   if (auto n = env_int("LOOM_SPIN_US", 0, 1000000))
@@ -152,4 +157,4 @@ void Config::set_local_world_size(int ranks_on_host) {
   if (!spin_us_set) spin_us = oversubscribed ? 20 : 200;
 }
 
-}  // namespace loom::core
+}  // namespace loom::base

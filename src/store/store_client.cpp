@@ -6,20 +6,20 @@
 
 #include <fmt/format.h>
 
-#include "core/auth.hpp"
-#include "core/socket_io.hpp"
-#include "core/store_protocol.hpp"
-#include "core/tcp_connect.hpp"
-#include "core/wire.hpp"
+#include "base/auth.hpp"
+#include "base/socket_io.hpp"
+#include "base/tcp_connect.hpp"
+#include "base/wire.hpp"
 #include "loom/store.hpp"
+#include "store/store_protocol.hpp"
 
 namespace loom {
 
-using namespace core::store_protocol;
-using core::Deadline;
-using core::IoResult;
-using core::WireReader;
-using core::WireWriter;
+using namespace store::protocol;
+using base::Deadline;
+using base::IoResult;
+using base::WireReader;
+using base::WireWriter;
 
 namespace {
 // Requests that do not wait still get a bound, so a hung server cannot hang a rank.
@@ -52,20 +52,20 @@ class TcpStore::Impl {
     std::memcpy(frame.data(), &len, 4);
     std::memcpy(frame.data() + 4, body.data(), body.size());
     Deadline deadline(reply_timeout);
-    IoResult r = core::write_exact(fd_, frame.data(), frame.size(), deadline);
+    IoResult r = base::write_exact(fd_, frame.data(), frame.size(), deadline);
     std::uint32_t reply_len = 0;
-    if (r == IoResult::ok) r = core::read_exact(fd_, &reply_len, 4, deadline);
+    if (r == IoResult::ok) r = base::read_exact(fd_, &reply_len, 4, deadline);
     if (r == IoResult::ok && (reply_len == 0 || reply_len > kMaxMessageBytes)) {
       drop();
       throw StoreError(fmt::format("store {}('{}'): reply length {} from {}:{} is invalid", what,
                                    key, reply_len, host_, port_));
     }
     std::vector<std::uint8_t> reply(reply_len);
-    if (r == IoResult::ok) r = core::read_exact(fd_, reply.data(), reply_len, deadline);
+    if (r == IoResult::ok) r = base::read_exact(fd_, reply.data(), reply_len, deadline);
     if (r != IoResult::ok) {
       drop();  // the reply may still arrive later: this connection can no longer be trusted
       std::string msg =
-          fmt::format("store {}('{}') on {}:{}: {}", what, key, host_, port_, core::describe(r));
+          fmt::format("store {}('{}') on {}:{}: {}", what, key, host_, port_, base::describe(r));
       if (r == IoResult::timeout) throw TimeoutError(msg);
       throw StoreError(msg);
     }
@@ -87,7 +87,7 @@ class TcpStore::Impl {
  private:
   void connect(const Deadline& deadline) {
     std::string error;
-    fd_ = core::connect_tcp(host_, port_, deadline, error);
+    fd_ = base::connect_tcp(host_, port_, deadline, error);
     if (fd_ < 0)
       throw TimeoutError(fmt::format("store: cannot connect to {}:{}: {}", host_, port_, error));
     try {
@@ -103,20 +103,20 @@ class TcpStore::Impl {
     auto fail = [&](const std::string& why) {
       return StoreError(fmt::format("store: {}:{}: authentication failed: {}", host_, port_, why));
     };
-    std::array<std::uint8_t, core::Challenge::kBytes> raw{};
-    if (auto r = core::read_exact(fd_, raw.data(), raw.size(), deadline); r != IoResult::ok)
-      throw fail("no challenge from the server: " + core::describe(r));
-    auto challenge = core::Challenge::decode(raw.data(), raw.size());
+    std::array<std::uint8_t, base::Challenge::kBytes> raw{};
+    if (auto r = base::read_exact(fd_, raw.data(), raw.size(), deadline); r != IoResult::ok)
+      throw fail("no challenge from the server: " + base::describe(r));
+    auto challenge = base::Challenge::decode(raw.data(), raw.size());
     if (!challenge) throw fail("the server's challenge is not Loom's (not a Loom store?)");
-    core::Handshake handshake("loom-store", secret_);
+    base::Handshake handshake("loom-store", secret_);
     auto reply = handshake.respond(*challenge, {});
     if (!reply.error.empty()) throw fail(reply.error);
-    if (auto r = core::write_exact(fd_, reply.bytes.data(), reply.bytes.size(), deadline);
+    if (auto r = base::write_exact(fd_, reply.bytes.data(), reply.bytes.size(), deadline);
         r != IoResult::ok)
-      throw fail(core::describe(r));
+      throw fail(base::describe(r));
     std::vector<std::uint8_t> proof(handshake.proof_bytes());
-    if (auto r = core::read_exact(fd_, proof.data(), proof.size(), deadline); r != IoResult::ok)
-      throw fail("the server rejected this client's secret (" + core::describe(r) + ")");
+    if (auto r = base::read_exact(fd_, proof.data(), proof.size(), deadline); r != IoResult::ok)
+      throw fail("the server rejected this client's secret (" + base::describe(r) + ")");
     if (!handshake.verify_proof(proof.data(), proof.size(), {}))
       throw fail("the server does not know the job secret");
   }
@@ -146,7 +146,7 @@ std::uint32_t clamp_ms(std::chrono::milliseconds t) {
 
 TcpStore::TcpStore(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout,
                    std::optional<std::string> secret)
-    : impl_(std::make_unique<Impl>(host, port, timeout, secret ? *secret : core::job_secret())) {}
+    : impl_(std::make_unique<Impl>(host, port, timeout, secret ? *secret : base::job_secret())) {}
 TcpStore::~TcpStore() = default;
 const std::string& TcpStore::host() const {
   return impl_->host();

@@ -1,4 +1,4 @@
-#include "core/auth.hpp"
+#include "base/auth.hpp"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -12,11 +12,11 @@
 
 #include <fmt/format.h>
 
-#include "core/config.hpp"
-#include "core/logging.hpp"
+#include "base/config.hpp"
+#include "base/logging.hpp"
 #include "loom/loom.hpp"
 
-namespace loom::core {
+namespace loom::base {
 namespace {
 
 constexpr char kMagic[8] = {'L', 'O', 'O', 'M', 'A', 'U', 'T', '1'};
@@ -148,4 +148,4 @@ std::optional<std::vector<std::uint8_t>> Handshake::check_response(const std::ui
   return std::vector<std::uint8_t>(proof.begin(), proof.end());
 }
 
-}  // namespace loom::core
+}  // namespace loom::base

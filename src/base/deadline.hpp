@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
-namespace loom::core {
+namespace loom::base {
 
 using Clock = std::chrono::steady_clock;
 
@@ -43,4 +43,4 @@ class Deadline {
   mutable bool started_ = true;
 };
 
-}  // namespace loom::core
+}  // namespace loom::base

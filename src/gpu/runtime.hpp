@@ -13,21 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/collective.hpp"
-#include "core/config.hpp"
-#include "loom/store.hpp"
-#include "transports/transport.hpp"
+#include "algorithms/engine.hpp"
+#include "base/config.hpp"
 
 namespace loom::gpu {
-
-// Whether this build has CUDA support.
-bool built();
-// Visible devices: 0 without CUDA support or a driver (cached after the first call).
-int device_count();
-// Device or managed memory: its device's ordinal; host memory: -1. Free without devices.
-int device_of(const void* p);
-// For logs: "CUDA runtime 13.0, 1 device(s): NVIDIA H100 (sm_90)", or why there is none.
-std::string describe();
 
 // The GPU side of one communicator, bound to one device.
 class Runtime {
@@ -48,18 +37,6 @@ class Runtime {
 
 // The runtime of a communicator whose device calls use `device` (its staging buffers are sized
 // from config's slots).
-std::unique_ptr<Runtime> make_runtime(int device, int rank, const core::Config& config);
-
-// Same-host peers with device buffers: slot FIFOs in device memory shared through CUDA IPC.
-// Null without CUDA support or devices.
-class IpcTransport : public transport::Transport {
- public:
-  // The caller's thread, before the first device call is queued: allocates and exports this
-  // rank's device FIFOs (allocations must not wait behind a stream that a call holds).
-  virtual void prepare(int device) = 0;
-};
-std::unique_ptr<IpcTransport> make_ipc_transport(Store& store, int rank, std::uint64_t job_token,
-                                                 const core::Config& config, std::vector<int> pids,
-                                                 std::vector<bool> local_peers);
+std::unique_ptr<Runtime> make_runtime(int device, int rank, const base::Config& config);
 
 }  // namespace loom::gpu

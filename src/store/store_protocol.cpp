@@ -1,10 +1,12 @@
-#include "core/store_protocol.hpp"
+#include "store/store_protocol.hpp"
 
 #include <fmt/format.h>
 
-#include "core/wire.hpp"
+#include "base/wire.hpp"
 
-namespace loom::core::store_protocol {
+namespace loom::store::protocol {
+using base::WireReader;
+using base::WireWriter;
 namespace {
 
 std::string checked_key(WireReader& r) {
@@ -65,4 +67,4 @@ Request parse_request(const std::uint8_t* data, std::size_t size) {
   return req;
 }
 
-}  // namespace loom::core::store_protocol
+}  // namespace loom::store::protocol

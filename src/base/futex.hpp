@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <ctime>
 
-namespace loom::core {
+namespace loom::base {
 
 // Returns when *word != expected, a wake arrives, or timeout_ms passes (spurious returns happen:
 // callers re-check their condition).
@@ -24,4 +24,4 @@ inline void futex_wake_all(std::atomic<std::uint32_t>& word) {
             nullptr, nullptr, 0);
 }
 
-}  // namespace loom::core
+}  // namespace loom::base

@@ -8,7 +8,7 @@
 
 #include "loom/store.hpp"
 
-namespace loom::core {
+namespace loom::base {
 
 struct AbortRecord {
   enum class Kind : std::uint8_t { peer_failed = 1, mismatch, timeout, aborted };
@@ -24,13 +24,4 @@ struct AbortRecord {
   [[noreturn]] void raise(const std::string& context) const;
 };
 
-// The store key every rank of a communicator watches.
-inline constexpr const char* kAbortKey = "abort";
-
-// Publishes `mine` unless a record stands already; returns the one that stands. Raises
-// StoreError or TimeoutError when the store cannot be reached.
-AbortRecord publish_abort(Store& store, const AbortRecord& mine);
-// The record, if one has been published.
-std::optional<AbortRecord> read_abort(Store& store);
-
-}  // namespace loom::core
+}  // namespace loom::base

@@ -3,8 +3,8 @@
 
 #include <string>
 
-namespace loom::core {
+namespace loom::base {
 void set_trace_rank(int rank, int size);
 // Starts recording into a new trace written to `path` (tests; programs use LOOM_TRACE).
 void start_trace(const std::string& path);
-}  // namespace loom::core
+}  // namespace loom::base

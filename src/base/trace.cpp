@@ -9,8 +9,8 @@
 
 #include <fmt/format.h>
 
-#include "core/config.hpp"
-#include "core/trace_internal.hpp"
+#include "base/config.hpp"
+#include "base/trace_internal.hpp"
 
 namespace loom::trace {
 namespace {
@@ -25,7 +25,7 @@ struct Tracer {
   const std::chrono::steady_clock::time_point origin = std::chrono::steady_clock::now();
 
   Tracer() {
-    if (auto p = core::env_string("LOOM_TRACE")) path_pattern = *p;
+    if (auto p = base::env_string("LOOM_TRACE")) path_pattern = *p;
     on = !path_pattern.empty();
   }
   ~Tracer() { write(); }
@@ -108,7 +108,7 @@ void flush() {
 
 }  // namespace loom::trace
 
-namespace loom::core {
+namespace loom::base {
 void start_trace(const std::string& path) {
   auto& t = trace::tracer();
   std::lock_guard lock(t.mu);
@@ -123,4 +123,4 @@ void set_trace_rank(int rank, int size) {
   t.rank = rank;
   t.size = size;
 }
-}  // namespace loom::core
+}  // namespace loom::base

@@ -1,10 +1,10 @@
-#include "core/abort_record.hpp"
+#include "base/abort_record.hpp"
 
 #include <cstdlib>
 
 #include <fmt/format.h>
 
-namespace loom::core {
+namespace loom::base {
 
 // "<kind>\n<reporter>\n<failed>\n<cause>"
 Bytes AbortRecord::encode() const {
@@ -44,7 +44,7 @@ void AbortRecord::raise(const std::string& context) const {
   const std::string what = fmt::format("{}: {} (reported by rank {})", context, cause, reporter);
   switch (kind) {
     case Kind::mismatch:
-      throw CollectiveMismatch(what);
+      throw CollectiveMismatch(what, cause);
     case Kind::timeout:
       throw TimeoutError(what);
     case Kind::peer_failed:
@@ -54,15 +54,4 @@ void AbortRecord::raise(const std::string& context) const {
   throw PeerError(what, failed);
 }
 
-AbortRecord publish_abort(Store& store, const AbortRecord& mine) {
-  const Bytes standing = store.compare_set(kAbortKey, {}, mine.encode());
-  if (auto record = AbortRecord::decode(standing)) return *record;
-  return mine;  // a malformed record (not written by Loom): ours is the better account
-}
-
-std::optional<AbortRecord> read_abort(Store& store) {
-  if (!store.check({kAbortKey}).front()) return std::nullopt;
-  return AbortRecord::decode(store.get(kAbortKey, std::chrono::seconds(5)));
-}
-
-}  // namespace loom::core
+}  // namespace loom::base

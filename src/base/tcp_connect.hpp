@@ -3,9 +3,9 @@
 #include <cstdint>
 #include <string>
 
-#include "core/deadline.hpp"
+#include "base/deadline.hpp"
 
-namespace loom::core {
+namespace loom::base {
 
 // Connects to host:port. With retry_refused, refused connections are retried until the deadline
 // (the listener may not be up yet); without, a refusal returns at once. Returns a non-blocking fd
@@ -13,4 +13,4 @@ namespace loom::core {
 int connect_tcp(const std::string& host, std::uint16_t port, const Deadline& deadline,
                 std::string& error, bool retry_refused = true);
 
-}  // namespace loom::core
+}  // namespace loom::base

@@ -6,9 +6,9 @@
 #include <mutex>
 #include <string>
 
-#include "core/abort_record.hpp"
+#include "base/abort_record.hpp"
 
-namespace loom::core {
+namespace loom::base {
 
 class Halt {
  public:
@@ -37,7 +37,7 @@ class Halt {
     const std::string what =
         context + ": the communicator is unusable after an earlier failure: " + record_.cause +
         " (reported by rank " + std::to_string(record_.reporter) + ")";
-    if (record_.kind == AbortRecord::Kind::mismatch) throw CollectiveMismatch(what);
+    if (record_.kind == AbortRecord::Kind::mismatch) throw CollectiveMismatch(what, record_.cause);
     throw PeerError(what, record_.failed);
   }
 
@@ -48,4 +48,4 @@ class Halt {
   bool local_abort_ = false;
 };
 
-}  // namespace loom::core
+}  // namespace loom::base

@@ -7,16 +7,16 @@
 #include <fmt/format.h>
 #include <asio.hpp>
 
-#include "core/auth.hpp"
-#include "core/logging.hpp"
-#include "core/store_protocol.hpp"
-#include "core/wire.hpp"
+#include "base/auth.hpp"
+#include "base/logging.hpp"
+#include "base/wire.hpp"
 #include "loom/store.hpp"
+#include "store/store_protocol.hpp"
 
 namespace loom {
 
-using namespace core::store_protocol;
-using core::WireWriter;
+using namespace store::protocol;
+using base::WireWriter;
 
 namespace {
 // A client that has not authenticated within this time is dropped.
@@ -75,7 +75,7 @@ class StoreServer::Impl {
       timer_.async_wait([self = shared_from_this()](asio::error_code ec) {
         if (!ec) self->reject("did not authenticate in time");
       });
-      auto challenge = std::make_shared<std::array<std::uint8_t, core::Challenge::kBytes>>(
+      auto challenge = std::make_shared<std::array<std::uint8_t, base::Challenge::kBytes>>(
           handshake_.challenge().encode());
       asio::async_write(socket_, asio::buffer(*challenge),
                         [self = shared_from_this(), challenge](asio::error_code ec, std::size_t) {
@@ -101,7 +101,7 @@ class StoreServer::Impl {
                         });
     }
     void fail(const std::string& why) {
-      core::log().warn("store server: closing connection from {}: {}", peer_, why);
+      base::log().warn("store server: closing connection from {}: {}", peer_, why);
       WireWriter w;
       w.str(why);
       auto out = std::make_shared<std::vector<std::uint8_t>>();
@@ -139,7 +139,7 @@ class StoreServer::Impl {
     }
     // Nothing is said to a client that failed the handshake: the connection just closes.
     void reject(const std::string& why) {
-      core::log().warn("store server: rejected a connection from {}: {}", peer_, why);
+      base::log().warn("store server: rejected a connection from {}: {}", peer_, why);
       asio::error_code ignored;
       timer_.cancel();
       socket_.close(ignored);
@@ -159,7 +159,7 @@ class StoreServer::Impl {
     }
     Impl& server_;
     asio::ip::tcp::socket socket_;
-    core::Handshake handshake_;
+    base::Handshake handshake_;
     asio::steady_timer timer_;
     std::vector<std::uint8_t> response_;
     std::string peer_;
@@ -299,14 +299,14 @@ class StoreServer::Impl {
 
 StoreServer::StoreServer(const std::string& host, std::uint16_t port,
                          std::optional<std::string> secret)
-    : impl_(std::make_unique<Impl>(host, port, secret ? *secret : core::job_secret())) {}
+    : impl_(std::make_unique<Impl>(host, port, secret ? *secret : base::job_secret())) {}
 StoreServer::StoreServer(int listening_fd, std::optional<std::string> secret) {
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);
   ::getsockname(listening_fd, reinterpret_cast<sockaddr*>(&ss), &len);
   impl_ =
       std::make_unique<Impl>(ss.ss_family == AF_INET6 ? asio::ip::tcp::v6() : asio::ip::tcp::v4(),
-                             listening_fd, secret ? *secret : core::job_secret());
+                             listening_fd, secret ? *secret : base::job_secret());
 }
 StoreServer::~StoreServer() = default;
 std::uint16_t StoreServer::port() const {

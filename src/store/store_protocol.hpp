@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace loom::core::store_protocol {
+namespace loom::store::protocol {
 
 enum class Op : std::uint8_t { set = 1, get, add, compare_set, remove, wait, check };
 enum class Status : std::uint8_t { ok = 0, timeout = 1, error = 2 };
@@ -29,4 +29,4 @@ struct Request {
 // above; raises StoreError naming what is wrong. Nothing is allocated beyond what was received.
 Request parse_request(const std::uint8_t* data, std::size_t size);
 
-}  // namespace loom::core::store_protocol
+}  // namespace loom::store::protocol

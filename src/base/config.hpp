@@ -8,7 +8,7 @@
 
 #include "loom/loom.hpp"
 
-namespace loom::core {
+namespace loom::base {
 
 std::optional<std::string> env_string(const char* name);
 // Raises InvalidArgument naming the variable when the value is not an integer in [lo, hi].
@@ -30,8 +30,11 @@ struct Config {
   std::chrono::milliseconds stall_warn{std::chrono::seconds(30)};
   // A rank whose heartbeat stops this long is declared failed (LOOM_HEARTBEAT_TIMEOUT; 0: off).
   std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(30)};
-  // The job secret that authenticates data connections; empty: none (see core/auth.hpp).
+  // The job secret that authenticates data connections; empty: none (see base/auth.hpp).
   std::string secret;
+  // Which attempt of a restarted job this is (LOOM_RESTART_COUNT, else
+  // TORCHELASTIC_RESTART_COUNT); -1 outside a restarting launcher.
+  int restart_count = -1;
   // Device buffers of ranks on one host move through CUDA IPC (LOOM_CUDA_IPC=0: staged through
   // the host's shared memory instead). Must be the same on every rank.
   bool cuda_ipc = true;
@@ -59,4 +62,4 @@ struct Config {
   static Config resolve(const Options& options, int world_size);
 };
 
-}  // namespace loom::core
+}  // namespace loom::base

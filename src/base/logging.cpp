@@ -1,4 +1,4 @@
-#include "core/logging.hpp"
+#include "base/logging.hpp"
 
 #include <unistd.h>
 
@@ -8,9 +8,9 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
-#include "core/config.hpp"
+#include "base/config.hpp"
 
-namespace loom::core {
+namespace loom::base {
 namespace {
 
 // LOOM_DEBUG_FILE may contain %h (host name) and %p (pid), so each process writes its own file.
@@ -81,4 +81,4 @@ void set_log_rank(int rank, int size) {
   logger_slot()->set_pattern(fmt::format("[%H:%M:%S.%e] loom rank {}/{} %l: %v", rank, size));
 }
 
-}  // namespace loom::core
+}  // namespace loom::base

@@ -1,4 +1,4 @@
-#include "core/tcp_connect.hpp"
+#include "base/tcp_connect.hpp"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -11,9 +11,9 @@
 #include <cstring>
 #include <thread>
 
-#include "core/socket_io.hpp"
+#include "base/socket_io.hpp"
 
-namespace loom::core {
+namespace loom::base {
 namespace {
 
 int try_connect(const addrinfo* ai, const Deadline& deadline, int& err) {
@@ -79,4 +79,4 @@ int connect_tcp(const std::string& host, std::uint16_t port, const Deadline& dea
   }
 }
 
-}  // namespace loom::core
+}  // namespace loom::base

@@ -1,4 +1,4 @@
-#include "core/socket_io.hpp"
+#include "base/socket_io.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -9,7 +9,7 @@
 
 #include <cerrno>
 
-namespace loom::core {
+namespace loom::base {
 
 IoResult wait_fd(int fd, short events, const Deadline& deadline) {
   for (;;) {
@@ -97,4 +97,4 @@ std::string peer_address(int fd) {
   return std::string(host) + ":" + std::to_string(port);
 }
 
-}  // namespace loom::core
+}  // namespace loom::base

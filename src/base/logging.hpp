@@ -5,10 +5,10 @@
 
 #include <spdlog/spdlog.h>
 
-namespace loom::core {
+namespace loom::base {
 
 spdlog::logger& log();
 // Adds the rank to every later line of this process's log.
 void set_log_rank(int rank, int size);
 
-}  // namespace loom::core
+}  // namespace loom::base

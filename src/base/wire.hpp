@@ -9,7 +9,7 @@
 
 #include "loom/loom.hpp"
 
-namespace loom::core {
+namespace loom::base {
 
 class WireWriter {
  public:
@@ -69,4 +69,4 @@ class WireReader {
   const std::uint8_t* end_;
 };
 
-}  // namespace loom::core
+}  // namespace loom::base

@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-namespace loom::core {
+namespace loom::base {
 
 using Nonce = std::array<std::uint8_t, 32>;
 using Mac = std::array<std::uint8_t, 32>;
@@ -76,4 +76,4 @@ class Handshake {
   Nonce client_nonce_{};
 };
 
-}  // namespace loom::core
+}  // namespace loom::base

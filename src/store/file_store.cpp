@@ -10,8 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "core/deadline.hpp"
-#include "core/wire.hpp"
+#include "base/deadline.hpp"
+#include "base/wire.hpp"
 #include "loom/store.hpp"
 
 namespace loom {
@@ -50,7 +50,7 @@ class LockedFile {
       all.insert(all.end(), buf, buf + n);
     }
     Map map;
-    core::WireReader r(all.data(), all.size());
+    base::WireReader r(all.data(), all.size());
     try {
       while (!r.done()) {
         auto type = static_cast<Record>(r.u8());
@@ -69,7 +69,7 @@ class LockedFile {
     return map;
   }
   void append(Record type, const std::string& key, const Bytes& value) {
-    core::WireWriter w;
+    base::WireWriter w;
     w.u8(static_cast<std::uint8_t>(type));
     w.str(key);
     w.blob(value);
@@ -153,7 +153,7 @@ bool FileStore::remove(const std::string& key) {
 }
 
 void FileStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
-  core::Deadline deadline(timeout);
+  base::Deadline deadline(timeout);
   auto pause = std::chrono::milliseconds(1);
   for (;;) {
     auto present = check(keys);

@@ -4,9 +4,9 @@
 #include <cstddef>
 #include <string>
 
-#include "core/deadline.hpp"
+#include "base/deadline.hpp"
 
-namespace loom::core {
+namespace loom::base {
 
 enum class IoResult { ok, timeout, closed, error };
 
@@ -19,4 +19,4 @@ std::string describe(IoResult r);
 // "host:port" of the far end of a connected socket, for error messages.
 std::string peer_address(int fd);
 
-}  // namespace loom::core
+}  // namespace loom::base

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-namespace loom::gpu {
+namespace loom::device {
 
 // "invalid argument (cudaErrorInvalidValue)" for messages.
 inline std::string error_text(cudaError_t e) {
@@ -35,4 +35,4 @@ class DeviceScope {
   int previous_ = -1;
 };
 
-}  // namespace loom::gpu
+}  // namespace loom::device

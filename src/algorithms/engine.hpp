@@ -1,0 +1,111 @@
+// The context an algorithm runs in: its rank, the group, the connections, the call's deadline.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <vector>
+
+#include "algorithms/collective.hpp"
+#include "algorithms/data_path.hpp"
+#include "base/config.hpp"
+#include "base/deadline.hpp"
+#include "base/halt.hpp"
+#include "transports/transport.hpp"
+
+namespace loom::algorithms {
+
+// What an algorithm may use: its rank, the group size, connections and the call's deadline.
+class Engine {
+ public:
+  // `halt` is triggered from any thread (abort(), another rank's failure): waits then raise
+  // its error. `callers_waiting` counts threads blocked in Work::wait.
+  // `hosts`: the ranks of each host, hosts ordered by their lowest rank, ranks ascending.
+  Engine(int rank, int size, transport::Transport& transport, const base::Config& config,
+         const base::Halt& halt, const std::atomic<int>& callers_waiting,
+         std::vector<std::vector<int>> hosts)
+      : rank_(rank),
+        size_(size),
+        hosts_(std::move(hosts)),
+        transport_(transport),
+        config_(config),
+        halt_(halt),
+        callers_waiting_(callers_waiting) {}
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const base::Config& config() const { return config_; }
+  const Collective& call() const { return *call_; }
+  const base::Deadline& deadline() const { return deadline_; }
+  const base::Halt& halt() const { return halt_; }
+  const std::vector<std::vector<int>>& hosts() const { return hosts_; }
+  // Whether every host runs the same number of ranks (the hierarchical algorithm needs it).
+  bool hosts_even() const {
+    for (const auto& h : hosts_)
+      if (h.size() != hosts_.front().size()) return false;
+    return !hosts_.empty();
+  }
+  int ring_next(int k = 1) const { return (rank_ + k) % size_; }
+  int ring_prev(int k = 1) const { return ((rank_ - k) % size_ + size_) % size_; }
+
+  // The connection to peer; remembered so that waits keep it moving and run() flushes it. For a
+  // call on GPU buffers: the transport's device connection (CUDA IPC where it has one), its host
+  // memory made reachable by the GPU.
+  transport::Connection& connection(int peer);
+  // Where this call copies and reduces: the CPU, or the GPU for device buffers.
+  DataPath& data() { return device_path_ ? *device_path_ : static_cast<DataPath&>(host_path_); }
+  // The GPU's data path for a call on device buffers, else null.
+  DataPath* device_path() const { return device_path_; }
+  // Whether every peer is reached through shared memory (picks the cost model).
+  bool all_peers_shared_memory() const { return transport_.all_shared_memory(); }
+  // Every connection this call has used so far.
+  const std::vector<transport::Connection*>& used() const { return used_; }
+  // This rank's own call with the sequence number of `tag`, if it is among the last ones run:
+  // a peer's message for a call this rank has already finished names what this rank did then.
+  const transport::Tag* own_call_like(const transport::Tag& tag) const;
+  // Runs one call to completion: the algorithm, then a flush of every connection it used.
+  // background: an asynchronous call, running while the rank's own thread computes.
+  // device_path: the GPU's data path for a call on device buffers.
+  void run(const Collective& call, bool background = false, DataPath* device_path = nullptr);
+  bool background() const { return background_; }
+  // How much one slot carries in this call (chosen by selection.cpp; 0: a whole slot). Both
+  // ends of every connection compute the same value from the same call.
+  std::size_t slice_bytes() const { return slice_bytes_; }
+  void set_slice_bytes(std::size_t bytes) { slice_bytes_ = bytes; }
+  // The last all-reduce decision, kept by selection.cpp for the next call of the same size.
+  struct Plan {
+    std::size_t count = 0;
+    DataType dtype = DataType::u8;
+    int algorithm = -1;  // -1: none yet
+    std::size_t slice = 0;
+    bool device = false;
+  };
+  Plan& all_reduce_plan() { return plan_; }
+  // A background call shares the rank's core with the rank's computation, unless the rank's
+  // thread is waiting for it.
+  bool sharing_core() const {
+    return background_ && config_.background_oversubscribed &&
+           callers_waiting_.load(std::memory_order_relaxed) == 0;
+  }
+
+ private:
+  int rank_;
+  int size_;
+  std::vector<std::vector<int>> hosts_;
+  transport::Transport& transport_;
+  base::Config config_;
+  const base::Halt& halt_;
+  const std::atomic<int>& callers_waiting_;
+  const Collective* call_ = nullptr;
+  bool background_ = false;
+  std::size_t slice_bytes_ = 0;
+  Plan plan_;
+  std::vector<transport::Connection*> by_peer_;         // connections made so far, by rank
+  std::vector<transport::Connection*> by_peer_device_;  // the same for calls on GPU buffers
+  HostDataPath host_path_;
+  DataPath* device_path_ = nullptr;  // this call's, when its buffers are on a GPU
+  base::Deadline deadline_{std::chrono::milliseconds(0)};
+  std::vector<transport::Connection*> used_;
+  static constexpr std::size_t kHistory = 64;
+  std::array<transport::Tag, kHistory> history_{};  // tags of the last calls, by sequence number
+};
+
+}  // namespace loom::algorithms

@@ -1,0 +1,94 @@
+#include "store/keys.hpp"
+
+#include <fmt/format.h>
+
+namespace loom::store::keys {
+namespace {
+
+std::string key(Space space, std::string_view field) {
+  return fmt::format("{}/{}", name(space), field);
+}
+template <typename... Index>
+std::string key(Space space, std::string_view field, Index... index) {
+  std::string k = key(space, field);
+  ((k += fmt::format("/{}", index)), ...);
+  return k;
+}
+
+}  // namespace
+
+std::string_view name(Space space) {
+  switch (space) {
+    case Space::communicator:
+      return "communicator";
+    case Space::topology:
+      return "topology";
+    case Space::failure:
+      return "failure";
+    case Space::health:
+      return "health";
+    case Space::tcp:
+      return "tcp";
+    case Space::shm:
+      return "shm";
+    case Space::cudaipc_control:
+      return "cudaipc-control";
+    case Space::cudaipc:
+      return "cudaipc";
+    case Space::ibverbs:
+      return "ibverbs";
+    case Space::split:
+      return "split";
+  }
+  return "unknown";
+}
+
+std::string generation(std::string_view attempt, int rank) {
+  return attempt.empty() ? key(Space::communicator, "generation", rank)
+                         : key(Space::communicator, "generation", attempt, rank);
+}
+std::string generation_prefix(std::string_view attempt, std::int64_t n) {
+  return attempt.empty() ? fmt::format("g{}", n) : fmt::format("{}/g{}", attempt, n);
+}
+
+std::string job_token() {
+  return key(Space::communicator, "job_token");
+}
+std::string topology(int rank) {
+  return key(Space::topology, "rank", rank);
+}
+std::string abort_record() {
+  return key(Space::failure, "abort");
+}
+std::string heartbeat(int rank) {
+  return key(Space::health, "heartbeat", rank);
+}
+std::string progress(int rank) {
+  return key(Space::health, "progress", rank);
+}
+std::string stalls() {
+  return key(Space::health, "stalls");
+}
+std::string tcp_address(int rank) {
+  return key(Space::tcp, "address", rank);
+}
+std::string shm_segment(Space space, int low, int high) {
+  return key(space, "segment", low, high);
+}
+std::string cudaipc_handle(int owner, int peer) {
+  return key(Space::cudaipc, "handle", owner, peer);
+}
+std::string ib_record(int from, int to) {
+  return key(Space::ibverbs, "record", from, to);
+}
+std::string ib_ready(int from, int to) {
+  return key(Space::ibverbs, "ready", from, to);
+}
+std::string split_request(std::uint64_t split, int rank) {
+  return key(Space::split, "request", split, rank);
+}
+std::string split_space(std::uint64_t split, int color) {
+  return key(Space::split, "space", split, color);
+}
+
+}  // namespace loom::store::keys

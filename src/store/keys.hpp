@@ -1,0 +1,54 @@
+// Every key Loom writes into a rendezvous store is built here, and only here.
+//
+// A key is "<space>/<field>/<index>...": each component (a transport, the health monitor, the
+// failure protocol, ...) owns one space and writes only keys of its own space, and each space
+// names its fields, so two components can never produce the same key. A communicator sees the
+// store through a PrefixStore (generation_prefix), so keys of different communicators and of
+// different attempts of a restarted job never meet either.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace loom::store::keys {
+
+enum class Space : std::uint8_t {
+  communicator,     // the generation counter and the job token
+  topology,         // each rank's host, pid, cores, RDMA port
+  failure,          // the abort record
+  health,           // heartbeats, stall reports
+  tcp,              // listening addresses
+  shm,              // shared-memory segments of host connections
+  cudaipc_control,  // shared-memory segments of CUDA IPC connections (their FIFO counters)
+  cudaipc,          // CUDA IPC memory handles
+  ibverbs,          // RDMA connection records
+  split,            // sub-communicators: the colors and keys of a split
+};
+// The space's name: the first part of each of its keys.
+std::string_view name(Space space);
+
+// The generation counter of a communicator key space; outside any generation.
+std::string generation(std::string_view attempt, int rank);
+// The prefix of generation n of a key space: every other key below lives under it.
+std::string generation_prefix(std::string_view attempt, std::int64_t n);
+
+// Inside a generation:
+std::string job_token();
+std::string topology(int rank);
+std::string abort_record();
+std::string heartbeat(int rank);
+std::string progress(int rank);
+std::string stalls();
+std::string tcp_address(int rank);
+// A shared-memory segment's name for the pair (low, high); `space` is shm or cudaipc_control.
+std::string shm_segment(Space space, int low, int high);
+std::string cudaipc_handle(int owner, int peer);
+std::string ib_record(int from, int to);
+std::string ib_ready(int from, int to);
+// Sub-communicators: what rank `rank` asked for in the parent's split number `split`, and the
+// key space of one child.
+std::string split_request(std::uint64_t split, int rank);
+std::string split_space(std::uint64_t split, int color);
+
+}  // namespace loom::store::keys
