@@ -218,9 +218,8 @@ class Communicator {
   // Host name, transport and settings, for logs and tools.
   std::string describe() const;
 
-  class Impl;
-
  private:
+  class Impl;
   friend Communicator init(Options options);
   std::shared_ptr<Impl> impl_;
 };

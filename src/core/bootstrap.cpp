@@ -3,13 +3,12 @@
 
 #include "base/config.hpp"
 #include "base/logging.hpp"
+#include "core/communicator_impl.hpp"
 #include "core/launch_env.hpp"
 #include "loom/loom.hpp"
 #include "loom/store.hpp"
 
 namespace loom {
-
-void attach_store_server(Communicator::Impl& impl, std::unique_ptr<StoreServer> server);
 
 namespace {
 
@@ -72,7 +71,7 @@ Communicator init(Options options) {
     store = std::make_shared<TcpStore>(at.host, at.port, timeout);
   }
   Communicator comm(store, rank, size, options);
-  if (server) attach_store_server(*comm.impl_, std::move(server));
+  if (server) comm.impl_->hosted_server = std::move(server);
   return comm;
 }
 

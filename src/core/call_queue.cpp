@@ -1,0 +1,165 @@
+// Calls run in issue order on one engine: a blocking call with nothing queued runs on the
+// caller's thread (no allocation, no hand-off), everything else on the worker thread.
+#include <fmt/format.h>
+
+#include "core/communicator_impl.hpp"
+#include "loom/trace.hpp"
+
+namespace loom {
+
+using algorithms::Collective;
+using algorithms::Kind;
+
+namespace {
+
+// Errors from below the engine name the peer and cause; this adds which call was running.
+[[noreturn]] void rethrow_in_context(const Collective& call) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    rethrow_with_context(e, call.describe());
+  } catch (const std::exception& e) {
+    throw Error(call.describe() + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+Work Communicator::Impl::submit(Collective call) {
+  validate(call);
+  place(call);
+  auto state = std::make_shared<Work::State>();
+  state->waiting = callers_waiting_;
+  std::unique_lock lock(mu_);
+  admit(call, true);
+  state->run = [this, call] { execute(call, true); };
+  enqueue(state);
+  return Work(state);
+}
+
+void Communicator::Impl::run(Collective call) {
+  validate(call);
+  place(call);
+  std::unique_lock lock(mu_);
+  admit(call, false);
+  if (!queue_.empty() || busy_) {  // behind earlier asynchronous calls: keep the order
+    auto state = std::make_shared<Work::State>();
+    state->run = [this, call] { execute(call, true); };
+    enqueue(state);
+    lock.unlock();
+    Work(state).wait();
+    return;
+  }
+  busy_.store(true, std::memory_order_relaxed);
+  lock.unlock();
+  struct Idle {  // on return or exception: the engine is free
+    Impl& impl;
+    ~Idle() { impl.engine_idle(); }
+  } idle{*this};
+  execute(call, false);
+}
+
+// The caller's thread is done with the engine: calls queued meanwhile may run, a halt that came
+// meanwhile closes the connections, and shutdown() (waiting for the engine) wakes.
+void Communicator::Impl::engine_idle() {
+  // Without the lock: clear busy_, then look. seq_cst on both sides (enqueue counts and
+  // shutdown sets closing_, then read busy_): either this sees their store, or they see busy_
+  // clear.
+  busy_.store(false, std::memory_order_seq_cst);
+  if (queued_.load(std::memory_order_seq_cst) != 0 || halt_.triggered() ||
+      closing_.load(std::memory_order_seq_cst)) {
+    std::lock_guard relock(mu_);
+    close_if_halted();
+    wake_.notify_all();
+  }
+}
+
+// Under mu_.
+void Communicator::Impl::enqueue(std::shared_ptr<Work::State> state) {
+  queue_.push_back(std::move(state));
+  queued_.fetch_add(1, std::memory_order_seq_cst);
+  wake_.notify_all();
+}
+
+// Under mu_: refuses calls on a destroyed or broken communicator, then numbers the call.
+// async: the caller goes on before the call is done.
+void Communicator::Impl::admit(Collective& call, bool async) {
+  if (halt_.triggered())
+    halt_.raise_unusable(fmt::format("{}: rank {}", algorithms::to_string(call.kind), rank_));
+  if (destroyed_)
+    throw InvalidArgument(fmt::format("{}: rank {}: the communicator was destroyed",
+                                      algorithms::to_string(call.kind), rank_));
+  if (call.device >= 0) gpu_->issue(call, async);  // what raises here leaves nothing queued
+  if (call.kind == Kind::send)
+    call.seq = sent_[call.root]++;
+  else if (call.kind == Kind::recv)
+    call.seq = received_[call.root]++;
+  else
+    call.seq = next_seq_++;
+}
+
+// background: on the worker thread, while the caller's thread probably computes.
+void Communicator::Impl::execute(const Collective& call, bool background) {
+  // A call on device buffers tells the GPU runtime how it ended, whatever happens here.
+  struct DeviceEnd {
+    gpu::Runtime* runtime;
+    const Collective& call;
+    bool ok = false;
+    ~DeviceEnd() {
+      if (runtime) runtime->end(call, ok);
+    }
+  } device_end{call.device >= 0 ? gpu_.get() : nullptr, call};
+  if (halt_.triggered())  // queued before the halt
+    halt_.raise_unusable(fmt::format("{}: rank {}", call.describe(), rank_));
+  if (call.count == 0 && call.kind != Kind::barrier) {
+    device_end.ok = true;
+    return;
+  }
+  progress_.word.store(call.tag().word, std::memory_order_relaxed);
+  progress_.count.store(call.tag().count, std::memory_order_relaxed);
+  progress_.in_call.store(true, std::memory_order_relaxed);
+  try {
+    algorithms::DataPath* device_path =
+        device_end.runtime ? &device_end.runtime->begin(call, *engine_) : nullptr;
+    if (trace::enabled()) {
+      trace::Scope span(call.describe(), "collective");
+      engine_->run(call, background, device_path);
+    } else {
+      engine_->run(call, background, device_path);
+    }
+    device_end.ok = true;
+    progress_.in_call.store(false, std::memory_order_relaxed);
+  } catch (...) {
+    progress_.in_call.store(false, std::memory_order_relaxed);
+    try {
+      rethrow_in_context(call);
+    } catch (const Error& e) {
+      fail(call, e);
+    }
+  }
+}
+
+void Communicator::Impl::work_loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    wake_.wait_for(lock, std::chrono::milliseconds(200),
+                   [&] { return (!queue_.empty() && !busy_) || destroyed_; });
+    if (queue_.empty()) {
+      if (destroyed_) return;
+      continue;
+    }
+    if (busy_) continue;
+    auto state = queue_.front();
+    queue_.pop_front();
+    queued_.fetch_sub(1, std::memory_order_seq_cst);
+    busy_.store(true, std::memory_order_relaxed);
+    lock.unlock();
+    state->execute();
+    lock.lock();
+    busy_.store(false, std::memory_order_relaxed);
+    close_if_halted();
+    wake_.notify_all();
+  }
+}
+
+}  // namespace loom

@@ -1,0 +1,123 @@
+// The communicator behind loom::Communicator. Its jobs live in files of their own:
+//   communicator.cpp     joining, lifetime (construction, shutdown), the public methods
+//   transport_setup.cpp  which transport reaches each peer
+//   call_checks.cpp      arguments and buffer placement, checked before anything is queued
+//   call_queue.cpp       numbering calls and running them in issue order
+//   failure.cpp          abort(), the failure protocol, the health monitor's hand-over
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "algorithms/engine.hpp"
+#include "base/abort_record.hpp"
+#include "base/config.hpp"
+#include "base/halt.hpp"
+#include "core/health_monitor.hpp"
+#include "core/topology.hpp"
+#include "core/work.hpp"
+#include "gpu/runtime.hpp"
+#include "loom/loom.hpp"
+#include "loom/store.hpp"
+#include "transports/cudaipc/cudaipc.hpp"
+#include "transports/transport_table.hpp"
+
+namespace loom {
+
+class Communicator::Impl {
+ public:
+  // route_hint: the store's host, so that data connections listen where it is reached.
+  Impl(std::shared_ptr<Store> store, int rank, int size, const Options& options,
+       const std::string& route_hint);
+  ~Impl();
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  std::string describe() const;
+
+  // Validates, numbers and queues one call for the worker thread.
+  Work submit(algorithms::Collective call);
+  // Validates, numbers and runs one call, returning when it is done.
+  void run(algorithms::Collective call);
+
+  void abort();
+  // Waits for the running and queued calls, then closes everything; idempotent.
+  void shutdown();
+
+  // When this rank hosts the store (init()): it lives as long as the communicator.
+  std::unique_ptr<StoreServer> hosted_server;
+
+ private:
+  // transport_setup.cpp
+  void build_transports(std::uint64_t token, const std::string& route_hint);
+  std::string describe_peers() const;
+  void log_rdma_choice(const std::string& mine, const std::string& why) const;
+
+  // call_checks.cpp
+  void validate(const algorithms::Collective& c) const;
+  bool reads(const algorithms::Collective& c) const;
+  bool writes(const algorithms::Collective& c) const;
+  void place(algorithms::Collective& c);
+
+  // call_queue.cpp
+  void enqueue(std::shared_ptr<Work::State> state);
+  void admit(algorithms::Collective& call, bool async);
+  void execute(const algorithms::Collective& call, bool background);
+  void work_loop();
+  void engine_idle();
+
+  // failure.cpp
+  void close_if_halted();
+  void start_monitor();
+  void halt_from_record(const base::AbortRecord& record);
+  [[noreturn]] void fail(const algorithms::Collective& call, const Error& e);
+  base::AbortRecord record_of(const Error& e) const;
+  base::AbortRecord publish(const base::AbortRecord& mine);
+  std::string host_of(int rank) const;
+
+  int rank_;
+  int size_;
+  base::Config config_;
+  std::shared_ptr<Store> store_;  // this communicator's key space
+  core::Topology topology_;
+  std::string listen_address_;
+  std::string transport_summary_;
+  std::unique_ptr<transport::TransportTable> transport_;
+  std::unique_ptr<algorithms::Engine> engine_;
+
+  // Calls on device buffers: the runtime is created by the first one, on the caller's thread.
+  const bool gpus_;  // without GPUs every buffer is host memory
+  std::mutex gpu_mu_;
+  std::unique_ptr<gpu::Runtime> gpu_;
+  transport::cudaipc::IpcTransport* ipc_ = nullptr;  // owned by transport_
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Work::State>> queue_;
+  // The engine is running a call (on the worker or a caller's thread). Set under mu_; a caller's
+  // thread clears it without the lock.
+  std::atomic<bool> busy_{false};
+  std::atomic<std::uint32_t> queued_{0};  // queue_.size(), readable without the lock
+  std::atomic<bool> closing_{false};      // shutdown() waits for the engine: wake it when idle
+  base::Halt halt_;
+  core::Progress progress_;
+  std::unique_ptr<core::HealthMonitor> monitor_;
+  // Threads in Work::wait on this communicator's calls (see Engine::sharing_core).
+  std::shared_ptr<std::atomic<int>> callers_waiting_ = std::make_shared<std::atomic<int>>(0);
+  bool destroyed_ = false;
+  std::uint64_t next_seq_ = 0;
+  std::map<int, std::uint64_t> sent_;
+  std::map<int, std::uint64_t> received_;
+  std::thread worker_;  // last: started once everything else exists
+};
+
+}  // namespace loom

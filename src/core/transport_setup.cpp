@@ -1,0 +1,115 @@
+// Which transport reaches each peer: shared memory on this host, RDMA to hosts where both ends
+// have a port, TCP to the rest, CUDA IPC for device buffers of same-host peers.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "base/logging.hpp"
+#include "core/communicator_impl.hpp"
+#include "store/keys.hpp"
+#include "transports/ibverbs/ib_device.hpp"
+#include "transports/ibverbs/ib_transport.hpp"
+#include "transports/shm/shm_transport.hpp"
+#include "transports/tcp/tcp_transport.hpp"
+
+namespace loom {
+
+void Communicator::Impl::build_transports(std::uint64_t token, const std::string& route_hint) {
+  auto tcp = std::make_unique<transport::tcp::TcpTransport>(*store_, rank_, size_, token, config_,
+                                                            route_hint);
+  listen_address_ = tcp->listen_address();
+  // RDMA is opened before the topology exchange, so that a port is advertised only when it
+  // works here; the peers on other hosts that advertise one too are reached through it.
+  std::unique_ptr<transport::Transport> rdma;
+  std::string rdma_port = "-", rdma_why = "LOOM_TRANSPORT=" + config_.transport;
+  if (size_ > 1 && config_.transport == "auto") {
+    if (auto port = transport::ibverbs::choose_port(rdma_why)) {
+      try {
+        rdma = transport::ibverbs::make_transport(*store_, rank_, config_, *port);
+        rdma_port =
+            fmt::format("{}:{}:{}", port->device, port->port, port->ethernet ? "roce" : "ib");
+        rdma_why = port->describe();
+      } catch (const Error& e) {
+        rdma_why = e.what();
+      }
+    }
+  }
+  topology_ = core::exchange_topology(*store_, rank_, size_, config_.timeout, rdma_port);
+  // The spinning policy follows the ranks that really share this host's cores.
+  config_.set_local_world_size(topology_.ranks_on_host_of(rank_));
+  config_.any_host_oversubscribed = topology_.any_host_oversubscribed();
+  std::vector<bool> shm_peers(static_cast<std::size_t>(size_), false);
+  for (int r = 0; r < size_; ++r) {
+    const bool local = r != rank_ && topology_.same_host(rank_, r);
+    if (config_.transport == "shm" && r != rank_ && !local)
+      throw InvalidArgument(fmt::format(
+          "init: rank {}: LOOM_TRANSPORT=shm but rank {} is on another host", rank_, r));
+    shm_peers[static_cast<std::size_t>(r)] = local && config_.transport != "tcp";
+  }
+  const bool any_shm = std::find(shm_peers.begin(), shm_peers.end(), true) != shm_peers.end();
+  std::unique_ptr<transport::Transport> shm;
+  if (any_shm)
+    shm = std::make_unique<transport::shm::ShmTransport>(*store_, rank_, token, config_,
+                                                         topology_.pid_of_rank);
+  auto table =
+      std::make_unique<transport::TransportTable>(std::move(tcp), std::move(shm), shm_peers);
+  log_rdma_choice(rdma_port, rdma_why);
+  if (rdma) {
+    std::vector<bool> rdma_peers(static_cast<std::size_t>(size_), false);
+    const std::string link = rdma_port.substr(rdma_port.rfind(':'));
+    for (int r = 0; r < size_; ++r) {
+      const std::string& theirs = topology_.rdma_of_rank[static_cast<std::size_t>(r)];
+      rdma_peers[static_cast<std::size_t>(r)] = r != rank_ && !topology_.same_host(rank_, r) &&
+                                                theirs != "-" &&
+                                                theirs.substr(theirs.rfind(':')) == link;
+    }
+    table->set_rdma_transport(std::move(rdma), std::move(rdma_peers));
+  }
+  // Device buffers of same-host peers: CUDA IPC, when this build and machine have CUDA.
+  if (config_.cuda_ipc && any_shm)
+    if (auto ipc = transport::cudaipc::make_transport(*store_, rank_, token, config_,
+                                                      topology_.pid_of_rank, shm_peers)) {
+      ipc_ = ipc.get();
+      table->set_device_transport(std::move(ipc));
+    }
+  transport_ = std::move(table);
+  transport_summary_ = describe_peers();
+}
+
+// "shm to rank(s) 1,2, tcp to rank(s) 3" for logs and describe().
+std::string Communicator::Impl::describe_peers() const {
+  const transport::TransportTable& table = *transport_;
+  std::vector<std::string> parts;
+  for (const char* kind : {"shm", "ibverbs", "tcp"}) {
+    std::vector<int> ranks;
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_ && table.transport_of(r) == kind) ranks.push_back(r);
+    if (!ranks.empty())
+      parts.push_back(fmt::format("{} to rank(s) {}", kind, fmt::join(ranks, ",")));
+  }
+  return parts.empty() ? "no peers" : fmt::format("{}", fmt::join(parts, ", "));
+}
+
+// Why the ranks on other hosts are reached by RDMA or by TCP, once, at INFO.
+void Communicator::Impl::log_rdma_choice(const std::string& mine, const std::string& why) const {
+  std::vector<int> remote, without;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || topology_.same_host(rank_, r)) continue;
+    remote.push_back(r);
+    if (topology_.rdma_of_rank[static_cast<std::size_t>(r)] == "-") without.push_back(r);
+  }
+  if (remote.empty()) {
+    base::log().debug("rank {}: no rank on another host; ibverbs: {}", rank_, why);
+  } else if (mine == "-") {
+    base::log().info("rank {}: ibverbs unavailable ({}): TCP to the {} rank(s) on other hosts",
+                     rank_, why, remote.size());
+  } else if (!without.empty()) {
+    base::log().info("rank {}: ibverbs on {}; rank(s) {} have no RDMA port: TCP to them", rank_,
+                     why, fmt::join(without, ","));
+  } else {
+    base::log().info("rank {}: ibverbs on {} to the {} rank(s) on other hosts", rank_, why,
+                     remote.size());
+  }
+}
+
+}  // namespace loom
