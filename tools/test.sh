@@ -4,23 +4,32 @@
 #   tools/test.sh --sanitize address,undefined   ASan+UBSan build in build-asan/
 #   tools/test.sh --sanitize thread        TSan build in build-tsan/ (unit and threaded tests)
 #   tools/test.sh --slow                   also the exhaustive sweeps
+#   tools/test.sh --cuda-emulated          the GPU paths on the emulated CUDA runtime
+#                                          (tests/cuda_emulation) in build-cudaemu/: the gpu label
 # Extra arguments after -- go to ctest (e.g. -- -R Store).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-sanitize="" labels_exclude="slow" ctest_extra=()
+sanitize="" labels_exclude="slow" ctest_extra=() cuda_emulated=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --sanitize) sanitize=$2; shift 2 ;;
     --slow) labels_exclude="^$"; shift ;;
+    --cuda-emulated) cuda_emulated=1; shift ;;
     --) shift; ctest_extra=("$@"); break ;;
-    *) echo "usage: tools/test.sh [--sanitize LIST] [--slow] [-- ctest args]"; exit 2 ;;
+    *) echo "usage: tools/test.sh [--sanitize LIST] [--slow] [--cuda-emulated] [-- ctest args]"; exit 2 ;;
   esac
 done
 
 tools/deps.sh
 
-build=build type=Release ctest_filter=() targets=()
+build=build type=Release ctest_filter=() targets=() cuda=AUTO
+if [ "$cuda_emulated" = 1 ]; then
+  # Needs the CUDA runtime's headers only (a toolkit in /usr/local/cuda or CUDA_HOME).
+  build=build-cudaemu type=RelWithDebInfo cuda=EMULATED
+  ctest_filter=(-L gpu)
+  targets=(--target gpu_tests loom-perf loomrun)
+fi
 case "$sanitize" in
   "") ;;
   thread)
@@ -43,7 +52,8 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 # Sanitizer builds leave out the comparisons and microbenchmarks: nothing runs them there.
 bench=ON
 [ -n "$sanitize" ] && bench=OFF
+[ "$cuda_emulated" = 1 ] && bench=OFF
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=$type -DLOOM_WERROR=ON -DLOOM_SANITIZE="$sanitize" \
-  -DLOOM_BUILD_BENCH=$bench >/dev/null
+  -DLOOM_BUILD_BENCH=$bench -DLOOM_CUDA=$cuda >/dev/null
 cmake --build "$build" -j "$(nproc)" "${targets[@]}"
 ctest --test-dir "$build" --output-on-failure --no-tests=error -j 2 -LE "$labels_exclude" "${ctest_filter[@]}" "${ctest_extra[@]}"

@@ -24,10 +24,4 @@ cudaError_t reduce_copy(void* dst, void* dst2, const void* a, const void* b, std
 // dst[i] = src[i] / divisor.
 cudaError_t divide(void* dst, const void* src, std::size_t n, DataType dtype, int divisor,
                    cudaStream_t stream);
-// Holds `stream` until *flag >= target (flag: host memory mapped into the device, written by
-// the host) or until timeout_ns pass, so that work queued after it waits for a host event
-// without blocking the host.
-cudaError_t wait_flag(const volatile std::uint64_t* flag, std::uint64_t target,
-                      std::uint64_t timeout_ns, cudaStream_t stream);
-
 }  // namespace loom::kernels::cuda

@@ -92,17 +92,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-__global__ void wait_flag_kernel(const volatile std::uint64_t* flag, std::uint64_t target,
-                                 std::uint64_t timeout_ns) {
-  std::uint64_t start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  while (*flag < target) {
-    __nanosleep(1000);
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    if (now - start > timeout_ns) break;  // the host reports the timeout; never hang the GPU
-  }
-}
-
 // Blocks for n elements: enough to fill the device, capped so that each thread loops a few times.
 int blocks_for(std::size_t n, std::size_t per_thread) {
   static thread_local int device = -1, sms = 0;
@@ -158,12 +147,6 @@ cudaError_t divide(void* dst, const void* src, std::size_t n, DataType dtype, in
   return dispatch_type(dtype, [&]<typename T>() {
     return launch<T>(dst, nullptr, src, src, n, DivideFn<T>{divisor}, stream);
   });
-}
-
-cudaError_t wait_flag(const volatile std::uint64_t* flag, std::uint64_t target,
-                      std::uint64_t timeout_ns, cudaStream_t stream) {
-  wait_flag_kernel<<<1, 1, 0, stream>>>(flag, target, timeout_ns);
-  return cudaGetLastError();
 }
 
 }  // namespace loom::kernels::cuda

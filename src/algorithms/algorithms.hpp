@@ -17,6 +17,9 @@ void pipelined_broadcast(Engine& engine, const Collective& call);
 void pipelined_reduce(Engine& engine, const Collective& call);
 void dissemination_barrier(Engine& engine, const Collective& call);
 void point_to_point(Engine& engine, const Collective& call);
+// Device buffers of one host's ranks read and written in place (direct.cpp); false, on every
+// rank alike, when the call must go through the slots instead.
+bool direct_device_call(Engine& engine, const Collective& call);
 
 // A rank's place in a ring of `size` ranks (connections null when size is 1).
 struct RingPosition {

@@ -2,25 +2,34 @@
 
 #include <algorithm>
 
+#include "algorithms/algorithms.hpp"
 #include "algorithms/waiter.hpp"
 
 namespace loom::algorithms {
 
 transport::Connection& Engine::connection(int peer) {
-  const bool device = device_path_ != nullptr;
-  auto& table = device ? by_peer_device_ : by_peer_;
-  if (table.empty()) table.assign(static_cast<std::size_t>(size_), nullptr);
-  transport::Connection*& known = table[static_cast<std::size_t>(peer)];
+  if (device_path_ == nullptr) return host_connection(peer);
+  if (by_peer_device_.empty()) by_peer_device_.assign(static_cast<std::size_t>(size_), nullptr);
+  transport::Connection*& known = by_peer_device_[static_cast<std::size_t>(peer)];
   if (known == nullptr) {
-    if (device) {
-      known = &transport_.connect_device(peer, deadline_);
-      device_path_->attach(*known);
-    } else {
-      known = &transport_.connect(peer, deadline_);
-    }
+    known = &transport_.connect_device(peer, deadline_);
+    device_path_->attach(*known);
   }
-  if (std::find(used_.begin(), used_.end(), known) == used_.end()) used_.push_back(known);
+  use(*known);
   return *known;
+}
+
+transport::Connection& Engine::host_connection(int peer) {
+  if (by_peer_.empty()) by_peer_.assign(static_cast<std::size_t>(size_), nullptr);
+  transport::Connection*& known = by_peer_[static_cast<std::size_t>(peer)];
+  if (known == nullptr) known = &transport_.connect(peer, deadline_);
+  use(*known);
+  return *known;
+}
+
+void Engine::use(transport::Connection& connection) {
+  if (std::find(used_.begin(), used_.end(), &connection) == used_.end())
+    used_.push_back(&connection);
 }
 
 void select_and_run(Engine& engine, const Collective& call);  // selection.cpp
@@ -31,21 +40,25 @@ const transport::Tag* Engine::own_call_like(const transport::Tag& tag) const {
   return mine.word != 0 && same_space_and_seq ? &mine : nullptr;
 }
 
-void Engine::run(const Collective& call, bool background, DataPath* device_path) {
+void Engine::run(const Collective& call, bool background, DataPath* device_path,
+                 PeerMemory* peer_memory) {
   call_ = &call;
   device_path_ = device_path;
+  peer_memory_ = peer_memory;
   background_ = background;
   slice_bytes_ = 0;
   if (call.kind != Kind::send && call.kind != Kind::recv)
     history_[(call.tag().word >> 33) % kHistory] = call.tag();
   deadline_ = base::Deadline::from_first_wait(config_.timeout);
   used_.clear();
-  select_and_run(*this, call);
+  // The direct path leaves the GPU to order itself: the host waits for none of its work.
+  const bool direct = peer_memory_ && direct_device_call(*this, call);
+  if (!direct) select_and_run(*this, call);
   // Slots still queued in user space would otherwise wait for this rank's next call.
   Waiter waiter(*this);
   for (transport::Connection* c : used_)
     waiter.until([c] { return c->send_idle(); }, c->peer(), "the send queue to drain to");
-  if (device_path_) device_path_->complete();
+  if (device_path_ && !direct) device_path_->complete();
 }
 
 }  // namespace loom::algorithms

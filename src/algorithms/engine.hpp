@@ -7,6 +7,7 @@
 
 #include "algorithms/collective.hpp"
 #include "algorithms/data_path.hpp"
+#include "algorithms/peer_memory.hpp"
 #include "base/config.hpp"
 #include "base/deadline.hpp"
 #include "base/halt.hpp"
@@ -50,10 +51,16 @@ class Engine {
   // call on GPU buffers: the transport's device connection (CUDA IPC where it has one), its host
   // memory made reachable by the GPU.
   transport::Connection& connection(int peer);
+  // The connection to peer that carries host memory, also in a call on GPU buffers (the direct
+  // algorithms' messages).
+  transport::Connection& host_connection(int peer);
   // Where this call copies and reduces: the CPU, or the GPU for device buffers.
   DataPath& data() { return device_path_ ? *device_path_ : static_cast<DataPath&>(host_path_); }
   // The GPU's data path for a call on device buffers, else null.
   DataPath* device_path() const { return device_path_; }
+  // Device memory this host's ranks share, for a call on device buffers that may take the
+  // direct path; else null.
+  PeerMemory* peer_memory() const { return peer_memory_; }
   // Whether every peer is reached through shared memory (picks the cost model).
   bool all_peers_shared_memory() const { return transport_.all_shared_memory(); }
   // Every connection this call has used so far.
@@ -63,8 +70,10 @@ class Engine {
   const transport::Tag* own_call_like(const transport::Tag& tag) const;
   // Runs one call to completion: the algorithm, then a flush of every connection it used.
   // background: an asynchronous call, running while the rank's own thread computes.
-  // device_path: the GPU's data path for a call on device buffers.
-  void run(const Collective& call, bool background = false, DataPath* device_path = nullptr);
+  // device_path: the GPU's data path for a call on device buffers; peer_memory: what the
+  // direct path needs (null: the slots only).
+  void run(const Collective& call, bool background = false, DataPath* device_path = nullptr,
+           PeerMemory* peer_memory = nullptr);
   bool background() const { return background_; }
   // How much one slot carries in this call (chosen by selection.cpp; 0: a whole slot). Both
   // ends of every connection compute the same value from the same call.
@@ -87,6 +96,8 @@ class Engine {
   }
 
  private:
+  void use(transport::Connection& connection);
+
   int rank_;
   int size_;
   std::vector<std::vector<int>> hosts_;
@@ -102,6 +113,7 @@ class Engine {
   std::vector<transport::Connection*> by_peer_device_;  // the same for calls on GPU buffers
   HostDataPath host_path_;
   DataPath* device_path_ = nullptr;  // this call's, when its buffers are on a GPU
+  PeerMemory* peer_memory_ = nullptr;
   base::Deadline deadline_{std::chrono::milliseconds(0)};
   std::vector<transport::Connection*> used_;
   static constexpr std::size_t kHistory = 64;

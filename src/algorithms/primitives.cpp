@@ -158,4 +158,14 @@ void Primitives::recv_copy_send(void* dst, std::size_t count) {
   }
 }
 
+void Primitives::send_message(const void* src, std::size_t bytes) {
+  std::memcpy(wait_send(bytes), src, bytes);
+  post(bytes);
+}
+
+void Primitives::recv_message(void* dst, std::size_t bytes) {
+  std::memcpy(dst, wait_recv(bytes).data, bytes);
+  release();
+}
+
 }  // namespace loom::algorithms

@@ -28,6 +28,10 @@ class Primitives {
   void recv_reduce_copy(const void* local, void* dst, std::size_t count, bool send, int divisor);
   // received goes to dst and to next.
   void recv_copy_send(void* dst, std::size_t count);
+  // One message of `bytes` (at most a slot) between host memory: control messages of the
+  // direct algorithms, whatever the call's buffers are.
+  void send_message(const void* src, std::size_t bytes);
+  void recv_message(void* dst, std::size_t bytes);
 
  private:
   // Send side: a slot (or inline mailbox) for `bytes`, then its post.

@@ -38,8 +38,11 @@ struct Config {
   // Device buffers of ranks on one host move through CUDA IPC (LOOM_CUDA_IPC=0: staged through
   // the host's shared memory instead). Must be the same on every rank.
   bool cuda_ipc = true;
+  // Calls whose every rank is on this host read and write the peers' device buffers in place
+  // (LOOM_CUDA_DIRECT=0: through the device slots instead). Must be the same on every rank.
+  bool cuda_direct = true;
   // Bytes of device slots per CUDA IPC connection (LOOM_CUDA_BUFFSIZE): larger than the host
-  // FIFO, since every slot hand-over waits for a kernel and GPU copies run at TB/s.
+  // FIFO, since every slot hand-over waits for the GPU and GPU copies run at TB/s.
   std::size_t cuda_buffer_bytes = std::size_t{32} << 20;
   // Bounded spinning before blocking, in microseconds; 0 blocks at once.
   int spin_us = 200;

@@ -77,7 +77,7 @@ void Communicator::Impl::place(Collective& c) {
   }
   std::lock_guard lock(gpu_mu_);
   if (!gpu_) {
-    gpu_ = gpu::make_runtime(device, rank_, config_);
+    gpu_ = gpu::make_runtime(device, rank_, config_, ipc_ != nullptr);
     if (ipc_) ipc_->prepare(device);
   } else if (gpu_->device() != device) {
     throw bad(

@@ -31,8 +31,8 @@ Work Communicator::Impl::submit(Collective call) {
   auto state = std::make_shared<Work::State>();
   state->waiting = callers_waiting_;
   std::unique_lock lock(mu_);
-  admit(call, true);
-  state->run = [this, call] { execute(call, true); };
+  admit(call);
+  state->run = [this, call, s = state.get()] { s->order_stream = execute(call, true); };
   enqueue(state);
   return Work(state);
 }
@@ -41,10 +41,10 @@ void Communicator::Impl::run(Collective call) {
   validate(call);
   place(call);
   std::unique_lock lock(mu_);
-  admit(call, false);
+  admit(call);
   if (!queue_.empty() || busy_) {  // behind earlier asynchronous calls: keep the order
     auto state = std::make_shared<Work::State>();
-    state->run = [this, call] { execute(call, true); };
+    state->run = [this, call, s = state.get()] { s->order_stream = execute(call, true); };
     enqueue(state);
     lock.unlock();
     Work(state).wait();
@@ -56,7 +56,7 @@ void Communicator::Impl::run(Collective call) {
     Impl& impl;
     ~Idle() { impl.engine_idle(); }
   } idle{*this};
-  execute(call, false);
+  if (auto order_stream = execute(call, false)) order_stream();
 }
 
 // The caller's thread is done with the engine: calls queued meanwhile may run, a halt that came
@@ -82,14 +82,13 @@ void Communicator::Impl::enqueue(std::shared_ptr<Work::State> state) {
 }
 
 // Under mu_: refuses calls on a destroyed or broken communicator, then numbers the call.
-// async: the caller goes on before the call is done.
-void Communicator::Impl::admit(Collective& call, bool async) {
+void Communicator::Impl::admit(Collective& call) {
   if (halt_.triggered())
     halt_.raise_unusable(fmt::format("{}: rank {}", algorithms::to_string(call.kind), rank_));
   if (destroyed_)
     throw InvalidArgument(fmt::format("{}: rank {}: the communicator was destroyed",
                                       algorithms::to_string(call.kind), rank_));
-  if (call.device >= 0) gpu_->issue(call, async);  // what raises here leaves nothing queued
+  if (call.device >= 0) gpu_->issue(call);  // what raises here leaves nothing queued
   if (call.kind == Kind::send)
     call.seq = sent_[call.root]++;
   else if (call.kind == Kind::recv)
@@ -98,36 +97,36 @@ void Communicator::Impl::admit(Collective& call, bool async) {
     call.seq = next_seq_++;
 }
 
-// background: on the worker thread, while the caller's thread probably computes.
-void Communicator::Impl::execute(const Collective& call, bool background) {
-  // A call on device buffers tells the GPU runtime how it ended, whatever happens here.
-  struct DeviceEnd {
-    gpu::Runtime* runtime;
-    const Collective& call;
-    bool ok = false;
-    ~DeviceEnd() {
-      if (runtime) runtime->end(call, ok);
-    }
-  } device_end{call.device >= 0 ? gpu_.get() : nullptr, call};
+// background: on the worker thread, while the caller's thread probably computes. Returns, for a
+// call on device buffers, how to order the user's stream after it.
+std::function<void()> Communicator::Impl::execute(const Collective& call, bool background) {
+  gpu::Runtime* runtime = call.device >= 0 ? gpu_.get() : nullptr;
+  try {
+    run_engine(call, background, runtime);
+  } catch (...) {
+    if (runtime) runtime->end(call, false);  // a failed call orders no stream after it
+    throw;
+  }
+  return runtime ? runtime->end(call, true) : nullptr;
+}
+
+void Communicator::Impl::run_engine(const Collective& call, bool background,
+                                    gpu::Runtime* runtime) {
   if (halt_.triggered())  // queued before the halt
     halt_.raise_unusable(fmt::format("{}: rank {}", call.describe(), rank_));
-  if (call.count == 0 && call.kind != Kind::barrier) {
-    device_end.ok = true;
-    return;
-  }
+  if (call.count == 0 && call.kind != Kind::barrier) return;
   progress_.word.store(call.tag().word, std::memory_order_relaxed);
   progress_.count.store(call.tag().count, std::memory_order_relaxed);
   progress_.in_call.store(true, std::memory_order_relaxed);
   try {
-    algorithms::DataPath* device_path =
-        device_end.runtime ? &device_end.runtime->begin(call, *engine_) : nullptr;
+    algorithms::DataPath* device_path = runtime ? &runtime->begin(call, *engine_) : nullptr;
+    algorithms::PeerMemory* peer_memory = runtime ? runtime->peer_memory() : nullptr;
     if (trace::enabled()) {
       trace::Scope span(call.describe(), "collective");
-      engine_->run(call, background, device_path);
+      engine_->run(call, background, device_path, peer_memory);
     } else {
-      engine_->run(call, background, device_path);
+      engine_->run(call, background, device_path, peer_memory);
     }
-    device_end.ok = true;
     progress_.in_call.store(false, std::memory_order_relaxed);
   } catch (...) {
     progress_.in_call.store(false, std::memory_order_relaxed);

@@ -70,8 +70,9 @@ class Communicator::Impl {
 
   // call_queue.cpp
   void enqueue(std::shared_ptr<Work::State> state);
-  void admit(algorithms::Collective& call, bool async);
-  void execute(const algorithms::Collective& call, bool background);
+  void admit(algorithms::Collective& call);
+  std::function<void()> execute(const algorithms::Collective& call, bool background);
+  void run_engine(const algorithms::Collective& call, bool background, gpu::Runtime* runtime);
   void work_loop();
   void engine_idle();
 

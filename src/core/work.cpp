@@ -27,6 +27,7 @@ bool Work::test() const {
   if (!state_) throw InvalidArgument("Work::test: empty Work handle");
   if (state_->done.load(std::memory_order_acquire) == 0) return false;
   if (state_->error) std::rethrow_exception(state_->error);
+  if (state_->order_stream) state_->order_stream();
   return true;
 }
 
@@ -34,6 +35,7 @@ void Work::wait(std::chrono::milliseconds timeout) const {
   if (!state_) throw InvalidArgument("Work::wait: empty Work handle");
   if (state_->done.load(std::memory_order_acquire) != 0) {
     if (state_->error) std::rethrow_exception(state_->error);
+    if (state_->order_stream) state_->order_stream();
     return;
   }
   base::Deadline deadline(timeout);
@@ -60,6 +62,7 @@ void Work::wait(std::chrono::milliseconds timeout) const {
     state_->sleepers.fetch_sub(1, std::memory_order_relaxed);
   }
   if (state_->error) std::rethrow_exception(state_->error);
+  if (state_->order_stream) state_->order_stream();
 }
 
 }  // namespace loom

@@ -12,6 +12,9 @@ namespace loom {
 struct Work::State {
   std::function<void()> run;
   std::exception_ptr error;
+  // Set by run when it succeeded on device buffers: orders the user's stream after the call.
+  // Applied by wait() and by test() when they find the call done.
+  std::function<void()> order_stream;
   std::atomic<std::uint32_t> done{0};      // futex word: 1 once run has finished
   std::atomic<std::uint32_t> sleepers{0};  // waiters inside futex_wait: wake only if any
   // The communicator's count of threads blocked in Work::wait: while one waits, the engine's

@@ -1,7 +1,9 @@
 // Every collective on device buffers, in 2 and 4 processes sharing one GPU (CUDA IPC between
-// them, or staged through host shared memory with LOOM_CUDA_IPC=0, or over TCP), against the
-// reference results; the ordering of calls on a user's stream; the refusals. Skipped, with the
-// reason, where no NVIDIA GPU is visible.
+// them: the direct path, or the device slots with LOOM_CUDA_DIRECT=0; or staged through host
+// shared memory with LOOM_CUDA_IPC=0, or over TCP), against the reference results; the ordering
+// of calls on a user's stream; the refusals. Skipped, with the reason, where no NVIDIA GPU is
+// visible. Built with LOOM_CUDA=EMULATED, the same tests run on the emulated runtime
+// (tests/cuda_emulation), which also reports what was asked of it.
 //
 // The parent never touches CUDA (a CUDA context does not survive fork): it looks for the
 // driver's device files, the ranks do the rest.
@@ -11,9 +13,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <vector>
 
+#include "../support/key_audit.hpp"
 #include "../support/ranks.hpp"
+#ifdef LOOM_CUDA_EMULATED
+#include "../cuda_emulation/emulation.hpp"
+#endif
 #include "verify/patterns.hpp"
 
 namespace loom {
@@ -22,6 +29,9 @@ namespace {
 using testing::run_ranks;
 
 std::string why_no_gpu() {
+#ifdef LOOM_CUDA_EMULATED
+  return {};  // the emulated runtime (tests/cuda_emulation) has its device
+#endif
   if (!std::filesystem::exists("/dev/nvidiactl") || !std::filesystem::exists("/dev/nvidia0"))
     return "no NVIDIA GPU on this machine (/dev/nvidia0 absent): GPU tests need one";
   if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && (*v == '\0' || *v == '-'))
@@ -156,17 +166,22 @@ constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, Reduc
 constexpr Coll kColls[] = {Coll::all_reduce, Coll::reduce_scatter, Coll::all_gather,
                            Coll::broadcast,  Coll::reduce,         Coll::send_recv};
 
-// World size and path: "cudaipc" (device slots), "staged" (LOOM_CUDA_IPC=0: host shared
-// memory), "tcp" (host sockets).
+// World size and path: "cudaipc" (direct: the peers' buffers in place), "cudaipc_slots"
+// (LOOM_CUDA_DIRECT=0: device slots), "staged" (LOOM_CUDA_IPC=0: host shared memory), "tcp"
+// (host sockets).
 class GpuCollectives : public ::testing::TestWithParam<std::tuple<int, std::string>> {
  protected:
   void SetUp() override {
     if (auto why = why_no_gpu(); !why.empty()) GTEST_SKIP() << why;
     const std::string& path = std::get<1>(GetParam());
     if (path == "staged") ::setenv("LOOM_CUDA_IPC", "0", 1);
+    if (path == "cudaipc_slots") ::setenv("LOOM_CUDA_DIRECT", "0", 1);
     if (path == "tcp") options_.options.transport = "tcp";
   }
-  void TearDown() override { ::unsetenv("LOOM_CUDA_IPC"); }
+  void TearDown() override {
+    ::unsetenv("LOOM_CUDA_IPC");
+    ::unsetenv("LOOM_CUDA_DIRECT");
+  }
   testing::RunOptions options_;
 };
 
@@ -196,32 +211,40 @@ TEST_P(GpuCollectives, EveryCollectiveTypeAndReductionMatchesTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(Paths, GpuCollectives,
                          ::testing::Combine(::testing::Values(2, 4),
-                                            ::testing::Values("cudaipc", "staged", "tcp")),
+                                            ::testing::Values("cudaipc", "cudaipc_slots", "staged",
+                                                              "tcp")),
                          [](const auto& info) {
                            return std::get<1>(info.param) + "_world" +
                                   std::to_string(std::get<0>(info.param));
                          });
 
-// The stream's order: the input is written by a copy queued on the stream just before the call,
-// and the result is read by a copy queued just after it; neither waits on the host.
-TEST(GpuStreams, AsyncCallIsOrderedBetweenTheStreamsWork) {
+// An asynchronous call on a user's stream holds nothing: whatever the user queues behind it,
+// and a whole-device synchronisation on the host, finish without waiting for the call (which
+// waits here for the other rank). Once its Work is waited for, work queued on the stream is
+// ordered after the call: the copy reads the result, without the host in between.
+TEST(GpuStreams, AsyncCallHoldsNothingAndOrdersTheStreamOnceWaitedFor) {
   LOOM_REQUIRE_GPU();
   run_ranks(2, [](Communicator& comm) {
     const std::size_t count = 1 << 22;  // 16 MiB of f32: the copies take long enough to race
-    std::vector<float> host(count, static_cast<float>(comm.rank() + 1)), result(count, 0.0f);
     float *pinned_in = nullptr, *pinned_out = nullptr;
     cuda_ok(cudaMallocHost(reinterpret_cast<void**>(&pinned_in), count * 4), "cudaMallocHost");
     cuda_ok(cudaMallocHost(reinterpret_cast<void**>(&pinned_out), count * 4), "cudaMallocHost");
-    std::memcpy(pinned_in, host.data(), count * 4);
-    DeviceBuffer buf(count * 4);
+    for (std::size_t i = 0; i < count; ++i) pinned_in[i] = static_cast<float>(comm.rank() + 1);
+    DeviceBuffer buf(count * 4), other(count * 4);
     cudaStream_t stream = nullptr;
     cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     for (int round = 0; round < 3; ++round) {
       cuda_ok(cudaMemcpyAsync(buf.p, pinned_in, count * 4, cudaMemcpyHostToDevice, stream), "h2d");
+      if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
       Work w = comm.all_reduce_async(buf.p, buf.p, count, DataType::f32, ReduceOp::sum,
                                      reinterpret_cast<CudaStream>(stream));
-      cuda_ok(cudaMemcpyAsync(pinned_out, buf.p, count * 4, cudaMemcpyDeviceToHost, stream), "d2h");
+      // Unrelated work behind the call, and the whole device synchronised, before any wait.
+      cuda_ok(cudaMemcpyAsync(other.p, pinned_in, count * 4, cudaMemcpyHostToDevice, stream),
+              "unrelated h2d");
+      cuda_ok(cudaStreamSynchronize(stream), "the stream with the call still running");
+      cuda_ok(cudaDeviceSynchronize(), "the device with the call still running");
       w.wait();
+      cuda_ok(cudaMemcpyAsync(pinned_out, buf.p, count * 4, cudaMemcpyDeviceToHost, stream), "d2h");
       cuda_ok(cudaStreamSynchronize(stream), "sync");
       std::size_t wrong = 0;
       for (std::size_t i = 0; i < count; ++i) wrong += pinned_out[i] != 3.0f;
@@ -232,6 +255,133 @@ TEST(GpuStreams, AsyncCallIsOrderedBetweenTheStreamsWork) {
     cudaFreeHost(pinned_out);
   });
 }
+
+// A call that cannot finish (the other rank never enters it) fails with TimeoutError at the
+// communicator's timeout; the user's stream is never held by it, before or after.
+TEST(GpuStreams, CallThatTimesOutFailsAndLeavesTheStreamFree) {
+  LOOM_REQUIRE_GPU();
+  testing::RunOptions opts;
+  opts.options.timeout = std::chrono::seconds(3);
+  run_ranks(
+      2,
+      [](Communicator& comm) {
+        DeviceBuffer buf(1 << 20);
+        cudaStream_t stream = nullptr;
+        cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+        comm.all_reduce(buf.p, 1 << 18, DataType::f32, ReduceOp::sum,
+                        reinterpret_cast<CudaStream>(stream));  // connections up
+        if (comm.rank() == 1) {
+          std::this_thread::sleep_for(std::chrono::seconds(6));  // never enters the second call
+          return;
+        }
+        const auto start = std::chrono::steady_clock::now();
+        Work w = comm.all_reduce_async(buf.p, buf.p, 1 << 18, DataType::f32, ReduceOp::sum,
+                                       reinterpret_cast<CudaStream>(stream));
+        cuda_ok(cudaStreamSynchronize(stream), "the stream while the call waits");
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+        EXPECT_THROW(w.wait(), TimeoutError);
+        cuda_ok(cudaStreamSynchronize(stream), "the stream after the failure");
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8));
+        cudaStreamDestroy(stream);
+      },
+      opts);
+}
+
+// Buffers without an IPC handle (pool memory from cudaMallocAsync) on one rank: every rank
+// takes the slots for that call, and the result is right.
+TEST(GpuStreams, BufferWithoutAnIpcHandleOnOneRankMovesThroughTheSlots) {
+  LOOM_REQUIRE_GPU();
+  run_ranks(2, [](Communicator& comm) {
+    const std::size_t count = 100000;
+    cudaStream_t stream = nullptr;
+    cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    void* p = nullptr;
+    if (comm.rank() == 0)
+      cuda_ok(cudaMallocAsync(&p, count * 4, stream), "cudaMallocAsync");
+    else
+      cuda_ok(cudaMalloc(&p, count * 4), "cudaMalloc");
+    std::vector<std::int32_t> host(count, comm.rank() + 5), back(count);
+    cuda_ok(cudaMemcpy(p, host.data(), count * 4, cudaMemcpyHostToDevice), "upload");
+    comm.all_reduce(p, count, DataType::i32, ReduceOp::sum, reinterpret_cast<CudaStream>(stream));
+    cuda_ok(cudaStreamSynchronize(stream), "sync");
+    cuda_ok(cudaMemcpy(back.data(), p, count * 4, cudaMemcpyDeviceToHost), "download");
+    for (auto v : back) ASSERT_EQ(v, 11);
+    if (comm.rank() == 0)
+      cudaFreeAsync(p, stream);
+    else
+      cudaFree(p);
+    cuda_ok(cudaStreamSynchronize(stream), "sync");
+    cudaStreamDestroy(stream);
+  });
+}
+
+// A job on device buffers writes each store key once: the CUDA IPC handles and the segments of
+// the CUDA IPC connections' counters among them (they once shared a key, and every CUDA IPC job
+// failed). Through the device slots (LOOM_CUDA_DIRECT=0), so that every connection is made.
+TEST(KeyAudit, AJobOnDeviceBuffersSetsEachKeyOnce) {
+  LOOM_REQUIRE_GPU();
+  ::setenv("LOOM_CUDA_DIRECT", "0", 1);
+  testing::audit_keys(3, [](Communicator& comm) {
+    const std::size_t count = 1 << 16;
+    std::vector<std::int32_t> host(count, comm.rank() + 1), back(count);
+    DeviceBuffer buf(count * 4);
+    cuda_ok(cudaMemcpy(buf.p, host.data(), count * 4, cudaMemcpyHostToDevice), "upload");
+    comm.all_reduce(buf.p, count, DataType::i32, ReduceOp::sum);
+    cuda_ok(cudaDeviceSynchronize(), "sync");
+    cuda_ok(cudaMemcpy(back.data(), buf.p, count * 4, cudaMemcpyDeviceToHost), "download");
+    for (auto v : back) ASSERT_EQ(v, 6);
+  });
+  ::unsetenv("LOOM_CUDA_DIRECT");
+}
+
+#ifdef LOOM_CUDA_EMULATED
+// The direct path maps a peer's allocation once: calls on the same buffers open nothing more,
+// and a buffer freed and made again (another allocation, perhaps at the same address) is mapped
+// afresh, with the right result.
+TEST(GpuDirect, PeerBuffersAreMappedOnceAndRemappedWhenReallocated) {
+  run_ranks(2, [](Communicator& comm) {
+    const std::size_t count = 1 << 16;
+    std::vector<std::int32_t> host(count), back(count);
+    auto round = [&](DeviceBuffer& buf, std::int32_t base) {
+      for (std::size_t i = 0; i < count; ++i)
+        host[i] = base + comm.rank() + static_cast<std::int32_t>(i % 7);
+      cuda_ok(cudaMemcpy(buf.p, host.data(), count * 4, cudaMemcpyHostToDevice), "upload");
+      comm.all_reduce(buf.p, count, DataType::i32, ReduceOp::sum);
+      cuda_ok(cudaDeviceSynchronize(), "sync");
+      cuda_ok(cudaMemcpy(back.data(), buf.p, count * 4, cudaMemcpyDeviceToHost), "download");
+      for (std::size_t i = 0; i < count; ++i)
+        ASSERT_EQ(back[i], 2 * base + 1 + 2 * static_cast<std::int32_t>(i % 7)) << "at " << i;
+    };
+    {
+      DeviceBuffer buf(count * 4);
+      round(buf, 10);
+      const auto opened = cuda_emulation::counts().ipc_memory_opens;
+      EXPECT_GE(opened, 1u) << "the direct path mapped nothing";
+      for (int i = 0; i < 5; ++i) round(buf, 20 + i);
+      EXPECT_EQ(cuda_emulation::counts().ipc_memory_opens, opened) << "mapped again";
+    }
+    const auto before = cuda_emulation::counts().ipc_memory_opens;
+    DeviceBuffer again(count * 4);
+    round(again, 40);
+    EXPECT_GT(cuda_emulation::counts().ipc_memory_opens, before) << "a new allocation not mapped";
+  });
+}
+
+// Host slots are pinned when first used, so the staged path's copies are DMA and its kernels
+// read the slots in place.
+TEST(GpuStaged, HostSlotsArePinnedOnce) {
+  ::setenv("LOOM_CUDA_IPC", "0", 1);
+  run_ranks(2, [](Communicator& comm) {
+    DeviceBuffer buf(1 << 20);
+    comm.all_reduce(buf.p, 1 << 18, DataType::f32, ReduceOp::sum);
+    const auto pinned = cuda_emulation::counts().host_registrations;
+    EXPECT_GE(pinned, 1u);
+    for (int i = 0; i < 3; ++i) comm.all_reduce(buf.p, 1 << 18, DataType::f32, ReduceOp::sum);
+    EXPECT_EQ(cuda_emulation::counts().host_registrations, pinned);
+  });
+  ::unsetenv("LOOM_CUDA_IPC");
+}
+#endif
 
 // Blocking calls on CUDA's default stream (nullptr), host calls in between on the same
 // communicator, and a refusal that leaves the communicator usable.

@@ -67,26 +67,38 @@ CudaIpcTransport::~CudaIpcTransport() {
 void CudaIpcTransport::prepare(int device) {
   if (device_ >= 0) return;
   device::DeviceScope scope(device);  // the caller's thread: its device comes back
-  device_ = device;
+  // All or nothing: a failure part way frees what was made, so a later call can try again.
+  std::map<int, std::byte*> own;
+  std::vector<std::pair<std::string, Bytes>> handles;
+  auto give_back = [&] {
+    for (auto& [peer, p] : own) cudaFree(p);
+    cudaGetLastError();
+  };
   for (std::size_t peer = 0; peer < local_peers_.size(); ++peer) {
     if (!local_peers_[peer]) continue;
     void* fifo = nullptr;
     cudaError_t e = cudaMalloc(&fifo, slot_bytes_ * slots_);
-    if (e != cudaSuccess)
+    if (e != cudaSuccess) {
+      give_back();
       throw Error(
-          fmt::format("cudaipc: rank {}: cudaMalloc of {} bytes of slots for rank {} "
-                      "failed: {}",
+          fmt::format("cudaipc: rank {}: cudaMalloc of {} bytes of slots for rank {} failed: {}",
                       rank_, slot_bytes_ * slots_, peer, error_text(e)));
-    own_[static_cast<int>(peer)] = static_cast<std::byte*>(fifo);
+    }
+    own[static_cast<int>(peer)] = static_cast<std::byte*>(fifo);
     cudaIpcMemHandle_t handle{};
     e = cudaIpcGetMemHandle(&handle, fifo);
-    if (e != cudaSuccess)
+    if (e != cudaSuccess) {
+      give_back();
       throw Error(fmt::format("cudaipc: rank {}: cudaIpcGetMemHandle for rank {} failed: {}", rank_,
                               peer, error_text(e)));
+    }
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(&handle);
-    store_.set(store::keys::cudaipc_handle(rank_, static_cast<int>(peer)),
-               Bytes(bytes, bytes + sizeof(handle)));
+    handles.emplace_back(store::keys::cudaipc_handle(rank_, static_cast<int>(peer)),
+                         Bytes(bytes, bytes + sizeof(handle)));
   }
+  for (const auto& [key, value] : handles) store_.set(key, value);
+  own_ = std::move(own);
+  device_ = device;
   base::log().debug("cudaipc: rank {}: device {} slots exported to {} local peer(s)", rank_, device,
                     own_.size());
 }

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The GPU tests again with the MPS daemon running (processes sharing a GPU then run kernels at
+# the same time instead of in time slices). Skips (77) without a GPU or without MPS's control
+# program; stops the daemon it started whatever happens.
+#   gpu_mps_test.sh GPU_TESTS
+set -u
+gpu_tests=$1
+[ -e /dev/nvidia0 ] || { echo "skip: no NVIDIA GPU (/dev/nvidia0 absent)"; exit 77; }
+command -v nvidia-cuda-mps-control >/dev/null || { echo "skip: nvidia-cuda-mps-control not found"; exit 77; }
+dir=$(mktemp -d)
+export CUDA_MPS_PIPE_DIRECTORY=$dir/pipe CUDA_MPS_LOG_DIRECTORY=$dir/log
+mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+stop() { echo quit | nvidia-cuda-mps-control >/dev/null 2>&1; rm -rf "$dir"; }
+trap stop EXIT
+nvidia-cuda-mps-control -d || { echo "skip: the MPS daemon did not start"; exit 77; }
+"$gpu_tests"

@@ -1,0 +1,70 @@
+// Every store key is built in src/store/keys.cpp: no two builders, spaces or indices give the
+// same key, and each key starts with its component's space.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <string>
+
+#include "store/keys.hpp"
+
+namespace loom {
+namespace {
+
+namespace keys = store::keys;
+using keys::Space;
+
+TEST(StoreKeys, NoTwoBuildersOrIndicesGiveTheSameKey) {
+  std::map<std::string, std::string> seen;  // key -> who built it
+  auto add = [&](const std::string& key, const std::string& who) {
+    auto [it, added] = seen.emplace(key, who);
+    EXPECT_TRUE(added) << "'" << key << "' built by " << who << " and by " << it->second;
+  };
+  for (const std::string attempt : {"", "attempt0", "attempt1"})
+    for (int r = 0; r < 9; ++r) add(keys::generation(attempt, r), "generation " + attempt);
+  add(keys::job_token(), "job_token");
+  add(keys::abort_record(), "abort_record");
+  add(keys::stalls(), "stalls");
+  for (int r = 0; r < 9; ++r) {
+    add(keys::topology(r), "topology");
+    add(keys::heartbeat(r), "heartbeat");
+    add(keys::progress(r), "progress");
+    add(keys::tcp_address(r), "tcp_address");
+    for (int p = 0; p < 9; ++p) {
+      if (p == r) continue;
+      add(keys::cudaipc_handle(r, p), "cudaipc_handle");
+      add(keys::ib_record(r, p), "ib_record");
+      add(keys::ib_ready(r, p), "ib_ready");
+      if (r < p) {
+        add(keys::shm_segment(Space::shm, r, p), "shm_segment(shm)");
+        add(keys::shm_segment(Space::cudaipc_control, r, p), "shm_segment(cudaipc_control)");
+      }
+    }
+    for (std::uint64_t split = 0; split < 3; ++split) {
+      add(keys::split_request(split, r), "split_request");
+      add(keys::split_space(split, r), "split_space");
+    }
+  }
+}
+
+TEST(StoreKeys, EveryKeyStartsWithItsComponentsSpaceAndSpacesAreDistinct) {
+  std::set<std::string> names;
+  for (Space s : {Space::communicator, Space::topology, Space::failure, Space::health, Space::tcp,
+                  Space::shm, Space::cudaipc_control, Space::cudaipc, Space::ibverbs, Space::split})
+    EXPECT_TRUE(names.insert(std::string(keys::name(s))).second) << keys::name(s);
+  auto starts = [](const std::string& key, Space s) {
+    return key.rfind(std::string(keys::name(s)) + "/", 0) == 0;
+  };
+  EXPECT_TRUE(starts(keys::tcp_address(3), Space::tcp));
+  EXPECT_TRUE(starts(keys::shm_segment(Space::shm, 0, 1), Space::shm));
+  EXPECT_TRUE(starts(keys::shm_segment(Space::cudaipc_control, 0, 1), Space::cudaipc_control));
+  EXPECT_TRUE(starts(keys::cudaipc_handle(0, 1), Space::cudaipc));
+  EXPECT_TRUE(starts(keys::ib_record(0, 1), Space::ibverbs));
+  EXPECT_TRUE(starts(keys::heartbeat(0), Space::health));
+  EXPECT_TRUE(starts(keys::abort_record(), Space::failure));
+  EXPECT_TRUE(starts(keys::topology(0), Space::topology));
+  EXPECT_TRUE(starts(keys::job_token(), Space::communicator));
+}
+
+}  // namespace
+}  // namespace loom
