@@ -21,13 +21,6 @@ void point_to_point(Engine& engine, const Collective& call);
 // rank alike, when the call must go through the slots instead.
 bool direct_device_call(Engine& engine, const Collective& call);
 
-// A rank's place in a ring of `size` ranks (connections null when size is 1).
-struct RingPosition {
-  int size;
-  int position;
-  transport::Connection* prev;
-  transport::Connection* next;
-};
 // The ring all-reduce of `count` elements over any ring; `divisor` divides the sums (avg).
 void ring_all_reduce_pass(Engine& engine, const RingPosition& ring, const void* in, void* out,
                           std::size_t count, DataType dtype, int divisor);

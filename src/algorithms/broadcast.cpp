@@ -9,7 +9,7 @@ namespace loom::algorithms {
 
 void pipelined_broadcast(Engine& engine, const Collective& call) {
   const int n = engine.size();
-  const int pos = ((engine.rank() - call.root) % n + n) % n;  // 0 at the root
+  const int pos = positive_mod(engine.rank() - call.root, n);  // 0 at the root
   if (pos == 0 && call.in != call.out)
     engine.data().copy(call.out, call.in, call.count * size_of(call.dtype));
   if (n == 1) return;

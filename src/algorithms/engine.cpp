@@ -27,6 +27,15 @@ transport::Connection& Engine::host_connection(int peer) {
   return *known;
 }
 
+RingPosition Engine::ring() {
+  RingPosition ring{size_, rank_, nullptr, nullptr};
+  if (size_ > 1) {
+    ring.next = &connection(ring_next());
+    ring.prev = &connection(ring_prev());
+  }
+  return ring;
+}
+
 void Engine::use(transport::Connection& connection) {
   if (std::find(used_.begin(), used_.end(), &connection) == used_.end())
     used_.push_back(&connection);

@@ -15,6 +15,19 @@
 
 namespace loom::algorithms {
 
+// x mod n in [0, n), for ring positions.
+inline int positive_mod(int x, int n) {
+  return ((x % n) + n) % n;
+}
+
+// A rank's place in a ring of `size` ranks (connections null when size is 1).
+struct RingPosition {
+  int size;
+  int position;
+  transport::Connection* prev;
+  transport::Connection* next;
+};
+
 // What an algorithm may use: its rank, the group size, connections and the call's deadline.
 class Engine {
  public:
@@ -44,8 +57,10 @@ class Engine {
       if (h.size() != hosts_.front().size()) return false;
     return !hosts_.empty();
   }
-  int ring_next(int k = 1) const { return (rank_ + k) % size_; }
-  int ring_prev(int k = 1) const { return ((rank_ - k) % size_ + size_) % size_; }
+  int ring_next(int k = 1) const { return positive_mod(rank_ + k, size_); }
+  int ring_prev(int k = 1) const { return positive_mod(rank_ - k, size_); }
+  // The ring of all ranks in rank order, connected (a ring of one: no connections).
+  RingPosition ring();
 
   // The connection to peer; remembered so that waits keep it moving and run() flushes it. For a
   // call on GPU buffers: the transport's device connection (CUDA IPC where it has one), its host

@@ -19,7 +19,8 @@ void one_shot_all_reduce(Engine& engine, const Collective& call) {
   // Post first to every peer (each fits half a FIFO, so no post waits on a receive); staggered,
   // so that peers are not all served in the same order.
   for (int k = 1; k < n; ++k)
-    Primitives(engine, nullptr, &engine.connection((r + k) % n)).send(call.in, call.count);
+    Primitives(engine, nullptr, &engine.connection(positive_mod(r + k, n)))
+        .send(call.in, call.count);
   // The local input is needed at position r of the fold; keep a copy in case out aliases in
   // (on the stack for the sizes this algorithm usually gets).
   alignas(64) std::byte small[1024];

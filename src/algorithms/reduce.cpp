@@ -15,7 +15,7 @@ void pipelined_reduce(Engine& engine, const Collective& call) {
     engine.data().divide(call.out, call.in, call.count, call.dtype, divisor);
     return;
   }
-  const int pos = ((engine.rank() - call.root - 1) % n + n) % n;  // 0 first in the chain, n-1 root
+  const int pos = positive_mod(engine.rank() - call.root - 1, n);  // 0 first in the chain, n-1 root
   transport::Connection* next = pos < n - 1 ? &engine.connection(engine.ring_next()) : nullptr;
   transport::Connection* prev = pos > 0 ? &engine.connection(engine.ring_prev()) : nullptr;
   Primitives prims(engine, prev, next);
