@@ -21,6 +21,22 @@
 
 namespace loom::transport {
 
+// What carries a connection: the cost model prices each kind differently.
+enum class TransportKind : std::uint8_t { shm, tcp, ibverbs, cudaipc };
+inline std::string_view to_string(TransportKind kind) {
+  switch (kind) {
+    case TransportKind::shm:
+      return "shm";
+    case TransportKind::tcp:
+      return "tcp";
+    case TransportKind::ibverbs:
+      return "ibverbs";
+    case TransportKind::cudaipc:
+      return "cudaipc";
+  }
+  return "?";
+}
+
 // Set by the sender on every slot: which call the bytes belong to (an opaque signature the engine
 // encodes: sequence number, operation, type, reduction, root, count).
 struct Tag {
@@ -96,7 +112,8 @@ class Connection {
 class Transport {
  public:
   virtual ~Transport() = default;
-  virtual std::string_view name() const = 0;
+  // The kind of transport that reaches `peer` for calls on host buffers.
+  virtual TransportKind kind_to(int peer) const = 0;
   // The connection to `peer`, set up on first use; both ranks must ask for it.
   virtual Connection& connect(int peer, const base::Deadline& deadline) = 0;
   // The connection for calls on GPU buffers: one whose slots are device memory where the

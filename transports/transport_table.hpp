@@ -21,7 +21,7 @@ class TransportTable final : public Transport {
     for (bool b : shm_peers_) shared += b;
     all_shared_memory_ = shared > 0 && shared + 1 == static_cast<int>(shm_peers_.size());
   }
-  std::string_view name() const override { return shm_ ? "shm+tcp" : "tcp"; }
+  TransportKind kind_to(int peer) const override { return route(peer).kind_to(peer); }
   // RDMA for the peers on other hosts that it reaches (both ends have a port).
   void set_rdma_transport(std::unique_ptr<Transport> rdma, std::vector<bool> rdma_peers) {
     rdma_ = std::move(rdma);
@@ -43,7 +43,6 @@ class TransportTable final : public Transport {
     if (device_) device_->abort();
     if (rdma_) rdma_->abort();
   }
-  std::string_view transport_of(int peer) const { return route(peer).name(); }
 
  private:
   // The transport that reaches peer for calls on host buffers.

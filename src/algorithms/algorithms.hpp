@@ -9,8 +9,6 @@ void ring_all_reduce(Engine& engine, const Collective& call);
 void hierarchical_all_reduce(Engine& engine, const Collective& call);
 void recursive_doubling_all_reduce(Engine& engine, const Collective& call);
 void one_shot_all_reduce(Engine& engine, const Collective& call);
-// The largest buffer recursive doubling may take with these settings.
-std::size_t recursive_doubling_max_bytes(const base::Config& config);
 void ring_reduce_scatter(Engine& engine, const Collective& call);
 void ring_all_gather(Engine& engine, const Collective& call);
 void pipelined_broadcast(Engine& engine, const Collective& call);
@@ -24,10 +22,6 @@ bool direct_device_call(Engine& engine, const Collective& call);
 // The ring all-reduce of `count` elements over any ring; `divisor` divides the sums (avg).
 void ring_all_reduce_pass(Engine& engine, const RingPosition& ring, const void* in, void* out,
                           std::size_t count, DataType dtype, int divisor);
-
-// The slice for `unit` bytes pipelined through `stages` hops of shared memory or network
-// (selection.cpp's model); the same on every rank for the same arguments.
-std::size_t pipeline_slice(bool shared_memory, double unit, int stages, const base::Config& config);
 
 // Elements each rank moves through the ring per step: half the slots, so a rank can post a whole
 // chunk before it must receive (a full FIFO would deadlock a ring where every rank sends first).

@@ -41,8 +41,6 @@ void Engine::use(transport::Connection& connection) {
     used_.push_back(&connection);
 }
 
-void select_and_run(Engine& engine, const Collective& call);  // selection.cpp
-
 const transport::Tag* Engine::own_call_like(const transport::Tag& tag) const {
   const transport::Tag& mine = history_[(tag.word >> 33) % kHistory];
   const bool same_space_and_seq = (mine.word >> 32) == (tag.word >> 32);

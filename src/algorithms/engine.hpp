@@ -8,6 +8,7 @@
 #include "algorithms/collective.hpp"
 #include "algorithms/data_path.hpp"
 #include "algorithms/peer_memory.hpp"
+#include "algorithms/selection.hpp"
 #include "base/config.hpp"
 #include "base/deadline.hpp"
 #include "base/halt.hpp"
@@ -32,31 +33,27 @@ struct RingPosition {
 class Engine {
  public:
   // `halt` is triggered from any thread (abort(), another rank's failure): waits then raise
-  // its error. `callers_waiting` counts threads blocked in Work::wait.
-  // `hosts`: the ranks of each host, hosts ordered by their lowest rank, ranks ascending.
+  // its error. `callers_waiting` counts threads blocked in Work::wait. `selection`: what the
+  // choice of algorithms depends on (the hosts and their ranks among it); its LOOM_ALGO rules
+  // are checked here (InvalidArgument).
   Engine(int rank, int size, transport::Transport& transport, const base::Config& config,
-         const base::Halt& halt, const std::atomic<int>& callers_waiting,
-         std::vector<std::vector<int>> hosts)
+         const base::Halt& halt, const std::atomic<int>& callers_waiting, SelectionInputs selection)
       : rank_(rank),
         size_(size),
-        hosts_(std::move(hosts)),
         transport_(transport),
         config_(config),
         halt_(halt),
-        callers_waiting_(callers_waiting) {}
+        callers_waiting_(callers_waiting),
+        selector_(std::move(selection)) {}
   int rank() const { return rank_; }
   int size() const { return size_; }
   const base::Config& config() const { return config_; }
   const Collective& call() const { return *call_; }
   const base::Deadline& deadline() const { return deadline_; }
   const base::Halt& halt() const { return halt_; }
-  const std::vector<std::vector<int>>& hosts() const { return hosts_; }
-  // Whether every host runs the same number of ranks (the hierarchical algorithm needs it).
-  bool hosts_even() const {
-    for (const auto& h : hosts_)
-      if (h.size() != hosts_.front().size()) return false;
-    return !hosts_.empty();
-  }
+  // The ranks of each host, hosts ordered by their lowest rank, ranks ascending.
+  const std::vector<std::vector<int>>& hosts() const { return selector_.inputs().hosts; }
+  const Selector& selector() const { return selector_; }
   int ring_next(int k = 1) const { return positive_mod(rank_ + k, size_); }
   int ring_prev(int k = 1) const { return positive_mod(rank_ - k, size_); }
   // The ring of all ranks in rank order, connected (a ring of one: no connections).
@@ -76,8 +73,6 @@ class Engine {
   // Device memory this host's ranks share, for a call on device buffers that may take the
   // direct path; else null.
   PeerMemory* peer_memory() const { return peer_memory_; }
-  // Whether every peer is reached through shared memory (picks the cost model).
-  bool all_peers_shared_memory() const { return transport_.all_shared_memory(); }
   // Every connection this call has used so far.
   const std::vector<transport::Connection*>& used() const { return used_; }
   // This rank's own call with the sequence number of `tag`, if it is among the last ones run:
@@ -94,15 +89,15 @@ class Engine {
   // ends of every connection compute the same value from the same call.
   std::size_t slice_bytes() const { return slice_bytes_; }
   void set_slice_bytes(std::size_t bytes) { slice_bytes_ = bytes; }
-  // The last all-reduce decision, kept by selection.cpp for the next call of the same size.
+  // The last decision, kept by selection.cpp for the next call of the same kind and size.
   struct Plan {
-    std::size_t count = 0;
-    DataType dtype = DataType::u8;
-    int algorithm = -1;  // -1: none yet
-    std::size_t slice = 0;
+    Kind kind = Kind::barrier;
+    std::size_t bytes = 0;
     bool device = false;
+    const Algorithm* algorithm = nullptr;  // none yet
+    std::size_t slice = 0;
   };
-  Plan& all_reduce_plan() { return plan_; }
+  Plan& plan() { return plan_; }
   // A background call shares the rank's core with the rank's computation, unless the rank's
   // thread is waiting for it.
   bool sharing_core() const {
@@ -115,11 +110,11 @@ class Engine {
 
   int rank_;
   int size_;
-  std::vector<std::vector<int>> hosts_;
   transport::Transport& transport_;
   base::Config config_;
   const base::Halt& halt_;
   const std::atomic<int>& callers_waiting_;
+  Selector selector_;
   const Collective* call_ = nullptr;
   bool background_ = false;
   std::size_t slice_bytes_ = 0;

@@ -8,6 +8,7 @@
 // all n = HL ranks, and the latency is 2(H-1) network hops instead of 2(n-1).
 // Needs the same number of ranks on every host; selection.cpp runs the ring otherwise.
 #include "algorithms/ring_passes.hpp"
+#include "algorithms/selection.hpp"
 
 namespace loom::algorithms {
 
@@ -25,7 +26,7 @@ void hierarchical_all_reduce(Engine& engine, const Collective& call) {
   const Blocks parts{call.count, local_count};
   auto* mine = static_cast<std::byte*>(call.out) + parts.offset(local) * elem;
   const double bytes = static_cast<double>(call.count * elem);
-  const bool local_shm = engine.config().transport != "tcp";
+  const SelectionInputs& links = engine.selector().inputs();
 
   RingPosition local_ring{local_count, local, nullptr, nullptr};
   if (local_count > 1) {
@@ -33,7 +34,7 @@ void hierarchical_all_reduce(Engine& engine, const Collective& call) {
     local_ring.next = &engine.connection(hosts[host][positive_mod(local + 1, local_count)]);
     // 1. Reduce-scatter inside the host: local rank l ends with the host's part l.
     engine.set_slice_bytes(
-        pipeline_slice(local_shm, bytes / local_count, local_count - 1, engine.config()));
+        pipeline_slice(links, links.local, bytes / local_count, local_count - 1));
     RingPasses passes(engine, local_ring, parts, call.dtype);
     for (std::size_t round = 0; round < passes.rounds(); ++round)
       passes.reduce_scatter_round(round, call.in, mine, host_count == 1 ? divisor : 1, false);
@@ -50,8 +51,8 @@ void hierarchical_all_reduce(Engine& engine, const Collective& call) {
       ring.prev = &engine.connection(hosts[positive_mod(host - 1, host_count)][local]);
     }
     const double part_bytes = static_cast<double>(parts.length(local) * elem);
-    engine.set_slice_bytes(pipeline_slice(false, part_bytes / std::max(1, host_count),
-                                          2 * (host_count - 1), engine.config()));
+    engine.set_slice_bytes(pipeline_slice(links, links.remote, part_bytes / std::max(1, host_count),
+                                          2 * (host_count - 1)));
     ring_all_reduce_pass(engine, ring, source, mine, parts.length(local), call.dtype,
                          host_count > 1 ? divisor : 1);
   }
@@ -59,7 +60,7 @@ void hierarchical_all_reduce(Engine& engine, const Collective& call) {
   // 3. All-gather inside the host: every part travels once around the host's ring.
   if (local_count > 1) {
     engine.set_slice_bytes(
-        pipeline_slice(local_shm, bytes / local_count, local_count - 1, engine.config()));
+        pipeline_slice(links, links.local, bytes / local_count, local_count - 1));
     RingPasses passes(engine, local_ring, parts, call.dtype);
     for (std::size_t round = 0; round < passes.rounds(); ++round)
       passes.all_gather_round(round, call.out, false);

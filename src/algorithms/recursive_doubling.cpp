@@ -11,13 +11,6 @@
 
 namespace loom::algorithms {
 
-std::size_t recursive_doubling_max_bytes(const base::Config& config) {
-  // Each exchange sends before it receives: the buffer must fit the FIFO's half so that the
-  // send never waits for the peer's receive.
-  return config.buffer_bytes / static_cast<std::size_t>(config.slots) *
-         static_cast<std::size_t>(std::max(1, config.slots / 2));
-}
-
 void recursive_doubling_all_reduce(Engine& engine, const Collective& call) {
   const int n = engine.size();
   const int r = engine.rank();

@@ -1,25 +1,21 @@
-// Which algorithm runs a call. All-reduce has three, scored by an alpha-beta cost model per
-// transport (UCC's score map is the idea: every candidate gets a cost, the lowest that fits wins):
+// The algorithm table and its cost model (see selection.hpp).
 //
-//   algorithm            hops               bytes through each rank's busiest link
+//   all-reduce           hops               bytes through each rank's busiest link
 //   ring                 2(n-1)             2(n-1)/n * S
 //   recursive_doubling   log2 p (+2 if n>p) S per hop
 //   one_shot             1                  (n-1) * S
 //   hierarchical         2(L-1) local       2(L-1)/L * S local
 //   (H hosts x L ranks)  + 2(H-1) network   + 2(H-1)/H * S through each host's network link
 //
-// time = hops * alpha + bytes * beta. alpha is one hop's latency, beta the inverse bandwidth of a
-// link: for TCP on this kind of machine a hop costs tens of microseconds (wake-ups dominate), for
-// shared memory well under one. recursive_doubling and one_shot post whole buffers before they
-// receive, so they take buffers up to half a connection's FIFO. LOOM_ALGO names one explicitly.
-// The other collectives have one algorithm each.
+// time = hops * alpha + bytes * beta. recursive_doubling and one_shot post whole buffers before
+// they receive, so they take buffers up to half a connection's FIFO.
 //
 // The slice (how much each slot carries) is chosen per call too. A unit of B bytes pipelined
 // through k stages in slices of S takes (k + B/S - 1)(sigma + S beta), sigma the cost of one
 // slot hand-over: small slices fill the pipeline sooner, large ones pay sigma less often; the
-// best is S = sqrt(B sigma / ((k-1) beta)), kept between 16 KiB and the slot size. Measured here (2
-// ranks, shm): 256 KiB all-reduces went from about 3 to 9 GB/s busbw with 32 KiB slices instead of
-// one 512 KiB slot.
+// best is S = sqrt(B sigma / ((k-1) beta)), kept between 16 KiB and the slot size.
+#include "algorithms/selection.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -27,208 +23,329 @@
 #include <fmt/format.h>
 
 #include "algorithms/algorithms.hpp"
+#include "algorithms/engine.hpp"
+#include "base/config.hpp"
 #include "base/logging.hpp"
 
 namespace loom::algorithms {
 
+using transport::TransportKind;
+
+CostModel CostModel::defaults() {
+  CostModel m{};
+  m.by_kind[static_cast<std::size_t>(TransportKind::shm)] = {0.5, 1.0 / 5000.0, 2.0};
+  m.by_kind[static_cast<std::size_t>(TransportKind::tcp)] = {30.0, 1.0 / 1500.0, 30.0};
+  m.by_kind[static_cast<std::size_t>(TransportKind::ibverbs)] = {5.0, 1.0 / 10000.0, 5.0};
+  m.by_kind[static_cast<std::size_t>(TransportKind::cudaipc)] = {10.0, 1.0 / 200000.0, 10.0};
+  return m;
+}
+
+bool SelectionInputs::hosts_even() const {
+  for (const auto& h : hosts)
+    if (h.size() != hosts.front().size()) return false;
+  return !hosts.empty();
+}
+
 namespace {
 
-struct CostModel {
-  const char* transport;
-  double alpha_us;
-  double beta_us_per_byte;
-  double slice_us;  // handing one slot to the peer and it taking it
-};
-constexpr CostModel kTcp{"tcp", 30.0, 1.0 / 1500.0, 30.0};  // ~1.5 GB/s per loopback stream
-constexpr CostModel kShm{"shm", 0.5, 1.0 / 5000.0, 2.0};    // a few GB/s per copy
 // Ranks outnumbering cores hand slots over through the scheduler: a slice costs a switch.
 constexpr double kOversubscribedSliceFactor = 10.0;
+constexpr double kNever = 1e300;
 
-struct Candidate {
-  const char* name;
-  double cost_us;
-  bool fits;
-  void (*run)(Engine&, const Collective&);
-  const char* unfit = " (too large)";  // why it cannot run, for the log
-};
-
-double ring_cost(const CostModel& m, int n, double bytes) {
-  return 2.0 * (n - 1) * m.alpha_us + 2.0 * (n - 1) / n * bytes * m.beta_us_per_byte;
+double to_d(std::size_t bytes) {
+  return static_cast<double>(bytes);
 }
 
-double recursive_doubling_cost(const CostModel& m, int n, double bytes) {
-  int p = 1, hops = 0;
-  while (p * 2 <= n) p *= 2, ++hops;
-  if (p != n) hops += 2;
-  return hops * (m.alpha_us + bytes * m.beta_us_per_byte);
-}
-
-double one_shot_cost(const CostModel& m, int n, double bytes) {
-  return m.alpha_us + (n - 1) * bytes * m.beta_us_per_byte;
-}
-
-// The local phases run over shared memory unless TCP is forced; the network phase's L rings
-// share each host's link, so its bytes count once per host.
-double hierarchical_cost(const Engine& engine, double bytes) {
-  const double hosts = static_cast<double>(engine.hosts().size());
-  const double local = static_cast<double>(engine.hosts().front().size());
-  const CostModel& near = engine.config().transport == "tcp" ? kTcp : kShm;
-  return 2.0 * (local - 1) * (near.alpha_us + bytes / local * near.beta_us_per_byte) +
-         2.0 * (hosts - 1) * (kTcp.alpha_us + bytes / hosts * kTcp.beta_us_per_byte);
-}
-
-// The slice for `unit` bytes crossing `stages` pipeline stages (see the top of the file).
-std::size_t slice_bytes(const CostModel& m, double unit, int stages, const base::Config& config) {
+// The slice for `unit` bytes crossing `stages` pipeline stages over `link`.
+std::size_t slice_for(const SelectionInputs& in, const LinkCost& link, double unit, int stages) {
   constexpr double kMin = 16 * 1024;
-  const double slot =
-      static_cast<double>(config.buffer_bytes / static_cast<std::size_t>(config.slots));
-  // Every rank must choose the same slice: nothing here may depend on this rank alone.
-  const double per_slice =
-      m.slice_us * (config.any_host_oversubscribed ? kOversubscribedSliceFactor : 1.0);
-  const double best = std::sqrt(unit * per_slice / (std::max(1, stages - 1) * m.beta_us_per_byte));
-  const double s = std::clamp(best, std::min(kMin, slot), slot);
-  return static_cast<std::size_t>(s) / 4096 * 4096 >= 4096
-             ? static_cast<std::size_t>(s) / 4096 * 4096
-             : static_cast<std::size_t>(s);
+  const double slot = to_d(in.slot_bytes);
+  const double per_slice = link.slice_us * (in.oversubscribed ? kOversubscribedSliceFactor : 1.0);
+  const double best =
+      std::sqrt(unit * per_slice / (std::max(1, stages - 1) * link.beta_us_per_byte));
+  const auto s = static_cast<std::size_t>(std::clamp(best, std::min(kMin, slot), slot));
+  return s / 4096 * 4096 >= 4096 ? s / 4096 * 4096 : s;
+}
+
+// ---- all-reduce
+
+// The buffers these post whole before they receive: half the FIFO's slots must hold them.
+std::size_t half_fifo(const SelectionInputs& in) {
+  return in.slot_bytes * static_cast<std::size_t>(std::max(1, in.slots / 2));
+}
+
+const char* fits_always(const SelectionInputs&, std::size_t, bool) {
+  return nullptr;
+}
+
+double ring_cost(const SelectionInputs& in, std::size_t bytes) {
+  const LinkCost& m = in.bottleneck();
+  const int n = in.size;
+  return 2.0 * (n - 1) * m.alpha_us + 2.0 * (n - 1) / n * to_d(bytes) * m.beta_us_per_byte;
+}
+std::size_t ring_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
+  // GPU buffers: whole slots, since each slice waits for the GPU. Up to 16 KiB: whole slots,
+  // and no arithmetic on the latency path.
+  if (device || bytes <= 16 * 1024) return 0;
+  return slice_for(in, in.bottleneck(), to_d(bytes) / in.size, 2 * (in.size - 1));
+}
+
+const char* small_only(const SelectionInputs& in, std::size_t bytes, bool) {
+  return in.size > 1 && bytes <= half_fifo(in) ? nullptr : "too large";
+}
+double recursive_doubling_cost(const SelectionInputs& in, std::size_t bytes) {
+  const LinkCost& m = in.bottleneck();
+  int p = 1, hops = 0;
+  while (p * 2 <= in.size) p *= 2, ++hops;
+  if (p != in.size) hops += 2;
+  return hops * (m.alpha_us + to_d(bytes) * m.beta_us_per_byte);
+}
+// The whole buffer in each slice, at least so many that it fits half the FIFO.
+std::size_t whole_buffer_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
+  if (device || bytes <= 16 * 1024) return 0;
+  const std::size_t half = static_cast<std::size_t>(std::max(1, in.slots / 2));
+  return std::max(slice_for(in, in.bottleneck(), to_d(bytes), 2), (bytes + half - 1) / half);
+}
+
+// It keeps a host copy of the input.
+const char* small_host_only(const SelectionInputs& in, std::size_t bytes, bool device) {
+  if (device) return "host buffers only";
+  return small_only(in, bytes, device);
+}
+double one_shot_cost(const SelectionInputs& in, std::size_t bytes) {
+  const LinkCost& m = in.bottleneck();
+  return m.alpha_us + (in.size - 1) * to_d(bytes) * m.beta_us_per_byte;
+}
+
+// Chosen by the model only where ranks span hosts with several ranks each; a rule may name it
+// for any even layout (one host: a local reduce-scatter and all-gather).
+const char* even_hosts(const SelectionInputs& in, std::size_t, bool) {
+  return in.hosts_even() ? nullptr : "hosts run different numbers of ranks";
+}
+double hierarchical_cost(const SelectionInputs& in, std::size_t bytes) {
+  if (in.hosts.size() < 2 || in.hosts.front().size() < 2) return kNever;
+  const double hosts = static_cast<double>(in.hosts.size());
+  const double local = static_cast<double>(in.hosts.front().size());
+  const LinkCost& near = in.costs.of(in.local);
+  const LinkCost& far = in.costs.of(in.remote);
+  return 2.0 * (local - 1) * (near.alpha_us + to_d(bytes) / local * near.beta_us_per_byte) +
+         2.0 * (hosts - 1) * (far.alpha_us + to_d(bytes) / hosts * far.beta_us_per_byte);
+}
+// Each phase sets its own.
+std::size_t no_slice(const SelectionInputs&, std::size_t, bool) {
+  return 0;
+}
+
+// ---- the one-algorithm collectives: a block of `bytes` crossing n-1 hops (reduce-scatter and
+// all-gather: every rank's block; broadcast and reduce: the chain)
+
+double chain_cost(const SelectionInputs& in, std::size_t bytes) {
+  const LinkCost& m = in.bottleneck();
+  return (in.size - 1) * m.alpha_us + to_d(bytes) * m.beta_us_per_byte;
+}
+std::size_t chain_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
+  if (device) return 0;
+  return slice_for(in, in.bottleneck(), to_d(bytes), std::max(2, in.size - 1));
+}
+double barrier_cost(const SelectionInputs& in, std::size_t) {
+  int rounds = 0;
+  for (int k = 1; k < in.size; k *= 2) ++rounds;
+  return rounds * in.bottleneck().alpha_us;
+}
+double p2p_cost(const SelectionInputs& in, std::size_t bytes) {
+  const LinkCost& m = in.bottleneck();
+  return m.alpha_us + to_d(bytes) * m.beta_us_per_byte;
+}
+// Copy in, copy out.
+std::size_t p2p_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
+  if (device) return 0;
+  return slice_for(in, in.bottleneck(), to_d(bytes), 2);
+}
+
+const char* parse_error_prefix = "configuration: LOOM_ALGO";
+
+std::optional<std::size_t> parse_bytes(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  return base::parse_size(std::string(text));
 }
 
 }  // namespace
 
-std::size_t pipeline_slice(bool shared_memory, double unit, int stages,
-                           const base::Config& config) {
-  return slice_bytes(shared_memory ? kShm : kTcp, unit, stages, config);
+std::size_t pipeline_slice(const SelectionInputs& in, TransportKind link, double unit, int stages) {
+  return slice_for(in, in.costs.of(link), unit, stages);
+}
+
+const std::vector<Algorithm>& algorithm_table() {
+  static const std::vector<Algorithm> table = {
+      {Kind::all_reduce, "ring", fits_always, ring_cost, ring_slice, ring_all_reduce},
+      {Kind::all_reduce, "recursive_doubling", small_only, recursive_doubling_cost,
+       whole_buffer_slice, recursive_doubling_all_reduce},
+      {Kind::all_reduce, "one_shot", small_host_only, one_shot_cost, whole_buffer_slice,
+       one_shot_all_reduce},
+      {Kind::all_reduce, "hierarchical", even_hosts, hierarchical_cost, no_slice,
+       hierarchical_all_reduce},
+      {Kind::reduce_scatter, "ring", fits_always, chain_cost, chain_slice, ring_reduce_scatter},
+      {Kind::all_gather, "ring", fits_always, chain_cost, chain_slice, ring_all_gather},
+      {Kind::broadcast, "chain", fits_always, chain_cost, chain_slice, pipelined_broadcast},
+      {Kind::reduce, "chain", fits_always, chain_cost, chain_slice, pipelined_reduce},
+      {Kind::barrier, "dissemination", fits_always, barrier_cost, no_slice, dissemination_barrier},
+      {Kind::send, "direct", fits_always, p2p_cost, p2p_slice, point_to_point},
+      {Kind::recv, "direct", fits_always, p2p_cost, p2p_slice, point_to_point},
+  };
+  return table;
+}
+
+std::string_view rule_name(Kind kind) {
+  switch (kind) {
+    case Kind::all_reduce:
+      return "allreduce";
+    case Kind::reduce_scatter:
+      return "reducescatter";
+    case Kind::all_gather:
+      return "allgather";
+    case Kind::broadcast:
+      return "broadcast";
+    case Kind::reduce:
+      return "reduce";
+    case Kind::barrier:
+      return "barrier";
+    case Kind::send:
+      return "send";
+    case Kind::recv:
+      return "recv";
+  }
+  return "?";
+}
+
+// Rules: "[operation:]algorithm[:from-to]" separated by commas; an operation left out is the
+// previous rule's (all-reduce for the first); sizes take K, M, G; either end may be left open.
+// "ring" alone forces the ring all-reduce at every size.
+Selector::Selector(SelectionInputs inputs) : inputs_(std::move(inputs)) {
+  Kind collective = Kind::all_reduce;
+  std::string_view rest = inputs_.overrides;
+  while (!rest.empty()) {
+    const auto comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    auto bad = [&](const std::string& why) {
+      return InvalidArgument(
+          fmt::format("{}='{}': rule '{}': {}", parse_error_prefix, inputs_.overrides, item, why));
+    };
+    std::vector<std::string_view> fields;
+    for (std::size_t from = 0;;) {
+      const auto colon = item.find(':', from);
+      fields.push_back(item.substr(from, colon - from));
+      if (colon == std::string_view::npos) break;
+      from = colon + 1;
+    }
+    if (fields.size() > 3 || item.empty()) throw bad("expected [operation:]algorithm[:from-to]");
+    // The first field names an operation when another field follows and it is not an algorithm.
+    std::size_t next = 0;
+    if (fields.size() >= 2) {
+      bool is_operation = false;
+      for (Kind k : {Kind::all_reduce, Kind::reduce_scatter, Kind::all_gather, Kind::broadcast,
+                     Kind::reduce, Kind::barrier, Kind::send, Kind::recv})
+        if (fields[0] == rule_name(k)) collective = k, is_operation = true;
+      if (is_operation)
+        next = 1;
+      else if (fields.size() == 3)
+        throw bad(fmt::format("'{}' is not an operation", fields[0]));
+    }
+    const std::string_view name = fields[next];
+    const Algorithm* algorithm = nullptr;
+    std::string known;
+    for (const Algorithm& a : algorithm_table()) {
+      if (a.collective != collective) continue;
+      known += fmt::format("{}{}", known.empty() ? "" : ", ", a.name);
+      if (a.name == name) algorithm = &a;
+    }
+    if (algorithm == nullptr)
+      throw bad(fmt::format("'{}' is not a {} algorithm ({})", name, rule_name(collective), known));
+    std::size_t from = 0, to = SIZE_MAX;
+    if (next + 1 < fields.size()) {
+      const std::string_view range = fields[next + 1];
+      const auto dash = range.find('-');
+      if (dash == std::string_view::npos)
+        throw bad("a size range is from-to (either end may be left out)");
+      const std::string_view lo = range.substr(0, dash), hi = range.substr(dash + 1);
+      if (!lo.empty()) {
+        auto v = parse_bytes(lo);
+        if (!v) throw bad(fmt::format("'{}' is not a size", lo));
+        from = *v;
+      }
+      if (!hi.empty()) {
+        auto v = parse_bytes(hi);
+        if (!v) throw bad(fmt::format("'{}' is not a size", hi));
+        to = *v;
+      }
+      if (from >= to) throw bad("the range is empty");
+    }
+    rules_.push_back(Rule{collective, algorithm, from, to});
+  }
+}
+
+Selector::Choice Selector::choose(Kind kind, std::size_t bytes, bool device) const {
+  const Algorithm* best = nullptr;
+  double best_cost = kNever;
+  for (const Algorithm& a : algorithm_table()) {
+    if (a.collective != kind || a.unfit(inputs_, bytes, device) != nullptr) continue;
+    const double cost = a.cost(inputs_, bytes);
+    if (best == nullptr || cost < best_cost) best = &a, best_cost = cost;
+  }
+  bool forced = false;
+  for (const Rule& rule : rules_) {
+    if (rule.collective != kind || bytes < rule.from || bytes >= rule.to) continue;
+    // A named algorithm that cannot take this call leaves it to the model.
+    if (rule.algorithm->unfit(inputs_, bytes, device) == nullptr) {
+      best = rule.algorithm, best_cost = rule.algorithm->cost(inputs_, bytes), forced = true;
+    }
+    break;
+  }
+  return Choice{best, best->slice(inputs_, bytes, device), best_cost, forced};
 }
 
 namespace {
 
-const CostModel& model_of(const Engine& engine) {
-  return engine.all_peers_shared_memory() ? kShm : kTcp;
-}
-
-// Logs each (algorithm, size class) choice once, so INFO shows what ran without flooding. A flag
-// table rather than a locked set: this runs on every call, on the latency path.
-void log_choice(const Collective& call, const CostModel& model, int chosen,
-                const Candidate* candidates, int count, std::size_t slice) {
-  static std::atomic<bool> seen[4][65];
-  const std::size_t bytes = call.count * size_of(call.dtype);
+// Logs each (collective, algorithm, size class) choice once, so INFO shows what ran without
+// flooding; a flag table rather than a locked set, since this runs on every call.
+void log_choice(const Selector& selector, const Collective& call, const Selector::Choice& c,
+                std::size_t bytes) {
+  static std::atomic<bool> seen[16][16][65];
+  const auto index = static_cast<std::size_t>(c.algorithm - algorithm_table().data());
   const int size_class = bytes == 0 ? 0 : 64 - __builtin_clzll(bytes);  // bit width
-  if (seen[chosen][size_class].load(std::memory_order_relaxed) ||
-      seen[chosen][size_class].exchange(true, std::memory_order_relaxed))
+  auto& flag = seen[static_cast<int>(call.kind) & 15][index & 15][size_class];
+  if (flag.load(std::memory_order_relaxed) || flag.exchange(true, std::memory_order_relaxed))
     return;
   std::string table;
-  for (int i = 0; i < count; ++i)
-    table +=
-        candidates[i].cost_us >= 1e299
-            ? fmt::format("{}{} n/a", i ? ", " : "", candidates[i].name)
-            : fmt::format("{}{} {:.1f} us{}", i ? ", " : "", candidates[i].name,
-                          candidates[i].cost_us, candidates[i].fits ? "" : candidates[i].unfit);
-  base::log().info("{}: {} in slices of {} KiB for {} B over {}; model: {}", to_string(call.kind),
-                   candidates[chosen].name, slice >> 10, bytes, model.transport, table);
-}
-
-using AllReduce = void (*)(Engine&, const Collective&);
-constexpr AllReduce kAllReduces[] = {ring_all_reduce, recursive_doubling_all_reduce,
-                                     one_shot_all_reduce, hierarchical_all_reduce};
-
-void choose_all_reduce(Engine& engine, const Collective& call) {
-  // A loop of calls of one size decides once (the inputs are fixed per communicator).
-  Engine::Plan& plan = engine.all_reduce_plan();
-  const bool device = call.device >= 0;
-  if (plan.count == call.count && plan.dtype == call.dtype && plan.device == device &&
-      plan.algorithm >= 0) {
-    engine.set_slice_bytes(plan.slice);
-    return kAllReduces[plan.algorithm](engine, call);
+  const auto& in = selector.inputs();
+  for (const Algorithm& a : algorithm_table()) {
+    if (a.collective != call.kind) continue;
+    const char* unfit = a.unfit(in, bytes, call.device >= 0);
+    const double cost = a.cost(in, bytes);
+    table += fmt::format("{}{} ", table.empty() ? "" : ", ", a.name);
+    table += cost >= kNever ? "n/a" : fmt::format("{:.1f} us", cost);
+    if (unfit) table += fmt::format(" ({})", unfit);
   }
-  const int n = engine.size();
-  const double bytes = static_cast<double>(call.count * size_of(call.dtype));
-  const CostModel& model = model_of(engine);
-  const bool small =
-      n > 1 && bytes <= static_cast<double>(recursive_doubling_max_bytes(engine.config()));
-  const Candidate candidates[] = {
-      {"ring", ring_cost(model, n, bytes), true, kAllReduces[0]},
-      {"recursive_doubling", recursive_doubling_cost(model, n, bytes), small, kAllReduces[1]},
-      // It keeps a host copy of the input: host buffers only.
-      {"one_shot", one_shot_cost(model, n, bytes), small && !device, kAllReduces[2],
-       device ? " (host buffers only)" : " (too large)"},
-      // Chosen by the model only where ranks span hosts with several ranks each; LOOM_ALGO may
-      // name it for any even layout (one host: a local reduce-scatter and all-gather).
-      {"hierarchical",
-       engine.hosts().size() > 1 && engine.hosts().front().size() > 1 && engine.hosts_even()
-           ? hierarchical_cost(engine, bytes)
-           : 1e300,
-       engine.hosts_even(), kAllReduces[3], " (hosts run different numbers of ranks)"},
-  };
-  constexpr int kCount = 4;
-  int chosen = 0;
-  const std::string& forced = engine.config().algorithm;
-  if (forced.empty()) {
-    for (int i = 1; i < kCount; ++i)
-      if (candidates[i].fits && candidates[i].cost_us < candidates[chosen].cost_us) chosen = i;
-  } else {
-    int named = -1;
-    for (int i = 0; i < kCount; ++i)
-      if (forced == candidates[i].name) named = i;
-    if (named < 0)
-      throw InvalidArgument(fmt::format(
-          "{}: LOOM_ALGO={} is not an all-reduce algorithm (ring, recursive_doubling, one_shot, "
-          "hierarchical)",
-          call.describe(), forced));
-    chosen = candidates[named].fits ? named : 0;  // beyond its size limit the ring runs regardless
-  }
-  // The pipelined unit and its stages: the ring moves a 1/n chunk through 2(n-1) hops; the
-  // others move the whole buffer, copied in by the sender while the receiver reduces it.
-  std::size_t slice = 0;  // up to 16 KiB: whole slots, and no arithmetic on the latency path
-  // GPU buffers: whole slots, since each slice waits for its kernel to finish.
-  if (bytes <= 16 * 1024 || chosen == 3 || device) {  // hierarchical: a slice per phase, its own
-  } else if (chosen == 0) {
-    slice = slice_bytes(model, bytes / n, 2 * (n - 1), engine.config());
-  } else {
-    // These post the whole buffer before they receive: it must fit half the FIFO's slots.
-    const std::size_t elem = size_of(call.dtype);
-    const std::size_t half = static_cast<std::size_t>(std::max(1, engine.config().slots / 2));
-    const std::size_t fitting = (call.count + half - 1) / half * elem;
-    slice = std::max(slice_bytes(model, bytes, 2, engine.config()), fitting);
-  }
-  engine.set_slice_bytes(slice);
-  log_choice(call, model, chosen, candidates, kCount, slice);
-  plan = Engine::Plan{call.count, call.dtype, chosen, slice, device};
-  candidates[chosen].run(engine, call);
-}
-
-// The one-algorithm collectives: only the slice to choose.
-void choose_slice(Engine& engine, const Collective& call) {
-  const int n = engine.size();
-  const double block = static_cast<double>(call.count * size_of(call.dtype));
-  int stages = n - 1;  // reduce-scatter, all-gather: a block crosses n-1 hops
-  if (call.kind == Kind::broadcast || call.kind == Kind::reduce) stages = n - 1;  // the chain
-  if (call.kind == Kind::send || call.kind == Kind::recv) stages = 2;  // copy in, copy out
-  engine.set_slice_bytes(
-      slice_bytes(model_of(engine), block, std::max(2, stages), engine.config()));
+  base::log().info("{}: {}{} in slices of {} KiB for {} B over {}; model: {}", to_string(call.kind),
+                   c.algorithm->name, c.forced ? " (LOOM_ALGO)" : "", c.slice >> 10, bytes,
+                   transport::to_string(in.bottleneck_kind()), table);
 }
 
 }  // namespace
 
 void select_and_run(Engine& engine, const Collective& call) {
-  if (call.kind != Kind::all_reduce && call.kind != Kind::barrier && call.device < 0)
-    choose_slice(engine, call);
-  switch (call.kind) {
-    case Kind::all_reduce:
-      return choose_all_reduce(engine, call);
-    case Kind::reduce_scatter:
-      return ring_reduce_scatter(engine, call);
-    case Kind::all_gather:
-      return ring_all_gather(engine, call);
-    case Kind::broadcast:
-      return pipelined_broadcast(engine, call);
-    case Kind::reduce:
-      return pipelined_reduce(engine, call);
-    case Kind::barrier:
-      return dissemination_barrier(engine, call);
-    case Kind::send:
-    case Kind::recv:
-      return point_to_point(engine, call);
+  const std::size_t bytes = call.count * size_of(call.dtype);
+  const bool device = call.device >= 0;
+  // A loop of calls of one kind and size decides once (the inputs are fixed per communicator).
+  Engine::Plan& plan = engine.plan();
+  if (plan.kind != call.kind || plan.bytes != bytes || plan.device != device ||
+      plan.algorithm == nullptr) {
+    const Selector::Choice choice = engine.selector().choose(call.kind, bytes, device);
+    log_choice(engine.selector(), call, choice, bytes);
+    plan = Engine::Plan{call.kind, bytes, device, choice.algorithm, choice.slice};
   }
-  throw InvalidArgument(fmt::format("{}: no algorithm for this call", call.describe()));
+  engine.set_slice_bytes(plan.slice);
+  plan.algorithm->run(engine, call);
 }
 
 }  // namespace loom::algorithms

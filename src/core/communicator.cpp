@@ -62,7 +62,7 @@ Communicator::Impl::Impl(std::shared_ptr<Store> store, int rank, int size, const
 
   build_transports(token, route_hint);
   engine_ = std::make_unique<algorithms::Engine>(rank, size, *transport_, config_, halt_,
-                                                 *callers_waiting_, topology_.ranks_by_host());
+                                                 *callers_waiting_, selection_inputs());
   base::log().info(
       "rank {}/{} on {}: {}; tcp at {}, {} sockets per peer; {} slots of {} KiB; timeout {} s; "
       "reduction kernels {}",

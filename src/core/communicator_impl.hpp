@@ -60,6 +60,7 @@ class Communicator::Impl {
   // transport_setup.cpp
   void build_transports(std::uint64_t token, const std::string& route_hint);
   std::string describe_peers() const;
+  algorithms::SelectionInputs selection_inputs() const;
   void log_rdma_choice(const std::string& mine, const std::string& why) const;
 
   // call_checks.cpp

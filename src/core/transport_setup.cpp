@@ -76,16 +76,44 @@ void Communicator::Impl::build_transports(std::uint64_t token, const std::string
   transport_summary_ = describe_peers();
 }
 
+// The links between ranks as the algorithm choice sees them: derived from the topology, so the
+// same on every rank.
+algorithms::SelectionInputs Communicator::Impl::selection_inputs() const {
+  using transport::TransportKind;
+  algorithms::SelectionInputs in;
+  in.size = size_;
+  in.hosts = topology_.ranks_by_host();
+  in.local = config_.transport == "tcp" ? TransportKind::tcp : TransportKind::shm;
+  // RDMA between hosts only where every pair of ranks on different hosts has it.
+  bool rdma_everywhere = config_.transport == "auto";
+  const auto link_of = [&](int r) {
+    const std::string& port = topology_.rdma_of_rank[static_cast<std::size_t>(r)];
+    return port == "-" ? std::string() : port.substr(port.rfind(':'));
+  };
+  for (int a = 0; a < size_ && rdma_everywhere; ++a)
+    for (int b = a + 1; b < size_; ++b)
+      if (!topology_.same_host(a, b) && (link_of(a).empty() || link_of(a) != link_of(b)))
+        rdma_everywhere = false;
+  in.remote = rdma_everywhere ? TransportKind::ibverbs : TransportKind::tcp;
+  in.slot_bytes = config_.buffer_bytes / static_cast<std::size_t>(config_.slots);
+  in.slots = config_.slots;
+  in.oversubscribed = config_.any_host_oversubscribed;
+  in.overrides = config_.algorithm;
+  return in;
+}
+
 // "shm to rank(s) 1,2, tcp to rank(s) 3" for logs and describe().
 std::string Communicator::Impl::describe_peers() const {
   const transport::TransportTable& table = *transport_;
   std::vector<std::string> parts;
-  for (const char* kind : {"shm", "ibverbs", "tcp"}) {
+  using transport::TransportKind;
+  for (TransportKind kind : {TransportKind::shm, TransportKind::ibverbs, TransportKind::tcp}) {
     std::vector<int> ranks;
     for (int r = 0; r < size_; ++r)
-      if (r != rank_ && table.transport_of(r) == kind) ranks.push_back(r);
+      if (r != rank_ && table.kind_to(r) == kind) ranks.push_back(r);
     if (!ranks.empty())
-      parts.push_back(fmt::format("{} to rank(s) {}", kind, fmt::join(ranks, ",")));
+      parts.push_back(
+          fmt::format("{} to rank(s) {}", transport::to_string(kind), fmt::join(ranks, ",")));
   }
   return parts.empty() ? "no peers" : fmt::format("{}", fmt::join(parts, ", "));
 }

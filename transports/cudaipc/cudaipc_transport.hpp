@@ -45,7 +45,7 @@ class CudaIpcTransport final : public IpcTransport {
   CudaIpcTransport(Store& store, int rank, std::uint64_t job_token, const base::Config& config,
                    std::vector<int> pids, std::vector<bool> local_peers);
   ~CudaIpcTransport() override;
-  std::string_view name() const override { return "cudaipc"; }
+  TransportKind kind_to(int) const override { return TransportKind::cudaipc; }
   void prepare(int device) override;
   Connection& connect(int peer, const base::Deadline& deadline) override;
   void abort() override { control_.abort(); }

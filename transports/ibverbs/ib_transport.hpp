@@ -108,7 +108,7 @@ class IbTransport final : public Transport {
   // Opens the port's device; raises Error when it cannot.
   IbTransport(Store& store, int rank, const base::Config& config, PortChoice port);
   ~IbTransport() override;
-  std::string_view name() const override { return "ibverbs"; }
+  TransportKind kind_to(int) const override { return TransportKind::ibverbs; }
   Connection& connect(int peer, const base::Deadline& deadline) override;
   void abort() override;
 

@@ -20,7 +20,7 @@ class ShmTransport final : public Transport {
   ShmTransport(Store& store, int rank, std::uint64_t job_token, const base::Config& config,
                std::vector<int> pids, store::keys::Space space = store::keys::Space::shm);
   ~ShmTransport() override;
-  std::string_view name() const override { return "shm"; }
+  TransportKind kind_to(int) const override { return TransportKind::shm; }
   Connection& connect(int peer, const base::Deadline& deadline) override;
   void abort() override;
 

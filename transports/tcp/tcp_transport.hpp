@@ -19,7 +19,7 @@ class TcpTransport final : public Transport {
                const base::Config& config, const std::string& route_hint);
   ~TcpTransport() override;
 
-  std::string_view name() const override { return "tcp"; }
+  TransportKind kind_to(int) const override { return TransportKind::tcp; }
   Connection& connect(int peer, const base::Deadline& deadline) override;
   void abort() override;
   const std::string& listen_address() const { return listen_address_; }

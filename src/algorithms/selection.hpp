@@ -1,0 +1,115 @@
+// Which algorithm runs a call, as data: a table of algorithms (collective, name, whether it can
+// take the call, its predicted cost, its slice, how to run it), an alpha-beta cost model per kind
+// of link, and the user's overrides (LOOM_ALGO). UCC's score map is the idea: every candidate
+// that fits gets a cost, the lowest wins, a rule names one for an operation and a size range.
+//
+// Everything a choice depends on is the same on every rank of a communicator (the topology
+// exchange gives every rank every host's ranks, cores and RDMA port), so both ends of every
+// connection choose alike.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "algorithms/collective.hpp"
+#include "base/config.hpp"
+#include "transports/transport.hpp"
+
+namespace loom::algorithms {
+
+class Engine;
+
+// One kind of link in the alpha-beta model: a hop's latency, the inverse of its bandwidth, and
+// the cost of handing one slot over (a pipelined unit pays it per slice).
+struct LinkCost {
+  double alpha_us;
+  double beta_us_per_byte;
+  double slice_us;
+};
+
+// Link costs by transport kind.
+struct CostModel {
+  std::array<LinkCost, 4> by_kind;
+  const LinkCost& of(transport::TransportKind kind) const {
+    return by_kind[static_cast<std::size_t>(kind)];
+  }
+  // Conservative figures for a 2-core machine: wake-ups dominate TCP's latency.
+  static CostModel defaults();
+};
+
+// What every choice of a communicator depends on.
+struct SelectionInputs {
+  int size = 1;
+  // The ranks of each host, hosts ordered by their lowest rank, ranks ascending.
+  std::vector<std::vector<int>> hosts;
+  transport::TransportKind local = transport::TransportKind::shm;   // within a host
+  transport::TransportKind remote = transport::TransportKind::tcp;  // between hosts (the worst)
+  CostModel costs = CostModel::defaults();
+  std::size_t slot_bytes = 512 << 10;
+  int slots = 8;
+  bool oversubscribed = false;  // some host runs more ranks than cores: hand-overs cost more
+  std::string overrides;        // LOOM_ALGO
+
+  bool one_host() const { return hosts.size() <= 1; }
+  // The link that bounds an algorithm spanning every rank.
+  const LinkCost& bottleneck() const { return costs.of(one_host() ? local : remote); }
+  transport::TransportKind bottleneck_kind() const { return one_host() ? local : remote; }
+  // Whether every host runs the same number of ranks.
+  bool hosts_even() const;
+};
+
+struct Algorithm {
+  Kind collective;
+  std::string_view name;
+  // Why it cannot take a call of `bytes` (nullptr: it can).
+  const char* (*unfit)(const SelectionInputs&, std::size_t bytes, bool device);
+  // Predicted time in microseconds.
+  double (*cost)(const SelectionInputs&, std::size_t bytes);
+  // How much one slot carries (0: whole slots).
+  std::size_t (*slice)(const SelectionInputs&, std::size_t bytes, bool device);
+  void (*run)(Engine&, const Collective&);
+};
+
+// Every algorithm Loom has.
+const std::vector<Algorithm>& algorithm_table();
+
+// "allreduce", "reducescatter", ...: the names LOOM_ALGO rules use.
+std::string_view rule_name(Kind kind);
+
+class Selector {
+ public:
+  // Parses the overrides: InvalidArgument naming the bad rule.
+  explicit Selector(SelectionInputs inputs);
+
+  struct Choice {
+    const Algorithm* algorithm;
+    std::size_t slice;
+    double predicted_us;
+    bool forced;  // a LOOM_ALGO rule named it
+  };
+  Choice choose(Kind kind, std::size_t bytes, bool device) const;
+  const SelectionInputs& inputs() const { return inputs_; }
+
+ private:
+  struct Rule {
+    Kind collective;
+    const Algorithm* algorithm;
+    std::size_t from;  // bytes, inclusive
+    std::size_t to;    // bytes, exclusive
+  };
+  SelectionInputs inputs_;
+  std::vector<Rule> rules_;
+};
+
+// The slice for `unit` bytes pipelined through `stages` hops of `link` (an algorithm that chooses
+// per phase); the same on every rank for the same arguments.
+std::size_t pipeline_slice(const SelectionInputs& inputs, transport::TransportKind link,
+                           double unit, int stages);
+
+// Runs `call` with the algorithm its communicator's selector chooses.
+void select_and_run(Engine& engine, const Collective& call);
+
+}  // namespace loom::algorithms
