@@ -289,6 +289,18 @@ TEST_F(Data, MnistIdxFiles) {
   EXPECT_THROW(load_mnist(path("img"), path("lbl2")), InvalidArgument);
 }
 
+// 65536 images of 2^24 x 2^24 pixels: 16 + count * pixels wraps to exactly the 16-byte header.
+TEST_F(Data, MnistHeaderWhoseSizeWrapsIsRefusedNamingTheFile) {
+  write_idx(path("wrap-img"), 2051, {65536, 1u << 24, 1u << 24}, {});
+  write_idx(path("wrap-lbl"), 2049, {65536}, std::vector<unsigned char>(65536));
+  try {
+    load_mnist(path("wrap-img"), path("wrap-lbl"));
+    FAIL() << "a header whose sizes overflow was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(path("wrap-img")), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(Data, TeacherDatasetIsLearnableAndDeterministic) {
   Dataset a = make_teacher_dataset(512, 8, 4, 3), b = make_teacher_dataset(512, 8, 4, 3);
   EXPECT_EQ(std::memcmp(a.sample(100), b.sample(100), 8 * sizeof(float)), 0);
