@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # loomrun's workers never outlive it: not when loomrun is SIGKILLed (nor does its store port stay
 # in LISTEN), not on SIGHUP (a closed terminal or ssh session), and not when a launch fails
-# midway (the workers already started are stopped).
+# midway (the workers already started are stopped). They do not inherit its ignored SIGPIPE.
 set -u
 loomrun=$1
 dir=$(mktemp -d)
@@ -58,4 +58,7 @@ code=$?
 grep -q "Too many open files" "$dir/log" || fail "the launch did not run out of file descriptors"
 wait_for 5 '[ -z "$(leftovers)" ]' || fail "a failed launch left workers: $(leftovers | tr '\n' ' ')"
 grep -Eq "cannot start rank [1-9][0-9]*: pipe" "$dir/log" || fail "no worker had started before the launch failed"
+# loomrun ignores SIGPIPE for itself; its workers get the default action.
+ignored=$("$loomrun" --no-prefix sh -c 'sed -n "s/^SigIgn:\t*//p" /proc/$$/status')
+[ $(( 0x$ignored >> (13 - 1) & 1 )) = 0 ] || fail "the workers inherit loomrun's ignored SIGPIPE (SigIgn $ignored)"
 echo "loomrun lifecycle: all checks passed"

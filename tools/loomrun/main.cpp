@@ -195,8 +195,10 @@ pid_t start_worker(char* const* argv, char* const* envp, int out, int err) {
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != supervisor) _exit(128 + SIGKILL);  // loomrun died before prctl
-    for (int sig : kStopSignals) signal(sig, SIG_DFL);
-    signal(SIGPIPE, SIG_DFL);  // loomrun ignores it; the program gets the default
+    struct sigaction default_action {};
+    default_action.sa_handler = SIG_DFL;
+    for (int sig : kStopSignals) sigaction(sig, &default_action, nullptr);
+    sigaction(SIGPIPE, &default_action, nullptr);  // loomrun ignores it; the program must not
     pthread_sigmask(SIG_SETMASK, &previous, nullptr);
     setpgid(0, 0);
     dup2(out, 1);
