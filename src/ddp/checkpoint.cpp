@@ -453,6 +453,7 @@ std::optional<TrainingState> resume_from_newest(const std::string& dir, Module& 
 std::optional<TrainingState> resume_from_newest(Communicator& comm, const std::string& dir,
                                                 Module& model, Optimizer& optimizer,
                                                 const std::string& run_id) {
+  check_run_id(run_id);  // on every rank, so that all refuse a bad one alike
   std::vector<unsigned char> bytes;
   if (comm.rank() == 0)
     if (auto found = newest_valid(dir, run_id, model, optimizer)) bytes = std::move(*found);

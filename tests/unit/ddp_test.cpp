@@ -541,5 +541,19 @@ TEST_F(Snapshots, ResumeRejectsACandidateByItsHeaderWithoutReadingItWhole) {
   EXPECT_LT(read, kBig / 16) << "read " << read << " bytes to reject a " << kBig << "-byte file";
 }
 
+TEST_F(Snapshots, ARunIdThatCannotBePartOfAFileNameIsRefused) {
+  Sequential model = make_mlp({2, 3}, 1);
+  Sgd sgd(model.parameters(), SgdOptions{});
+  in_run("../elsewhere");
+  try {
+    save_snapshot(dir_.string(), model, sgd, {0, 0, 1, 0});
+    FAIL() << "a run id with '/' and '.' was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("LOOM_RUN_ID"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(resume_from_newest(dir_.string(), model, sgd), InvalidArgument);
+  EXPECT_TRUE(names().empty());
+}
+
 }  // namespace
 }  // namespace loom::ddp
