@@ -114,7 +114,8 @@ struct Options {
   std::optional<int> slots;                          // LOOM_SLOTS per connection, default 8
   std::optional<std::string> algorithm;              // LOOM_ALGO: force an algorithm ("ring", ...)
   std::optional<std::string> transport;              // LOOM_TRANSPORT: "auto", "tcp" or "shm"
-  // The job secret authenticating data connections: LOOM_SECRET, else LOOM_SECRET_FILE's contents.
+  // The job secret authenticating data connections, and the store init() hosts or joins:
+  // LOOM_SECRET, else LOOM_SECRET_FILE's contents.
   std::optional<std::string> secret;
   std::string store_prefix = "loom";  // key namespace of this communicator
 };

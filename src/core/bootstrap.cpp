@@ -1,6 +1,10 @@
 // init(): builds a communicator from the launcher's environment.
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <string_view>
+#include <system_error>
+
 #include "base/config.hpp"
 #include "base/logging.hpp"
 #include "core/communicator_impl.hpp"
@@ -35,6 +39,45 @@ HostPort parse_tcp_url(const std::string& url) {
   return {host, static_cast<std::uint16_t>(port)};
 }
 
+// asio reports a failed bind in its own system category, with the errno value.
+bool is_errno(const std::system_error& e, int value) {
+  const std::error_category& category = e.code().category();
+  return e.code().value() == value &&
+         (category == std::system_category() || std::string_view(category.name()) == "asio.system");
+}
+
+// Rank 0's store on MASTER_ADDR. Only where MASTER_ADDR is not an address of this host (NAT, a
+// floating address) and clients must prove the secret does it serve on every interface instead.
+std::unique_ptr<StoreServer> host_store(const HostPort& at, const std::string& secret) {
+  try {
+    return std::make_unique<StoreServer>(at.host, at.port, secret);
+  } catch (const std::system_error& e) {
+    if (!is_errno(e, EADDRNOTAVAIL))
+      throw StoreError(fmt::format("init: rank 0 cannot host the store on {}:{}: {}", at.host,
+                                   at.port, e.what()));
+    if (secret.empty())
+      throw InvalidArgument(fmt::format(
+          "init: rank 0 cannot host the store on MASTER_ADDR {}:{}: {}; set MASTER_ADDR to an "
+          "address of this host, or set a job secret (LOOM_SECRET, LOOM_SECRET_FILE or "
+          "Options::secret) to serve on every interface",
+          at.host, at.port, e.what()));
+    const std::string any = at.host.find(':') == std::string::npos ? "0.0.0.0" : "::";
+    base::log().warn(
+        "init: rank 0 cannot host the store on MASTER_ADDR {}:{} ({}); serving on every "
+        "interface ({}) to clients that prove the job secret",
+        at.host, at.port, e.what(), any);
+    try {
+      return std::make_unique<StoreServer>(any, at.port, secret);
+    } catch (const std::exception& again) {
+      throw StoreError(fmt::format("init: rank 0 cannot host the store on {}:{} either: {}", any,
+                                   at.port, again.what()));
+    }
+  } catch (const std::exception& e) {
+    throw StoreError(
+        fmt::format("init: rank 0 cannot host the store on {}:{}: {}", at.host, at.port, e.what()));
+  }
+}
+
 }  // namespace
 
 Communicator init(Options options) {
@@ -42,7 +85,9 @@ Communicator init(Options options) {
   const int rank = launch.rank;
   const int size = launch.world_size;
   const std::string& method = launch.init_method;
-  auto timeout = base::Config::resolve(options, size).timeout;
+  const base::Config config = base::Config::resolve(options, size);
+  // Options::secret, else the environment's, guards the store as it guards data connections.
+  const std::string& secret = config.secret;
   base::log().info("init: {}", launch.describe());
 
   std::shared_ptr<Store> store;
@@ -60,15 +105,8 @@ Communicator init(Options options) {
           "init: LOOM_INIT_METHOD='{}' is not env://, tcp://host:port or file://path", method));
     }
     // Rank 0 hosts the store unless a launcher (loomrun) already does.
-    if (rank == 0 && !launch.store_hosted_by_launcher) {
-      try {
-        server = std::make_unique<StoreServer>(at.host, at.port);
-      } catch (const std::exception&) {
-        server = std::make_unique<StoreServer>("0.0.0.0",
-                                               at.port);  // MASTER_ADDR names another interface
-      }
-    }
-    store = std::make_shared<TcpStore>(at.host, at.port, timeout);
+    if (rank == 0 && !launch.store_hosted_by_launcher) server = host_store(at, secret);
+    store = std::make_shared<TcpStore>(at.host, at.port, config.timeout, secret);
   }
   Communicator comm(store, rank, size, options);
   if (server) comm.impl_->hosted_server = std::move(server);

@@ -1,7 +1,11 @@
 #include "core/launch_env.hpp"
 
+#include <openssl/evp.h>
+#include <unistd.h>
+
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -139,6 +143,18 @@ std::vector<std::string> expand_slurm_hostlist(std::string_view list) {
   return hosts;
 }
 
+int slurm_store_port(std::string_view job_id, std::string_view step_id, unsigned uid) {
+  const std::string text = fmt::format("loom store port/{}/{}/{}", job_id, step_id, uid);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_Digest(text.data(), text.size(), digest, &length, EVP_sha256(), nullptr) != 1 ||
+      length < sizeof(std::uint64_t))
+    throw Error("init: SHA-256 of the Slurm job id failed");
+  std::uint64_t hash = 0;
+  std::memcpy(&hash, digest, sizeof(hash));
+  return kSlurmPortLow + static_cast<int>(hash % (kSlurmPortHigh - kSlurmPortLow + 1));
+}
+
 std::vector<int> expand_slurm_tasks_per_node(std::string_view list) {
   std::vector<int> counts;
   std::size_t from = 0;
@@ -200,19 +216,17 @@ LaunchEnv detect_launch_env(const EnvLookup& lookup) {
       if (out.node_rank >= 0 && static_cast<std::size_t>(out.node_rank) < counts.size())
         out.local_world_size = counts[static_cast<std::size_t>(out.node_rank)];
     }
-    // The master is the step's first node; the port follows the job and step, so that two
-    // steps of one job (or two jobs sharing a node) do not meet in one store.
+    // The master is the step's first node; the port follows the job, the step and the user, so
+    // that two steps of one job (or two jobs sharing a node) do not meet in one store.
     std::optional<std::string> first;
     auto nodes = env.string("SLURM_STEP_NODELIST");
     if (!nodes) nodes = env.string("SLURM_JOB_NODELIST");
     if (!nodes) nodes = env.string("SLURM_NODELIST");
     if (nodes) first = expand_slurm_hostlist(*nodes).front();
     std::optional<int> port;
-    if (auto job = env.integer("SLURM_JOB_ID", 0, 2147483647)) {
-      auto step = env.string("SLURM_STEP_ID");
-      long long step_id = step ? parse_int(*step).value_or(0) : 0;
-      port = 20000 + static_cast<int>((static_cast<long long>(*job) * 7 + step_id) % 20000);
-    }
+    if (auto job = env.integer("SLURM_JOB_ID", 0, 2147483647))
+      port = slurm_store_port(std::to_string(*job), env.string("SLURM_STEP_ID").value_or(""),
+                              ::getuid());
     read_rendezvous(env, out, first, port);
   } else {
     throw InvalidArgument(

@@ -39,6 +39,13 @@ LaunchEnv detect_launch_env();
 // several bracket groups in one name expand as a product; zero padding is kept.
 std::vector<std::string> expand_slurm_hostlist(std::string_view list);
 
+// The store port of a Slurm job step without MASTER_PORT: a hash of the job id, the step id and
+// the user, so that neighbouring jobs and steps (and two users' jobs of one number) do not meet
+// on one port; within [kSlurmPortLow, kSlurmPortHigh], below Linux's ephemeral ports (32768 and
+// up), which outgoing connections take.
+constexpr int kSlurmPortLow = 10000, kSlurmPortHigh = 32767;
+int slurm_store_port(std::string_view job_id, std::string_view step_id, unsigned uid);
+
 // Slurm's per-node task counts, "2(x3),1" -> 2 2 2 1.
 std::vector<int> expand_slurm_tasks_per_node(std::string_view list);
 

@@ -137,8 +137,14 @@ Dataset load_mnist(const std::string& images_path, const std::string& labels_pat
   if (big_endian(labels, 4) != count)
     throw InvalidArgument(
         fmt::format("load_mnist: {} images but {} labels", count, big_endian(labels, 4)));
-  const std::size_t pixels = rows * cols;
-  if (pixels == 0 || images.size() != 16 + count * pixels || labels.size() != 8 + count)
+  // The sizes come from the file: each product is checked, so a crafted header cannot wrap.
+  std::size_t pixels = 0, image_bytes = 0;
+  if (__builtin_mul_overflow(rows, cols, &pixels) ||
+      __builtin_mul_overflow(count, pixels, &image_bytes) || image_bytes > images.size() - 16)
+    throw InvalidArgument(
+        fmt::format("load_mnist: {} declares {} images of {}x{} pixels, more than its {} bytes",
+                    images_path, count, rows, cols, images.size()));
+  if (pixels == 0 || images.size() - 16 != image_bytes || labels.size() - 8 != count)
     throw InvalidArgument(
         fmt::format("load_mnist: {} or {} is truncated or has trailing bytes ({} images of {}x{})",
                     images_path, labels_path, count, rows, cols));

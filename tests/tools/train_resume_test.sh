@@ -7,6 +7,7 @@ loomrun=$1 train=$2
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; [ -f "$dir/log" ] && cat "$dir/log"; exit 1; }
+export LOOM_RUN_ID=resume-test  # the snapshots' names do not depend on the environment (Slurm)
 common=(--layers 256,1024,1024,10 --samples 8192 --batch-size 32 --epochs 2 --seed 7 --calibrate-steps 0)
 
 "$loomrun" --nproc-per-node 2 "$train" "${common[@]}" --save-params "$dir/uninterrupted.bin" > "$dir/log" 2>&1 \
@@ -15,8 +16,8 @@ common=(--layers 256,1024,1024,10 --samples 8192 --batch-size 32 --epochs 2 --se
 "$loomrun" --nproc-per-node 2 --max-restarts 1 --grace 1 "$train" "${common[@]}" --snapshot "$dir/snap" \
   --save-every 10 --save-params "$dir/resumed.bin" > "$dir/log" 2>&1 &
 launcher=$!
-for _ in $(seq 1 600); do [ -f "$dir/snap/snapshot-20.loom" ] && break; sleep 0.05; done
-[ -f "$dir/snap/snapshot-20.loom" ] || fail "no snapshot after 30 s"
+for _ in $(seq 1 600); do [ -f "$dir/snap/snapshot-resume-test-20.loom" ] && break; sleep 0.05; done
+[ -f "$dir/snap/snapshot-resume-test-20.loom" ] || fail "no snapshot after 30 s"
 killed=""
 for pid in $(pgrep -P "$launcher"); do
   if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx 'RANK=1'; then kill -KILL "$pid" && killed=$pid; fi

@@ -3,6 +3,7 @@
 #include "core/launch_env.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <map>
 
@@ -129,7 +130,7 @@ TEST(LaunchEnv, SlurmTakesTheFirstNodeAndAPortFromTheJob) {
   EXPECT_EQ(s.local_world_size, 2);
   EXPECT_EQ(s.node_rank, 2);
   EXPECT_EQ(s.master_addr, "node07");
-  EXPECT_EQ(s.master_port, 20000 + (4242 * 7 + 3) % 20000);
+  EXPECT_EQ(s.master_port, slurm_store_port("4242", "3", ::getuid()));
   env["MASTER_ADDR"] = "login1";
   env["MASTER_PORT"] = "3333";
   s = detect(env);
@@ -141,6 +142,35 @@ TEST(LaunchEnv, SlurmTakesTheFirstNodeAndAPortFromTheJob) {
   env["SLURM_JOB_NODELIST"] = "big[1-";
   EXPECT_NE(error_of(env).find("host list"), std::string::npos);
   EXPECT_NE(error_of({{"SLURM_PROCID", "0"}}).find("SLURM_NTASKS"), std::string::npos);
+}
+
+Env slurm_job(long long job, int step) {
+  return {{"SLURM_PROCID", "0"},
+          {"SLURM_NTASKS", "2"},
+          {"SLURM_JOB_NODELIST", "node1"},
+          {"SLURM_JOB_ID", std::to_string(job)},
+          {"SLURM_STEP_ID", std::to_string(step)}};
+}
+
+// The port was 20000 + (job * 7 + step) % 20000: job J step 7 and job J+1 step 0 shared it.
+TEST(LaunchEnv, SlurmStorePortsOfNeighbouringJobsAndStepsDiffer) {
+  for (long long job : {1LL, 4242LL, 123456LL, 2147483646LL}) {
+    EXPECT_NE(detect(slurm_job(job, 7)).master_port, detect(slurm_job(job + 1, 0)).master_port)
+        << "job " << job;
+    EXPECT_NE(detect(slurm_job(job, 0)).master_port, detect(slurm_job(job, 1)).master_port)
+        << "job " << job;
+  }
+  EXPECT_NE(slurm_store_port("4242", "3", 1000), slurm_store_port("4242", "3", 1001))
+      << "two users' jobs of the same number (two clusters) meet on one port";
+}
+
+TEST(LaunchEnv, SlurmStorePortStaysBelowTheEphemeralRange) {
+  for (long long job = 0; job < 2000; ++job)
+    for (int step = 0; step < 4; ++step) {
+      const int port = detect(slurm_job(job * 7919, step)).master_port;
+      ASSERT_GE(port, kSlurmPortLow) << "job " << job * 7919 << " step " << step;
+      ASSERT_LE(port, kSlurmPortHigh) << "job " << job * 7919 << " step " << step;
+    }
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // line of output with its rank, and when one worker fails stops the rest and returns its code.
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +35,8 @@ struct Args {
   double grace_s = 5.0;
   int max_restarts = 0;
   bool prefix = true;
+  std::string secret_file;
+  bool insecure = false;
   std::vector<std::string> command;
 };
 
@@ -49,9 +54,14 @@ struct Args {
       "  --max-restarts N     when a worker fails, stop the others and start all again, up to N\n"
       "                       times (default 0); workers see LOOM_RESTART_COUNT\n"
       "  --no-prefix          do not prefix output lines with the rank\n"
+      "  --secret-file PATH   file holding the job secret (else LOOM_SECRET_FILE or LOOM_SECRET);\n"
+      "                       required with --nnodes above 1, made up on one node\n"
+      "  --insecure           across nodes, run without a secret: anyone who can reach the store\n"
+      "                       can read and write it\n"
       "Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,\n"
       "MASTER_PORT. When a worker fails the others are stopped; once restarts are spent loomrun\n"
-      "exits with the failing worker's code.\n");
+      "exits with the failing worker's code. SIGINT, SIGTERM and SIGHUP stop the workers; if\n"
+      "loomrun itself is killed, its workers are killed too.\n");
   std::exit(code);
 }
 
@@ -107,6 +117,10 @@ Args parse(int argc, char** argv) {
       a.max_restarts = parse_int(flag, get(), 0, 1 << 20);
     else if (flag == "--no-prefix")
       a.prefix = false;
+    else if (flag == "--secret-file" || flag == "--secret_file")
+      a.secret_file = get();
+    else if (flag == "--insecure")
+      a.insecure = true;
     else if (arg.rfind("-", 0) == 0) {
       std::fprintf(stderr, "loomrun: unknown option %s\n", arg.c_str());
       usage(2);
@@ -136,6 +150,8 @@ struct OutputStream {
 struct Worker {
   int rank;
   pid_t pid = -1;
+  // Set once it has exited. It stays unreaped (a zombie) until the attempt ends, so that its pid,
+  // which names its process group, cannot name another group when loomrun signals it.
   std::optional<int> exit_code;
   OutputStream out, err;
 };
@@ -144,6 +160,7 @@ volatile sig_atomic_t g_signal = 0;
 void on_signal(int sig) {
   g_signal = sig;
 }
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
 void flush_lines(OutputStream& s, int rank, bool prefix, bool final) {
   std::size_t start = 0;
@@ -160,10 +177,41 @@ void flush_lines(OutputStream& s, int rank, bool prefix, bool final) {
   std::fflush(s.sink);
 }
 
-int exit_code_of(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
+int exit_code_of(const siginfo_t& info) {
+  if (info.si_code == CLD_EXITED) return info.si_status;
+  return 128 + info.si_status;  // killed by a signal
+}
+
+// Forks one worker in its own process group (stopping it stops everything it started), which
+// dies with loomrun: the kernel kills it when loomrun dies, even by SIGKILL. -1 if fork failed.
+pid_t start_worker(char* const* argv, char* const* envp, int out, int err) {
+  const pid_t supervisor = ::getpid();
+  // Until exec, a stop signal must not run loomrun's handler in the child, where it is lost.
+  sigset_t stop_signals, previous;
+  sigemptyset(&stop_signals);
+  for (int sig : kStopSignals) sigaddset(&stop_signals, sig);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != supervisor) _exit(128 + SIGKILL);  // loomrun died before prctl
+    struct sigaction default_action {};
+    default_action.sa_handler = SIG_DFL;
+    for (int sig : kStopSignals) sigaction(sig, &default_action, nullptr);
+    sigaction(SIGPIPE, &default_action, nullptr);  // loomrun ignores it; the program must not
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    setpgid(0, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    execvpe(argv[0], argv, envp);
+    dprintf(2, "loomrun: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  const int fork_error = errno;
+  if (pid > 0) setpgid(pid, pid);
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  errno = fork_error;
+  return pid;
 }
 
 // Starts this node's workers and supervises them until all have exited: the first failing
@@ -177,6 +225,7 @@ Outcome run_workers(const Args& args, const std::vector<std::string>& base_env, 
                     int attempt) {
   const int world = args.nproc_per_node * args.nnodes;
   std::vector<Worker> workers;
+  std::optional<int> failure;  // the first failing worker's exit code
   for (int local = 0; local < args.nproc_per_node; ++local) {
     Worker w;
     w.rank = args.node_rank * args.nproc_per_node + local;
@@ -197,25 +246,21 @@ Outcome run_workers(const Args& args, const std::vector<std::string>& base_env, 
     for (auto& s : command) argvp.push_back(s.data());
     argvp.push_back(nullptr);
 
-    int out[2], err[2];
-    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
-      std::perror("loomrun: pipe");
-      return Outcome{1, false};
+    int out[2] = {-1, -1}, err[2] = {-1, -1};
+    const char* step = "pipe";
+    pid_t pid = -1;
+    if (pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0) {
+      step = "fork";
+      pid = start_worker(argvp.data(), envp.data(), out[1], err[1]);
     }
-    pid_t pid = fork();
     if (pid < 0) {
-      std::perror("loomrun: fork");
-      return Outcome{1, false};
+      std::fprintf(stderr, "loomrun: cannot start rank %d: %s: %s; stopping the workers started\n",
+                   w.rank, step, std::strerror(errno));
+      for (int fd : {out[0], out[1], err[0], err[1]})
+        if (fd >= 0) close(fd);
+      failure = 1;
+      break;
     }
-    if (pid == 0) {
-      setpgid(0, 0);  // its own group: stopping a worker stops everything it started
-      dup2(out[1], 1);
-      dup2(err[1], 2);
-      execvpe(argvp[0], argvp.data(), envp.data());
-      dprintf(2, "loomrun: cannot run %s: %s\n", argvp[0], std::strerror(errno));
-      _exit(127);
-    }
-    setpgid(pid, pid);
     close(out[1]);
     close(err[1]);
     w.pid = pid;
@@ -224,12 +269,17 @@ Outcome run_workers(const Args& args, const std::vector<std::string>& base_env, 
     workers.push_back(std::move(w));
   }
 
-  std::optional<int> failure;  // the first failing worker's exit code
   std::optional<std::chrono::steady_clock::time_point> kill_at;
   // Signals go to each worker's process group, which outlives the worker when it left children.
   auto stop_all = [&](int sig) {
     for (auto& w : workers) kill(-w.pid, sig);
   };
+  auto begin_stopping = [&] {
+    stop_all(SIGTERM);
+    kill_at = std::chrono::steady_clock::now() +
+              std::chrono::milliseconds(static_cast<long long>(args.grace_s * 1000));
+  };
+  if (failure) begin_stopping();
   std::optional<std::chrono::steady_clock::time_point> all_exited_at;
 
   for (;;) {
@@ -259,26 +309,23 @@ Outcome run_workers(const Args& args, const std::vector<std::string>& base_env, 
     }
     for (auto& w : workers) {
       if (w.exit_code) continue;
-      int status = 0;
-      if (waitpid(w.pid, &status, WNOHANG) == w.pid) {
-        w.exit_code = exit_code_of(status);
-        if (*w.exit_code != 0 && !failure) {
-          failure = *w.exit_code;
-          std::fprintf(stderr, "loomrun: rank %d exited with code %d; stopping the other workers\n",
-                       w.rank, *failure);
-          stop_all(SIGTERM);
-          kill_at = std::chrono::steady_clock::now() +
-                    std::chrono::milliseconds(static_cast<long long>(args.grace_s * 1000));
-        }
+      siginfo_t info{};
+      if (waitid(P_PID, static_cast<id_t>(w.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+          info.si_pid != w.pid)
+        continue;
+      w.exit_code = exit_code_of(info);
+      if (*w.exit_code != 0 && !failure) {
+        failure = *w.exit_code;
+        std::fprintf(stderr, "loomrun: rank %d exited with code %d; stopping the other workers\n",
+                     w.rank, *failure);
+        begin_stopping();
       }
     }
     if (g_signal && !kill_at) {
       std::fprintf(stderr, "loomrun: got signal %d; stopping workers\n",
                    static_cast<int>(g_signal));
-      stop_all(SIGTERM);
       if (!failure) failure = 128 + g_signal;
-      kill_at = std::chrono::steady_clock::now() +
-                std::chrono::milliseconds(static_cast<long long>(args.grace_s * 1000));
+      begin_stopping();
     }
     if (kill_at && std::chrono::steady_clock::now() >= *kill_at) {
       stop_all(SIGKILL);
@@ -294,19 +341,19 @@ Outcome run_workers(const Args& args, const std::vector<std::string>& base_env, 
     if (all_exited && (pipes_closed || std::chrono::steady_clock::now() - *all_exited_at >
                                            std::chrono::seconds(2))) {
       stop_all(SIGKILL);
-      for (auto& w : workers)
+      for (auto& w : workers) {
+        waitpid(w.pid, nullptr, 0);  // only now may its pid name another process group
         for (OutputStream* s : {&w.out, &w.err})
           if (s->fd >= 0) {
             flush_lines(*s, w.rank, args.prefix, true);
             close(s->fd);
           }
+      }
       break;
     }
   }
   return Outcome{failure.value_or(0), g_signal != 0};
 }
-
-}  // namespace
 
 // 32 random bytes from the kernel, as hex.
 std::string random_secret() {
@@ -323,36 +370,72 @@ std::string random_secret() {
   return hex;
 }
 
+bool env_set(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0';
+}
+
+// The job secret authenticates every store and data connection. One node: make one and hand it
+// to the workers. Several nodes: every loomrun must be given the same one, or run --insecure.
+void settle_secret(const Args& args, int port) {
+  if (!args.secret_file.empty()) {  // it wins over the environment's
+    std::error_code ec;
+    const auto path = std::filesystem::absolute(args.secret_file, ec);
+    setenv("LOOM_SECRET_FILE", (ec ? args.secret_file : path.string()).c_str(), 1);
+    unsetenv("LOOM_SECRET");
+  }
+  if (!env_set("LOOM_SECRET") && env_set("LOOM_SECRET_FILE")) {
+    const char* path = std::getenv("LOOM_SECRET_FILE");
+    FILE* f = std::fopen(path, "rb");
+    const bool readable = f != nullptr && std::fgetc(f) != EOF;
+    const int error = errno;
+    if (f != nullptr) std::fclose(f);
+    if (!readable) {
+      std::fprintf(stderr, "loomrun: cannot read the job secret from %s: %s\n", path,
+                   f == nullptr ? std::strerror(error) : "empty file");
+      std::exit(2);
+    }
+  }
+  if (env_set("LOOM_SECRET") || env_set("LOOM_SECRET_FILE")) return;
+  if (args.nnodes == 1) {
+    setenv("LOOM_SECRET", random_secret().c_str(), 1);
+  } else if (!args.insecure) {
+    std::fprintf(stderr,
+                 "loomrun: --nnodes %d: every node's loomrun needs the same job secret: give "
+                 "--secret-file PATH (or set LOOM_SECRET_FILE or LOOM_SECRET). Without one, "
+                 "anyone who can reach %s:%d can read and write the store and join the job; "
+                 "--insecure accepts that\n",
+                 args.nnodes, args.master_addr.c_str(), port);
+    std::exit(2);
+  } else {
+    std::fprintf(stderr,
+                 "loomrun: warning: --insecure: the store on %s:%d and the data connections are "
+                 "not authenticated\n",
+                 args.master_addr.c_str(), port);
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   Args args = parse(argc, argv);
-  // The job secret authenticates every store and data connection. One node: make one and hand
-  // it to the workers. Several nodes: every loomrun must be given the same one.
-  const char* secret = std::getenv("LOOM_SECRET");
-  const char* secret_file = std::getenv("LOOM_SECRET_FILE");
-  if ((secret == nullptr || *secret == '\0') && (secret_file == nullptr || *secret_file == '\0')) {
-    if (args.nnodes == 1)
-      setenv("LOOM_SECRET", random_secret().c_str(), 1);
-    else
-      std::fprintf(stderr,
-                   "loomrun: warning: no LOOM_SECRET or LOOM_SECRET_FILE; across nodes every "
-                   "loomrun needs the same one, so this job's connections are not authenticated\n");
-  }
+  int port = args.master_port >= 0 ? args.master_port : args.nnodes == 1 ? 0 : 29500;
+  settle_secret(args, port);
 
   std::unique_ptr<loom::StoreServer> store;
-  int port = args.master_port;
   if (args.node_rank == 0) {
+    // On --master-addr only: across nodes that is the address the other nodes reach.
     try {
-      store = std::make_unique<loom::StoreServer>(
-          args.nnodes == 1 ? args.master_addr : "0.0.0.0",
-          static_cast<std::uint16_t>(port < 0 ? (args.nnodes == 1 ? 0 : 29500) : port));
+      store =
+          std::make_unique<loom::StoreServer>(args.master_addr, static_cast<std::uint16_t>(port));
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "loomrun: cannot host the store on %s:%d: %s\n",
+      std::fprintf(stderr,
+                   "loomrun: cannot host the store on %s:%d: %s (--master-addr must be an address "
+                   "of this machine, node 0)\n",
                    args.master_addr.c_str(), port, e.what());
       return 1;
     }
     port = store->port();
-  } else if (port < 0) {
-    port = 29500;
   }
 
   // Environment of every worker, built before fork: the child only calls exec.
@@ -366,8 +449,7 @@ int main(int argc, char** argv) {
     if (!kv.empty()) base_env.push_back(kv);
   }
 
-  signal(SIGINT, on_signal);
-  signal(SIGTERM, on_signal);
+  for (int sig : kStopSignals) signal(sig, on_signal);
   signal(SIGPIPE, SIG_IGN);
 
   for (int attempt = 0;; ++attempt) {

@@ -1,6 +1,8 @@
 // Snapshots of a training run: model parameters, optimizer state, and where the run stands.
 // Rank 0 writes them atomically (temporary file, fsync, rename, fsync of the folder) with a
-// CRC32 over the contents; at start every rank resumes from the newest snapshot that checks out.
+// CRC32 over the contents, readable by the owner only; at start every rank resumes from the
+// newest snapshot that checks out. Each snapshot names the run that wrote it, so runs may share a
+// folder: a run resumes from and prunes only its own.
 #pragma once
 
 #include <cstdint>
@@ -20,18 +22,26 @@ struct TrainingState {
   std::uint64_t seed = 0;           // the run's seed: initialisation, data, shuffling
 };
 
-// Writes dir/snapshot-<global_step>.loom and removes all but the newest `keep` snapshots.
-// Returns the path written.
-std::string save_snapshot(const std::string& dir, Module& model, Optimizer& optimizer,
-                          const TrainingState& state, int keep = 3);
+// The run's name: LOOM_RUN_ID, else "slurm-<SLURM_JOB_ID>" (a requeued Slurm job keeps it), else
+// "" (the unnamed run). Letters, digits, '_' and '-', at most 64.
+std::string default_run_id();
 
-// Every rank: rank 0 finds the newest snapshot in `dir` that is complete, uncorrupted and fits
-// this model (others are skipped with a warning naming them and why), and broadcasts it; every
-// rank loads it into `model` and `optimizer`. nullopt when there is none (a fresh start).
+// Writes dir/snapshot-<run_id>-<global_step>.loom (dir/snapshot-<global_step>.loom for the unnamed
+// run) and removes this run's older snapshots beyond the newest `keep`, and temporary files left
+// by writers that died. Returns the path written, which is never among those removed.
+std::string save_snapshot(const std::string& dir, Module& model, Optimizer& optimizer,
+                          const TrainingState& state, int keep = 3,
+                          const std::string& run_id = default_run_id());
+
+// Every rank: rank 0 finds run_id's newest snapshot in `dir` that is complete, uncorrupted and
+// fits this model (others are skipped with a warning naming them and why), and broadcasts it;
+// every rank loads it into `model` and `optimizer`. nullopt when there is none (a fresh start).
 std::optional<TrainingState> resume_from_newest(Communicator& comm, const std::string& dir,
-                                                Module& model, Optimizer& optimizer);
+                                                Module& model, Optimizer& optimizer,
+                                                const std::string& run_id = default_run_id());
 // The same for a single process.
 std::optional<TrainingState> resume_from_newest(const std::string& dir, Module& model,
-                                                Optimizer& optimizer);
+                                                Optimizer& optimizer,
+                                                const std::string& run_id = default_run_id());
 
 }  // namespace loom::ddp

@@ -1,0 +1,129 @@
+// init() without a launcher that hosts the store: rank 0 hosts it on MASTER_ADDR, guarded by the
+// same secret as the data connections.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <future>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "base/abort_record.hpp"
+#include "loom/loom.hpp"
+#include "loom/store.hpp"
+#include "store/keys.hpp"
+
+namespace loom {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Sets the launch environment of a one-rank job for the test's lifetime; clears what would
+// change init()'s choices (a launcher, a secret, a restart count).
+class LaunchEnvironment {
+ public:
+  explicit LaunchEnvironment(const std::string& master_addr, int port) {
+    set("RANK", "0");
+    set("WORLD_SIZE", "1");
+    set("MASTER_ADDR", master_addr);
+    set("MASTER_PORT", std::to_string(port));
+    for (const char* name :
+         {"LOOM_SECRET", "LOOM_SECRET_FILE", "LOOM_STORE_HOSTED", "LOOM_INIT_METHOD",
+          "LOOM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"})
+      set(name, std::nullopt);
+  }
+  ~LaunchEnvironment() {
+    for (const auto& [name, value] : saved_)
+      value ? ::setenv(name.c_str(), value->c_str(), 1) : ::unsetenv(name.c_str());
+  }
+
+ private:
+  void set(const std::string& name, const std::optional<std::string>& value) {
+    const char* old = std::getenv(name.c_str());
+    saved_.emplace(name, old ? std::optional<std::string>(old) : std::nullopt);
+    value ? ::setenv(name.c_str(), value->c_str(), 1) : ::unsetenv(name.c_str());
+  }
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// The communicator's own keys: its job token, and the abort record every rank watches.
+std::string communicator_key(const std::string& key) {
+  return "loom/" + store::keys::generation_prefix("", 1) + "/" + key;
+}
+
+TEST(Init, OptionsSecretGuardsTheStoreRankZeroHosts) {
+  const int port = free_port();
+  LaunchEnvironment env("127.0.0.1", port);
+  Options options;
+  options.secret = "the job's secret";
+  options.timeout = 20s;
+  Communicator comm = init(options);
+
+  const std::string token = communicator_key(store::keys::job_token());
+  const std::string abort_key = communicator_key(store::keys::abort_record());
+  // A client without the secret: TcpStore connects (and authenticates) as it is built.
+  auto stranger = [port] {
+    return TcpStore("127.0.0.1", static_cast<std::uint16_t>(port), 5s, std::string());
+  };
+  EXPECT_THROW(stranger().get(token, 1s), StoreError) << "a client without the secret read a key";
+  base::AbortRecord forged;
+  forged.kind = base::AbortRecord::Kind::aborted;
+  forged.cause = "forged";
+  EXPECT_THROW(stranger().set(abort_key, forged.encode()), StoreError)
+      << "a client without the secret published an abort record";
+
+  TcpStore member("127.0.0.1", static_cast<std::uint16_t>(port), 5s, *options.secret);
+  EXPECT_EQ(member.check({token, abort_key}), (std::vector<bool>{true, false}));
+  float x = 2;
+  comm.all_reduce(&x, &x, 1, DataType::f32, ReduceOp::sum);
+  EXPECT_EQ(x, 2);
+}
+
+// 192.0.2.1 (TEST-NET-1) is an address of no host here.
+TEST(Init, RankZeroWithoutSecretRefusesToServeOnEveryInterfaceNamingTheAddress) {
+  const int port = free_port();
+  LaunchEnvironment env("192.0.2.1", port);
+  Options options;
+  options.timeout = 2s;
+  try {
+    init(options);
+    FAIL() << "init() succeeded with a MASTER_ADDR of another host";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("192.0.2.1:" + std::to_string(port)), std::string::npos) << what;
+    EXPECT_NE(what.find("Cannot assign requested address"), std::string::npos) << what;
+  }
+}
+
+TEST(Init, RankZeroWithSecretServesOnEveryInterfaceWhenMasterAddrIsNotThisHosts) {
+  const int port = free_port();
+  LaunchEnvironment env("192.0.2.1", port);
+  Options options;
+  options.secret = "the job's secret";
+  options.timeout = 3s;
+  // init() serves, then cannot reach the store at 192.0.2.1 itself and times out.
+  auto attempt = std::async(std::launch::async, [&] { init(options); });
+  TcpStore member("127.0.0.1", static_cast<std::uint16_t>(port), 2s, *options.secret);
+  EXPECT_EQ(member.check({"absent"}), std::vector<bool>{false});
+  EXPECT_THROW(attempt.get(), TimeoutError);
+}
+
+}  // namespace
+}  // namespace loom
