@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -188,6 +189,38 @@ class Communicator {
   // The reduction lands in root's out; out is ignored on other ranks.
   void reduce(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op, int root,
               CudaStream stream = nullptr);
+  // Rank `root` receives size()*count elements into out, block r from rank r (out is used on
+  // the root only). In place on the root when in == out + root*count*size_of(dtype).
+  void gather(const void* in, void* out, std::size_t count, DataType dtype, int root,
+              CudaStream stream = nullptr);
+  // Root's in holds size()*count elements (read on the root only); rank r receives block r into
+  // out. In place on the root when out == in + root*count*size_of(dtype).
+  void scatter(const void* in, void* out, std::size_t count, DataType dtype, int root,
+               CudaStream stream = nullptr);
+  // in and out hold size()*count elements: block j of rank r's in becomes block r of rank j's
+  // out. Not in place.
+  void all_to_all(const void* in, void* out, std::size_t count, DataType dtype,
+                  CudaStream stream = nullptr);
+  // Uneven blocks (counts and displacements in elements, one entry per rank): send_counts[j]
+  // elements at in + send_displs[j] go to rank j, which receives them at out + its
+  // recv_displs[r]; rank j's recv_counts[r] must equal rank r's send_counts[j] (else
+  // CollectiveMismatch). Not in place.
+  void all_to_all_v(const void* in, std::span<const std::size_t> send_counts,
+                    std::span<const std::size_t> send_displs, void* out,
+                    std::span<const std::size_t> recv_counts,
+                    std::span<const std::size_t> recv_displs, DataType dtype,
+                    CudaStream stream = nullptr);
+  // Rank r contributes counts[r] elements; every rank receives rank j's at out + displs[j].
+  // counts and displs are the same on every rank. In place when in == out + displs[rank].
+  void all_gather_v(const void* in, void* out, std::span<const std::size_t> counts,
+                    std::span<const std::size_t> displs, DataType dtype,
+                    CudaStream stream = nullptr);
+  // Block j of in has counts[j] elements at displs[j]; rank r receives the reduction over ranks
+  // of block r (counts[r] elements) into out. counts and displs are the same on every rank. In
+  // place when out == in + displs[rank].
+  void reduce_scatter_v(const void* in, void* out, std::span<const std::size_t> counts,
+                        std::span<const std::size_t> displs, DataType dtype, ReduceOp op,
+                        CudaStream stream = nullptr);
   void barrier();
   void send(const void* buf, std::size_t count, DataType dtype, int peer,
             CudaStream stream = nullptr);
@@ -203,11 +236,37 @@ class Communicator {
                        CudaStream stream = nullptr);
   Work reduce_async(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op,
                     int root, CudaStream stream = nullptr);
+  Work gather_async(const void* in, void* out, std::size_t count, DataType dtype, int root,
+                    CudaStream stream = nullptr);
+  Work scatter_async(const void* in, void* out, std::size_t count, DataType dtype, int root,
+                     CudaStream stream = nullptr);
+  Work all_to_all_async(const void* in, void* out, std::size_t count, DataType dtype,
+                        CudaStream stream = nullptr);
+  // The counts and displacements are copied: they need not outlive the call.
+  Work all_to_all_v_async(const void* in, std::span<const std::size_t> send_counts,
+                          std::span<const std::size_t> send_displs, void* out,
+                          std::span<const std::size_t> recv_counts,
+                          std::span<const std::size_t> recv_displs, DataType dtype,
+                          CudaStream stream = nullptr);
+  Work all_gather_v_async(const void* in, void* out, std::span<const std::size_t> counts,
+                          std::span<const std::size_t> displs, DataType dtype,
+                          CudaStream stream = nullptr);
+  Work reduce_scatter_v_async(const void* in, void* out, std::span<const std::size_t> counts,
+                              std::span<const std::size_t> displs, DataType dtype, ReduceOp op,
+                              CudaStream stream = nullptr);
   Work barrier_async();
   Work send_async(const void* buf, std::size_t count, DataType dtype, int peer,
                   CudaStream stream = nullptr);
   Work recv_async(void* buf, std::size_t count, DataType dtype, int peer,
                   CudaStream stream = nullptr);
+
+  // Collective over this communicator (every rank calls it, in the same place of its sequence
+  // of calls): ranks that pass the same color form a new communicator, ordered by key, then by
+  // their rank here (MPI_Comm_split, ncclCommSplit). A negative color joins none: nullopt. The
+  // new communicator has its own key space in the store, connections, sequence numbers,
+  // failure records and monitor; its errors name each rank's rank here too. It may outlive
+  // this one, and may be split again.
+  std::optional<Communicator> split(int color, int key);
 
   // Waits for pending work, closes connections. Later calls raise InvalidArgument.
   void destroy();
@@ -222,6 +281,7 @@ class Communicator {
  private:
   class Impl;
   friend Communicator init(Options options);
+  explicit Communicator(std::shared_ptr<Impl> impl);
   std::shared_ptr<Impl> impl_;
 };
 

@@ -15,6 +15,11 @@ void pipelined_broadcast(Engine& engine, const Collective& call);
 void pipelined_reduce(Engine& engine, const Collective& call);
 void dissemination_barrier(Engine& engine, const Collective& call);
 void point_to_point(Engine& engine, const Collective& call);
+void pairwise_all_to_all(Engine& engine, const Collective& call);
+void linear_gather(Engine& engine, const Collective& call);
+void binomial_gather(Engine& engine, const Collective& call);
+void linear_scatter(Engine& engine, const Collective& call);
+void binomial_scatter(Engine& engine, const Collective& call);
 // Device buffers of one host's ranks read and written in place (direct.cpp); false, on every
 // rank alike, when the call must go through the slots instead.
 bool direct_device_call(Engine& engine, const Collective& call);

@@ -22,15 +22,31 @@ std::string_view to_string(Kind kind) {
       return "send";
     case Kind::recv:
       return "recv";
+    case Kind::gather:
+      return "gather";
+    case Kind::scatter:
+      return "scatter";
+    case Kind::all_to_all:
+      return "all_to_all";
+    case Kind::all_to_all_v:
+      return "all_to_all_v";
+    case Kind::all_gather_v:
+      return "all_gather_v";
+    case Kind::reduce_scatter_v:
+      return "reduce_scatter_v";
   }
   return "?";
+}
+
+std::size_t Collective::bytes() const {
+  return count * size_of(dtype);
 }
 
 // The tag's word: bit 63..33 sequence number (31 bits), bit 32 set for send/recv (numbered per
 // peer, in a space of their own), 31..28 kind, 27..24 dtype, 23..20 reduction, 19..0 root (the
 // peer's rank for send/recv is left out: the two ends see different ones). Never 0: kind >= 1.
 transport::Tag Collective::compute_tag() const {
-  const bool p2p = kind == Kind::send || kind == Kind::recv;
+  const bool p2p = is_point_to_point(kind);
   const Kind k = kind == Kind::recv ? Kind::send : kind;  // the two halves of one transfer
   std::uint64_t word =
       (seq & 0x7fffffffull) << 33 | static_cast<std::uint64_t>(p2p) << 32 |
@@ -57,16 +73,24 @@ std::string describe_tag(const transport::Tag& tag) {
       call = "barrier()";
       break;
     case Kind::all_gather:
-      call = fmt::format("all_gather({} x {})", type, tag.count);
+    case Kind::all_to_all:
+    case Kind::all_gather_v:
+      call = fmt::format("{}({} x {})", to_string(kind), type, tag.count);
+      break;
+    case Kind::all_to_all_v:
+      call = fmt::format("all_to_all_v({})", type);
       break;
     case Kind::broadcast:
-      call = fmt::format("broadcast({} x {}, root {})", type, tag.count, root);
+    case Kind::gather:
+    case Kind::scatter:
+      call = fmt::format("{}({} x {}, root {})", to_string(kind), type, tag.count, root);
       break;
     case Kind::reduce:
       call = fmt::format("reduce({} x {}, {}, root {})", type, tag.count, reduction, root);
       break;
     case Kind::all_reduce:
     case Kind::reduce_scatter:
+    case Kind::reduce_scatter_v:
       call = fmt::format("{}({} x {}, {})", to_string(kind), type, tag.count, reduction);
       break;
     case Kind::send:
@@ -84,14 +108,20 @@ std::string Collective::describe() const {
     case Kind::barrier:
       return fmt::format("barrier #{}", seq);
     case Kind::all_gather:
-      return fmt::format("all_gather #{} ({} x {})", seq, loom::to_string(dtype), count);
+    case Kind::all_to_all:
+    case Kind::all_gather_v:
+      return fmt::format("{} #{} ({} x {})", to_string(kind), seq, loom::to_string(dtype), count);
+    case Kind::all_to_all_v:
+      return fmt::format("all_to_all_v #{} ({})", seq, loom::to_string(dtype));
     case Kind::send:
     case Kind::recv:
       return fmt::format("{} #{} ({} x {}, peer {})", to_string(kind), seq, loom::to_string(dtype),
                          count, root);
     case Kind::broadcast:
-      return fmt::format("broadcast #{} ({} x {}, root {})", seq, loom::to_string(dtype), count,
-                         root);
+    case Kind::gather:
+    case Kind::scatter:
+      return fmt::format("{} #{} ({} x {}, root {})", to_string(kind), seq, loom::to_string(dtype),
+                         count, root);
     case Kind::reduce:
       return fmt::format("reduce #{} ({} x {}, {}, root {})", seq, loom::to_string(dtype), count,
                          loom::to_string(op), root);

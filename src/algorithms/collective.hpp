@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "loom/loom.hpp"
 #include "transports/transport.hpp"
@@ -17,25 +19,54 @@ enum class Kind : std::uint8_t {
   reduce,
   barrier,
   send,
-  recv
+  recv,
+  gather,
+  scatter,
+  all_to_all,
+  all_to_all_v,
+  all_gather_v,
+  reduce_scatter_v,
 };
+inline constexpr Kind kAllKinds[] = {
+    Kind::all_reduce,   Kind::reduce_scatter,  Kind::all_gather, Kind::broadcast,
+    Kind::reduce,       Kind::barrier,         Kind::send,       Kind::recv,
+    Kind::gather,       Kind::scatter,         Kind::all_to_all, Kind::all_to_all_v,
+    Kind::all_gather_v, Kind::reduce_scatter_v};
 std::string_view to_string(Kind kind);
+inline bool is_point_to_point(Kind kind) {
+  return kind == Kind::send || kind == Kind::recv;
+}
+
+// The blocks of a call with uneven ones, in elements, one entry per rank. all_to_all_v uses all
+// four; all_gather_v and reduce_scatter_v the blocks of the buffer with every rank's block (the
+// same on every rank) in counts and displs.
+struct Layout {
+  std::vector<std::size_t> send_counts, send_displs;
+  std::vector<std::size_t> counts, displs;
+};
 
 struct Collective {
   Kind kind;
   std::uint64_t seq;  // position in this rank's sequence of collectives (per peer for send/recv)
   DataType dtype = DataType::u8;
   ReduceOp op = ReduceOp::sum;
+  // Elements per rank's block (gather, scatter, all_to_all), of the whole buffer (the
+  // reductions, broadcast, send/recv), the sum of the blocks (all_gather_v,
+  // reduce_scatter_v); 0 for all_to_all_v, whose blocks are in `layout` only.
   std::size_t count = 0;
-  int root = 0;  // root, or peer for send/recv
+  int root = 0;                          // root, or peer for send/recv
+  std::shared_ptr<const Layout> layout;  // the uneven calls' blocks
   const void* in = nullptr;
   void* out = nullptr;
-  // GPU buffers: the device they are on (-1: host memory), the user's stream, the event that
-  // marks the stream's work before the call, and the call's number among device calls.
+  // GPU buffers: the device they are on (-1: host memory), the user's stream, and the event that
+  // marks the stream's work before the call.
   int device = -1;
   void* stream = nullptr;
   void* ready_event = nullptr;
-  std::uint64_t device_seq = 0;
+
+  // The call's size for choosing an algorithm and slice, the same on every rank: count's
+  // elements (0 for all_to_all_v, whose ranks know only their own blocks).
+  std::size_t bytes() const;
 
   // Carried with every slot: sequence number, kind, dtype, op, root and count, so a rank that
   // receives bytes of another call raises CollectiveMismatch naming both calls.

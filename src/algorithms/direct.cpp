@@ -1,17 +1,18 @@
 // Device buffers of the ranks of one host, read and written where they are (CUDA IPC), instead
 // of streaming through slots.
 //
-// Each rank tells each peer it works with, in one small message over the host connection, how
-// to map the buffers the peer touches and how to wait for its "ready" signal (recorded after the
-// work its stream queued before the call). If any rank's buffers cannot be shared, every rank
-// learns it from the same messages and the call goes through the slots instead. Then the GPU
-// orders itself: the engine's stream waits for every peer's ready signal, queues the copies (copy
-// engines) and reductions (kernels), records "done" and waits for every peer's done signal (sent
-// in a second message) before the call's end. The host waits for nothing but the messages, and
-// the user's stream is ordered after the call through the runtime's end event.
+// Each rank tells each peer, in one small message over the host connection, how to map the
+// buffers the peers touch and how to wait for its "ready" signal (recorded after the work its
+// stream queued before the call). If any rank's buffers cannot be shared, every rank learns it
+// from the same messages and the call goes through the slots instead. Then the GPU orders itself:
+// the engine's stream waits for every peer's ready signal, queues the copies (copy engines) and
+// reductions (kernels), records "done" and waits for every peer's done signal (sent in a second
+// message) before the call's end. The host waits for nothing but the messages, and the user's
+// stream is ordered after the call through the runtime's end event.
 //
-// all_reduce is two-shot: rank r reduces block r of every input and writes it into block r of
-// every output (in place too: block r is read and written by rank r alone, reads first).
+// Every rank pulls what it needs into its own output, except all_reduce, which is two-shot: rank
+// r reduces block r of every input and writes it into block r of every output (in place too:
+// block r is read and written by rank r alone, reads first).
 #include <algorithm>
 #include <optional>
 
@@ -25,40 +26,61 @@ namespace loom::algorithms {
 namespace {
 
 struct Hello {
+  std::uint64_t in_bytes = 0;   // what the sender needed to share of its input (0: nothing)
+  std::uint64_t out_bytes = 0;  // ... of its output
   std::uint8_t in_shared = 0;
   std::uint8_t out_shared = 0;
   std::uint8_t pad[6] = {};
   PeerMemory::Range in;
   PeerMemory::Range out;
   PeerMemory::Signal ready;
+  // all_to_all_v: where the sender's block for the receiver is in its input, in elements.
+  std::uint64_t block_offset = 0;
+  std::uint64_t block_count = 0;
 };
 struct Done {
   PeerMemory::Signal done;
 };
 
-// What of a rank's buffers its peers touch in this call: bytes of `in`, bytes of `out` (0: none).
-struct Exposed {
-  std::size_t in = 0;
-  std::size_t out = 0;
-};
-Exposed exposed(const Collective& c, int rank, int size) {
-  const std::size_t bytes = c.count * size_of(c.dtype);
+// The elements of `in` the uneven blocks reach: up to the end of the furthest.
+std::size_t extent(const std::vector<std::size_t>& counts, const std::vector<std::size_t>& displs) {
+  std::size_t end = 0;
+  for (std::size_t j = 0; j < counts.size(); ++j)
+    if (counts[j] > 0) end = std::max(end, displs[j] + counts[j]);
+  return end;
+}
+
+// What of this rank's buffers its peers touch in this call: bytes of `in` and of `out`.
+std::pair<std::size_t, std::size_t> exposed(const Collective& c, int rank, int size) {
+  const std::size_t elem = size_of(c.dtype);
+  const std::size_t bytes = c.count * elem;
+  const auto n = static_cast<std::size_t>(size);
   switch (c.kind) {
     case Kind::all_reduce:
       return {bytes, bytes};  // peers read blocks of the input and write blocks of the output
     case Kind::reduce_scatter:
-      return {bytes * static_cast<std::size_t>(size), 0};
+    case Kind::all_to_all:
+      return {bytes * n, 0};
     case Kind::all_gather:
     case Kind::reduce:
+    case Kind::gather:
       return {bytes, 0};
     case Kind::broadcast:
       return {rank == c.root ? bytes : 0, 0};
+    case Kind::scatter:
+      return {rank == c.root ? bytes * n : 0, 0};
+    case Kind::all_to_all_v:
+      return {extent(c.layout->send_counts, c.layout->send_displs) * elem, 0};
+    case Kind::all_gather_v:
+      return {c.layout->counts[static_cast<std::size_t>(rank)] * elem, 0};
+    case Kind::reduce_scatter_v:
+      return {extent(c.layout->counts, c.layout->displs) * elem, 0};
     case Kind::send:
     case Kind::recv:
     case Kind::barrier:
       break;
   }
-  return {};
+  return {0, 0};
 }
 
 // The other ranks, when every rank is on this host; else the direct path cannot serve the call.
@@ -78,7 +100,8 @@ class DirectCall {
         memory_(memory),
         peers_(std::move(peers)),
         in_(static_cast<std::size_t>(engine.size()), nullptr),
-        out_(static_cast<std::size_t>(engine.size()), nullptr) {
+        out_(static_cast<std::size_t>(engine.size()), nullptr),
+        theirs_(peers_.size()) {
     in_[me()] = c_.in;
     out_[me()] = c_.out;
   }
@@ -86,45 +109,74 @@ class DirectCall {
   // Agrees with every partner on the direct path; false (on every rank alike) when some rank's
   // buffers cannot be shared.
   bool agree() {
-    const Exposed mine = exposed(c_, e_.rank(), e_.size());
+    const auto [in_bytes, out_bytes] = exposed(c_, e_.rank(), e_.size());
     Hello hello;
-    if (mine.in > 0)
-      if (auto r = memory_.share(c_.in, mine.in)) hello.in_shared = 1, hello.in = *r;
-    if (mine.out > 0)
-      if (auto r = memory_.share(c_.out, mine.out)) hello.out_shared = 1, hello.out = *r;
-    bool all = (mine.in == 0 || hello.in_shared) && (mine.out == 0 || hello.out_shared);
+    hello.in_bytes = in_bytes;
+    hello.out_bytes = out_bytes;
+    if (in_bytes > 0)
+      if (auto r = memory_.share(c_.in, in_bytes)) hello.in_shared = 1, hello.in = *r;
+    if (out_bytes > 0)
+      if (auto r = memory_.share(c_.out, out_bytes)) hello.out_shared = 1, hello.out = *r;
     hello.ready = memory_.record(PeerMemory::Point::ready);
-    std::vector<Hello> theirs(peers_.size());
-    exchange(hello, theirs);
-    for (std::size_t i = 0; i < peers_.size(); ++i) {
-      const Exposed need = exposed(c_, peers_[i], e_.size());
-      all &= (need.in == 0 || theirs[i].in_shared) && (need.out == 0 || theirs[i].out_shared);
-    }
+    exchange(
+        [&](int peer) {
+          Hello h = hello;
+          if (c_.kind == Kind::all_to_all_v) {
+            h.block_offset = c_.layout->send_displs[idx(peer)];
+            h.block_count = c_.layout->send_counts[idx(peer)];
+          }
+          return h;
+        },
+        theirs_);
+    auto shared = [](const Hello& h) {
+      return (h.in_bytes == 0 || h.in_shared) && (h.out_bytes == 0 || h.out_shared);
+    };
+    bool all = shared(hello);
+    for (const Hello& h : theirs_) all &= shared(h);
     if (!all) return false;
     for (std::size_t i = 0; i < peers_.size(); ++i) {
-      const auto p = static_cast<std::size_t>(peers_[i]);
-      if (theirs[i].in_shared) in_[p] = memory_.map(peers_[i], theirs[i].in);
-      if (theirs[i].out_shared) out_[p] = memory_.map(peers_[i], theirs[i].out);
-      memory_.wait(peers_[i], theirs[i].ready);
+      const auto p = idx(peers_[i]);
+      if (theirs_[i].in_shared) in_[p] = memory_.map(peers_[i], theirs_[i].in);
+      if (theirs_[i].out_shared) out_[p] = memory_.map(peers_[i], theirs_[i].out);
+      memory_.wait(peers_[i], theirs_[i].ready);
     }
     return true;
   }
 
   void work() {
+    const auto n = static_cast<std::size_t>(e_.size());
     switch (c_.kind) {
       case Kind::all_reduce:
         return all_reduce();
       case Kind::reduce_scatter:
-        return reduce_blocks(out_[me()], e_.rank(), c_.count, true);
+        return reduce_into(out_[me()], nullptr, me() * c_.count, c_.count);
+      case Kind::reduce_scatter_v:
+        return reduce_into(out_[me()], nullptr, c_.layout->displs[me()], c_.layout->counts[me()]);
+      case Kind::reduce:
+        if (e_.rank() == c_.root) reduce_into(out_[me()], nullptr, 0, c_.count);
+        return;
       case Kind::all_gather:
-        for (int j = 0; j < e_.size(); ++j)
-          copy(at(out_[me()], static_cast<std::size_t>(j) * c_.count), in_[idx(j)], c_.count);
+        for (std::size_t j = 0; j < n; ++j) copy(at(out_[me()], j * c_.count), in_[j], c_.count);
+        return;
+      case Kind::all_gather_v:
+        for (std::size_t j = 0; j < n; ++j)
+          if (c_.layout->counts[j] > 0)
+            copy(at(out_[me()], c_.layout->displs[j]), in_[j], c_.layout->counts[j]);
         return;
       case Kind::broadcast:
         return copy(out_[me()], in_[idx(c_.root)], c_.count);
-      case Kind::reduce:
-        if (e_.rank() == c_.root) reduce_blocks(out_[me()], -1, c_.count, false);
+      case Kind::gather:
+        if (e_.rank() == c_.root)
+          for (std::size_t j = 0; j < n; ++j) copy(at(out_[me()], j * c_.count), in_[j], c_.count);
         return;
+      case Kind::scatter:
+        return copy(out_[me()], at(in_[idx(c_.root)], me() * c_.count), c_.count);
+      case Kind::all_to_all:
+        for (std::size_t j = 0; j < n; ++j)
+          copy(at(out_[me()], j * c_.count), at(in_[j], me() * c_.count), c_.count);
+        return;
+      case Kind::all_to_all_v:
+        return all_to_all_v();
       case Kind::send:
       case Kind::recv:
       case Kind::barrier:
@@ -137,12 +189,12 @@ class DirectCall {
   void finish() {
     Done done{memory_.record(PeerMemory::Point::done)};
     std::vector<Done> theirs(peers_.size());
-    exchange(done, theirs);
+    exchange([&](int) { return done; }, theirs);
     for (std::size_t i = 0; i < peers_.size(); ++i) memory_.wait(peers_[i], theirs[i].done);
   }
 
  private:
-  std::size_t me() const { return static_cast<std::size_t>(e_.rank()); }
+  std::size_t me() const { return idx(e_.rank()); }
   static std::size_t idx(int rank) { return static_cast<std::size_t>(rank); }
   std::size_t elem() const { return size_of(c_.dtype); }
   const void* at(const void* p, std::size_t elems) const {
@@ -150,39 +202,29 @@ class DirectCall {
   }
   void* at(void* p, std::size_t elems) const { return static_cast<std::byte*>(p) + elems * elem(); }
 
-  // Every partner gets `mine`; theirs[i] is partner i's. Messages go out before any is awaited:
-  // each connection has room for them.
-  template <typename Message>
-  void exchange(const Message& mine, std::vector<Message>& theirs) {
+  // Partner i gets mine(partners[i]); theirs[i] is partner i's. Messages go out before any is
+  // awaited: each connection has room for them.
+  template <typename Message, typename Mine>
+  void exchange(Mine&& mine, std::vector<Message>& theirs) {
     for (int peer : peers_) {
-      transport::Connection& conn = e_.host_connection(peer);
-      Primitives(e_, nullptr, &conn).send_message(&mine, sizeof(Message));
+      const Message m = mine(peer);
+      Primitives(e_, nullptr, &e_.host_connection(peer)).send_message(&m, sizeof(Message));
     }
-    for (std::size_t i = 0; i < peers_.size(); ++i) {
-      transport::Connection& conn = e_.host_connection(peers_[i]);
-      Primitives(e_, &conn, nullptr).recv_message(&theirs[i], sizeof(Message));
-    }
+    for (std::size_t i = 0; i < peers_.size(); ++i)
+      Primitives(e_, &e_.host_connection(peers_[i]), nullptr)
+          .recv_message(&theirs[i], sizeof(Message));
   }
 
   void copy(void* dst, const void* src, std::size_t count) {
     if (dst != src && count > 0) e_.data().copy(dst, src, count * elem());
   }
 
-  // dst[0, len) = op over ranks j of in_j[first + ...], this rank's input first (in place, dst
-  // may be this rank's input there); `block` >= 0 is the block whose elements start at
-  // block * len in every input (reduce_scatter), -1 means the whole buffer (reduce).
-  void reduce_blocks(void* dst, int block, std::size_t len, bool scatter) {
-    const std::size_t first = scatter ? static_cast<std::size_t>(block) * len : 0;
-    reduce_into(dst, nullptr, first, len);
-  }
-
   // dst (and dst2 when not null) = the reduction over every rank's input at element `first`,
-  // `len` elements: a chain of two-input reductions, this rank's input first, the division of
-  // avg fused into the last one.
+  // `len` elements: a chain of two-input reductions, this rank's input first (so that dst may
+  // be this rank's input there), the division of avg fused into the last one.
   void reduce_into(void* dst, void* dst2, std::size_t first, std::size_t len) {
     if (len == 0) return;
     const int n = e_.size();
-    const ReduceOp op = c_.op;
     if (n == 1) {  // avg over one rank divides by 1
       copy(dst, at(in_[me()], first), len);
       if (dst2) copy(dst2, at(in_[me()], first), len);
@@ -192,12 +234,11 @@ class DirectCall {
     int step = 0;
     for (int j = 0; j < n; ++j) {
       if (j == e_.rank()) continue;
-      const bool last = ++step == n - 1;
       const void* other = at(in_[idx(j)], first);
-      if (last)
-        e_.data().reduce_copy(dst, dst2, acc, other, len, c_.dtype, op, n);
+      if (++step == n - 1)
+        e_.data().reduce_copy(dst, dst2, acc, other, len, c_.dtype, c_.op, n);
       else
-        e_.data().reduce(dst, acc, other, len, c_.dtype, op);
+        e_.data().reduce(dst, acc, other, len, c_.dtype, c_.op);
       acc = dst;
     }
   }
@@ -216,12 +257,36 @@ class DirectCall {
       for (int peer : peers_) copy(at(out_[idx(peer)], first), mine, len);
   }
 
+  void all_to_all_v() {
+    const Layout& l = *c_.layout;
+    auto mismatch = [&](int from, std::size_t sent) {
+      throw CollectiveMismatch(
+          fmt::format("{}: rank {}: collective mismatch: rank {} sends {} elements to rank {}, "
+                      "which expects {} from it",
+                      c_.describe(), e_.rank(), from, sent, e_.rank(), l.counts[idx(from)]),
+          fmt::format("rank {} sends {} elements where rank {} expects {}", from, sent, e_.rank(),
+                      l.counts[idx(from)]));
+    };
+    if (l.send_counts[me()] != l.counts[me()]) mismatch(e_.rank(), l.send_counts[me()]);
+    if (l.counts[me()] > 0)
+      copy(at(out_[me()], l.displs[me()]), at(in_[me()], l.send_displs[me()]), l.counts[me()]);
+    for (std::size_t i = 0; i < peers_.size(); ++i) {
+      const int from = peers_[i];
+      const Hello& h = theirs_[i];
+      if (h.block_count != l.counts[idx(from)]) mismatch(from, h.block_count);
+      if (h.block_count > 0)
+        copy(at(out_[me()], l.displs[idx(from)]), at(in_[idx(from)], h.block_offset),
+             h.block_count);
+    }
+  }
+
   Engine& e_;
   const Collective& c_;
   PeerMemory& memory_;
   std::vector<int> peers_;
   std::vector<const void*> in_;  // by rank: mapped here (this rank's own: its pointer)
   std::vector<void*> out_;
+  std::vector<Hello> theirs_;
 };
 
 }  // namespace
@@ -231,8 +296,7 @@ bool direct_device_call(Engine& engine, const Collective& call) {
   // Collectives only: every rank runs the same call, so the messages of call k meet on every
   // connection. A send waiting for its receiver's messages could deadlock against a receiver
   // whose engine runs its own send first (the slots never make a sender wait for the receiver).
-  const bool collective = call.kind != Kind::send && call.kind != Kind::recv;
-  if (memory == nullptr || !collective || call.kind == Kind::barrier) return false;
+  if (memory == nullptr || is_point_to_point(call.kind) || call.kind == Kind::barrier) return false;
   auto peers = partners(engine);
   if (!peers) return false;
   DirectCall direct(engine, *memory, std::move(*peers));

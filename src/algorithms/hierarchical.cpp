@@ -23,7 +23,7 @@ void hierarchical_all_reduce(Engine& engine, const Collective& call) {
       if (hosts[h][l] == engine.rank()) host = h, local = l;
   const std::size_t elem = size_of(call.dtype);
   const int divisor = call.op == ReduceOp::avg ? n : 1;
-  const Blocks parts{call.count, local_count};
+  const Blocks parts = Blocks::even(call.count, local_count);
   auto* mine = static_cast<std::byte*>(call.out) + parts.offset(local) * elem;
   const double bytes = static_cast<double>(call.count * elem);
   const SelectionInputs& links = engine.selector().inputs();

@@ -23,15 +23,16 @@ Primitives::Primitives(Engine& engine, transport::Connection* recv_from,
   slice_elems_ = std::max<std::size_t>(1, slot / elem_);
 }
 
+std::byte* Primitives::try_send(std::size_t bytes) {
+  send_inline_ = send_inline_max_ > 0 && bytes <= send_inline_max_;  // 0: no inline channel
+  return send_inline_ ? send_to_->try_acquire_inline() : send_to_->try_acquire_send_slot();
+}
+
 std::byte* Primitives::wait_send(std::size_t bytes) {
-  send_inline_ = bytes <= send_inline_max_;
   std::byte* slot = nullptr;
-  if (send_inline_)
-    waiter_.until([&] { return (slot = send_to_->try_acquire_inline()) != nullptr; },
-                  send_to_->peer(), "a free inline mailbox to");
-  else
-    waiter_.until([&] { return (slot = send_to_->try_acquire_send_slot()) != nullptr; },
-                  send_to_->peer(), "a free send slot to");
+  waiter_.until([&] { return (slot = try_send(bytes)) != nullptr; }, send_to_->peer(),
+                send_inline_max_ > 0 && bytes <= send_inline_max_ ? "a free inline mailbox to"
+                                                                  : "a free send slot to");
   return slot;
 }
 
@@ -47,25 +48,27 @@ std::optional<transport::RecvSlot> Primitives::other_channel(bool inline_expecte
   return inline_expected ? recv_from_->try_recv_slot() : recv_from_->try_recv_inline();
 }
 
-transport::RecvSlot Primitives::wait_recv(std::size_t bytes) {
-  recv_inline_ = bytes <= recv_inline_max_;
+std::optional<transport::RecvSlot> Primitives::try_recv(std::size_t bytes) {
+  recv_inline_ = recv_inline_max_ > 0 && bytes <= recv_inline_max_;
   auto expected = [&] {
     return recv_inline_ ? recv_from_->try_recv_inline() : recv_from_->try_recv_slot();
   };
-  std::optional<transport::RecvSlot> slot;
-  waiter_.until(
-      [&] {
-        if ((slot = expected())) return true;
-        // The peer posts in order: if a later message shows on the other channel, the expected
-        // one, posted before it, is visible now or was never sent (the peer runs another call).
-        if (auto other = other_channel(recv_inline_)) {
-          if ((slot = expected())) return true;
-          mismatch(*other, bytes);
-        }
-        return false;
-      },
-      recv_from_->peer(), "data from");
+  std::optional<transport::RecvSlot> slot = expected();
+  if (!slot) {
+    // The peer posts in order: if a later message shows on the other channel, the expected one,
+    // posted before it, is visible now or was never sent (the peer runs another call).
+    auto other = other_channel(recv_inline_);
+    if (!other) return std::nullopt;
+    if (!(slot = expected())) mismatch(*other, bytes);
+  }
   if (slot->bytes != bytes || slot->tag != engine_.call().tag()) mismatch(*slot, bytes);
+  return slot;
+}
+
+transport::RecvSlot Primitives::wait_recv(std::size_t bytes) {
+  std::optional<transport::RecvSlot> slot;
+  waiter_.until([&] { return (slot = try_recv(bytes)).has_value(); }, recv_from_->peer(),
+                "data from");
   return *slot;
 }
 
@@ -84,8 +87,8 @@ void Primitives::mismatch(const transport::RecvSlot& slot, std::size_t expected_
   std::string detail =
       slot.tag == c.tag()
           ? fmt::format(
-                "rank {} sent {} bytes where {} were expected (LOOM_BUFFSIZE or "
-                "LOOM_SLOTS differ between ranks?)",
+                "rank {} sent {} bytes where {} were expected (the ranks disagree on the call's "
+                "counts, or LOOM_BUFFSIZE or LOOM_SLOTS differ between them)",
                 recv_from_->peer(), slot.bytes, expected_bytes)
           : fmt::format("rank {} called {} while rank {} called {}", recv_from_->peer(),
                         describe_tag(slot.tag), engine_.rank(), describe_tag(ours));
@@ -158,13 +161,58 @@ void Primitives::recv_copy_send(void* dst, std::size_t count) {
   }
 }
 
+void Primitives::send_recv(const void* src, std::size_t send_count, void* dst,
+                           std::size_t recv_count, bool empty_message) {
+  auto* s = static_cast<const std::byte*>(src);
+  auto* d = static_cast<std::byte*>(dst);
+  // Each side in slices; an empty transfer is one empty message where asked for, so that a peer
+  // expecting data finds a mismatch instead of waiting.
+  auto slices = [&](std::size_t count) {
+    return count == 0 ? (empty_message ? 1 : 0) : (count + slice_elems_ - 1) / slice_elems_;
+  };
+  const std::size_t to_send = slices(send_count), to_receive = slices(recv_count);
+  std::size_t sent = 0, received = 0;
+  // Slices go out and come in as each side allows: sending everything before receiving would
+  // deadlock exchanges whose FIFOs fill up, each rank waiting for the next to receive.
+  while (sent < to_send || received < to_receive) {
+    waiter_.until(
+        [&] {
+          bool moved = false;
+          if (sent < to_send) {
+            const std::size_t off = sent * slice_elems_;
+            const std::size_t bytes = std::min(slice_elems_, send_count - off) * elem_;
+            if (std::byte* slot = try_send(bytes)) {
+              copy(slot, s + off * elem_, bytes);
+              complete();
+              post(bytes);
+              ++sent, moved = true;
+            }
+          }
+          if (received < to_receive) {
+            const std::size_t off = received * slice_elems_;
+            const std::size_t bytes = std::min(slice_elems_, recv_count - off) * elem_;
+            if (auto slot = try_recv(bytes)) {
+              copy(d + off * elem_, slot->data, bytes);
+              complete();
+              release();
+              ++received, moved = true;
+            }
+          }
+          return moved;
+        },
+        received < to_receive ? recv_from_->peer() : send_to_->peer(), "an exchange with");
+  }
+}
+
 void Primitives::send_message(const void* src, std::size_t bytes) {
-  std::memcpy(wait_send(bytes), src, bytes);
+  std::byte* slot = wait_send(bytes);
+  if (bytes > 0) std::memcpy(slot, src, bytes);
   post(bytes);
 }
 
 void Primitives::recv_message(void* dst, std::size_t bytes) {
-  std::memcpy(dst, wait_recv(bytes).data, bytes);
+  const auto slot = wait_recv(bytes);
+  if (bytes > 0) std::memcpy(dst, slot.data, bytes);
   release();
 }
 

@@ -28,6 +28,11 @@ class Primitives {
   void recv_reduce_copy(const void* local, void* dst, std::size_t count, bool send, int divisor);
   // received goes to dst and to next.
   void recv_copy_send(void* dst, std::size_t count);
+  // Sends `send_count` elements to send_to while receiving `recv_count` from recv_from, slices
+  // interleaved as each side allows (a pairwise exchange). empty_message: an empty transfer is
+  // still one (empty) message, so that counts that differ between the ends are a mismatch.
+  void send_recv(const void* src, std::size_t send_count, void* dst, std::size_t recv_count,
+                 bool empty_message);
   // One message of `bytes` (at most a slot) between host memory: control messages of the
   // direct algorithms, whatever the call's buffers are.
   void send_message(const void* src, std::size_t bytes);
@@ -35,9 +40,11 @@ class Primitives {
 
  private:
   // Send side: a slot (or inline mailbox) for `bytes`, then its post.
+  std::byte* try_send(std::size_t bytes);
   std::byte* wait_send(std::size_t bytes);
   void post(std::size_t bytes);
   // Receive side: the next message, checked to be `bytes` of this call, then its release.
+  std::optional<transport::RecvSlot> try_recv(std::size_t bytes);
   transport::RecvSlot wait_recv(std::size_t bytes);
   void release();
   // The message waiting on the channel not expected, if any: it means the peer runs another call.

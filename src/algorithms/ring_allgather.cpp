@@ -1,14 +1,16 @@
-// Ring all-gather: each rank's block travels once around the ring, copied out at every rank.
+// Ring all-gather (and all_gather_v, whose blocks are uneven): each rank's block travels once
+// around the ring, copied out at every rank.
 #include "algorithms/ring_passes.hpp"
 
 namespace loom::algorithms {
 
 void ring_all_gather(Engine& engine, const Collective& call) {
   const int n = engine.size();
-  const Blocks blocks{call.count * static_cast<std::size_t>(n), n};
-  auto* mine =
-      static_cast<std::byte*>(call.out) + blocks.offset(engine.rank()) * size_of(call.dtype);
-  if (call.in != mine) engine.data().copy(mine, call.in, call.count * size_of(call.dtype));
+  const Blocks blocks = call.layout ? Blocks::uneven(*call.layout)
+                                    : Blocks::even(call.count * static_cast<std::size_t>(n), n);
+  const std::size_t elem = size_of(call.dtype);
+  auto* mine = static_cast<std::byte*>(call.out) + blocks.offset(engine.rank()) * elem;
+  if (call.in != mine) engine.data().copy(mine, call.in, blocks.length(engine.rank()) * elem);
   if (n == 1) return;
   RingPasses passes(engine, engine.ring(), blocks, call.dtype);
   for (std::size_t round = 0; round < passes.rounds(); ++round)

@@ -10,7 +10,7 @@ void ring_all_reduce_pass(Engine& engine, const RingPosition& ring, const void* 
     if (in != out) engine.data().copy(out, in, count * size_of(dtype));
     return;
   }
-  const Blocks blocks{count, ring.size};
+  const Blocks blocks = Blocks::even(count, ring.size);
   RingPasses passes(engine, ring, blocks, dtype);
   auto* mine = static_cast<std::byte*>(out) + blocks.offset(ring.position) * size_of(dtype);
   for (std::size_t round = 0; round < passes.rounds(); ++round) {

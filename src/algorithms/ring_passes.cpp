@@ -21,7 +21,7 @@ RingPasses::RingPasses(Engine& engine, const RingPosition& ring, const Blocks& b
       chunk_(ring_chunk_elems(engine, *ring.next, dtype)) {}
 
 std::size_t RingPasses::rounds() const {
-  return (blocks_.length(0) + chunk_ - 1) / chunk_;  // block 0 is a longest one
+  return (blocks_.longest() + chunk_ - 1) / chunk_;
 }
 
 std::size_t RingPasses::at(int b, std::size_t round) const {

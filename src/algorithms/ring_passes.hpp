@@ -11,6 +11,7 @@
 // memory pass writes the result and the next hop's slot.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 
 #include "algorithms/algorithms.hpp"
@@ -18,21 +19,38 @@
 
 namespace loom::algorithms {
 
-// `count` elements split in `parts` blocks whose lengths differ by at most one (the first
-// count % parts blocks are one longer).
-struct Blocks {
-  std::size_t count;
-  int parts;
+// Where each block of a buffer lies, one block per ring position, in elements: `count` elements
+// split in `parts` blocks whose lengths differ by at most one (the first count % parts are one
+// longer), or the blocks an uneven call names.
+class Blocks {
+ public:
+  static Blocks even(std::size_t count, int parts) { return Blocks(count, parts, nullptr); }
+  // counts[b] elements at displs[b]: the layout must outlive the Blocks.
+  static Blocks uneven(const Layout& layout) {
+    return Blocks(0, static_cast<int>(layout.counts.size()), &layout);
+  }
   std::size_t offset(int b) const {
-    const std::size_t base = count / static_cast<std::size_t>(parts),
-                      extra = count % static_cast<std::size_t>(parts);
+    if (layout_) return layout_->displs[static_cast<std::size_t>(b)];
+    const std::size_t base = count_ / parts(), extra = count_ % parts();
     return static_cast<std::size_t>(b) * base +
            std::min<std::size_t>(static_cast<std::size_t>(b), extra);
   }
   std::size_t length(int b) const {
-    return count / static_cast<std::size_t>(parts) +
-           (static_cast<std::size_t>(b) < count % static_cast<std::size_t>(parts) ? 1 : 0);
+    if (layout_) return layout_->counts[static_cast<std::size_t>(b)];
+    return count_ / parts() + (static_cast<std::size_t>(b) < count_ % parts() ? 1 : 0);
   }
+  std::size_t longest() const {
+    if (!layout_) return length(0);
+    return *std::max_element(layout_->counts.begin(), layout_->counts.end());
+  }
+
+ private:
+  Blocks(std::size_t count, int parts, const Layout* layout)
+      : count_(count), parts_(parts), layout_(layout) {}
+  std::size_t parts() const { return static_cast<std::size_t>(parts_); }
+  std::size_t count_;
+  int parts_;
+  const Layout* layout_;
 };
 
 class RingPasses {

@@ -1,18 +1,20 @@
-// Ring reduce-scatter: block b of every rank's input travels the ring and is finished at rank b,
-// into its output.
+// Ring reduce-scatter (and reduce_scatter_v, whose blocks are uneven): block b of every rank's
+// input travels the ring and is finished at rank b, into its output.
 #include "algorithms/ring_passes.hpp"
 
 namespace loom::algorithms {
 
 void ring_reduce_scatter(Engine& engine, const Collective& call) {
   const int n = engine.size();
+  const Blocks blocks = call.layout ? Blocks::uneven(*call.layout)
+                                    : Blocks::even(call.count * static_cast<std::size_t>(n), n);
+  const std::size_t elem = size_of(call.dtype);
   if (n == 1) {
-    if (call.in != call.out)
-      engine.data().copy(call.out, call.in, call.count * size_of(call.dtype));
+    const auto* mine = static_cast<const std::byte*>(call.in) + blocks.offset(0) * elem;
+    if (mine != call.out) engine.data().copy(call.out, mine, blocks.length(0) * elem);
     return;
   }
-  RingPasses passes(engine, engine.ring(), Blocks{call.count * static_cast<std::size_t>(n), n},
-                    call.dtype);
+  RingPasses passes(engine, engine.ring(), blocks, call.dtype);
   for (std::size_t round = 0; round < passes.rounds(); ++round)
     passes.reduce_scatter_round(round, call.in, call.out, call.op == ReduceOp::avg ? n : 1, false);
 }

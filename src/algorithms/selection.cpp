@@ -162,6 +162,30 @@ std::size_t p2p_slice(const SelectionInputs& in, std::size_t bytes, bool device)
   return slice_for(in, in.bottleneck(), to_d(bytes), 2);
 }
 
+// ---- gather, scatter, all-to-all: `bytes` is one rank's block (all_to_all_v: none, since no
+// size is the same on every rank; it moves whole slots)
+
+// The root's link carries n-1 blocks either way; the tree saves hops but copies through its
+// ranks' host memory: small host blocks only.
+const char* small_tree(const SelectionInputs& in, std::size_t bytes, bool device) {
+  if (device) return "host buffers only";
+  return bytes * static_cast<std::size_t>(in.size) <= 64 * 1024 ? nullptr : "too large";
+}
+double tree_cost(const SelectionInputs& in, std::size_t bytes) {
+  const LinkCost& m = in.bottleneck();
+  int rounds = 0;
+  for (int k = 1; k < in.size; k *= 2) ++rounds;
+  return rounds * m.alpha_us + (in.size - 1) * to_d(bytes) * m.beta_us_per_byte;
+}
+double linear_cost(const SelectionInputs& in, std::size_t bytes) {
+  const LinkCost& m = in.bottleneck();
+  return (in.size - 1) * (m.alpha_us + to_d(bytes) * m.beta_us_per_byte);
+}
+// The uneven calls: the blocks' average crosses the ring.
+std::size_t uneven_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
+  return chain_slice(in, bytes / static_cast<std::size_t>(std::max(1, in.size)), device);
+}
+
 const char* parse_error_prefix = "configuration: LOOM_ALGO";
 
 std::optional<std::size_t> parse_bytes(std::string_view text) {
@@ -191,6 +215,14 @@ const std::vector<Algorithm>& algorithm_table() {
       {Kind::barrier, "dissemination", fits_always, barrier_cost, no_slice, dissemination_barrier},
       {Kind::send, "direct", fits_always, p2p_cost, p2p_slice, point_to_point},
       {Kind::recv, "direct", fits_always, p2p_cost, p2p_slice, point_to_point},
+      {Kind::gather, "binomial", small_tree, tree_cost, no_slice, binomial_gather},
+      {Kind::gather, "linear", fits_always, linear_cost, p2p_slice, linear_gather},
+      {Kind::scatter, "binomial", small_tree, tree_cost, no_slice, binomial_scatter},
+      {Kind::scatter, "linear", fits_always, linear_cost, p2p_slice, linear_scatter},
+      {Kind::all_to_all, "pairwise", fits_always, linear_cost, p2p_slice, pairwise_all_to_all},
+      {Kind::all_to_all_v, "pairwise", fits_always, linear_cost, no_slice, pairwise_all_to_all},
+      {Kind::all_gather_v, "ring", fits_always, chain_cost, uneven_slice, ring_all_gather},
+      {Kind::reduce_scatter_v, "ring", fits_always, chain_cost, uneven_slice, ring_reduce_scatter},
   };
   return table;
 }
@@ -213,6 +245,18 @@ std::string_view rule_name(Kind kind) {
       return "send";
     case Kind::recv:
       return "recv";
+    case Kind::gather:
+      return "gather";
+    case Kind::scatter:
+      return "scatter";
+    case Kind::all_to_all:
+      return "alltoall";
+    case Kind::all_to_all_v:
+      return "alltoallv";
+    case Kind::all_gather_v:
+      return "allgatherv";
+    case Kind::reduce_scatter_v:
+      return "reducescatterv";
   }
   return "?";
 }
@@ -243,8 +287,7 @@ Selector::Selector(SelectionInputs inputs) : inputs_(std::move(inputs)) {
     std::size_t next = 0;
     if (fields.size() >= 2) {
       bool is_operation = false;
-      for (Kind k : {Kind::all_reduce, Kind::reduce_scatter, Kind::all_gather, Kind::broadcast,
-                     Kind::reduce, Kind::barrier, Kind::send, Kind::recv})
+      for (Kind k : kAllKinds)
         if (fields[0] == rule_name(k)) collective = k, is_operation = true;
       if (is_operation)
         next = 1;
@@ -310,10 +353,10 @@ namespace {
 // flooding; a flag table rather than a locked set, since this runs on every call.
 void log_choice(const Selector& selector, const Collective& call, const Selector::Choice& c,
                 std::size_t bytes) {
-  static std::atomic<bool> seen[16][16][65];
+  static std::atomic<bool> seen[16][32][65];
   const auto index = static_cast<std::size_t>(c.algorithm - algorithm_table().data());
   const int size_class = bytes == 0 ? 0 : 64 - __builtin_clzll(bytes);  // bit width
-  auto& flag = seen[static_cast<int>(call.kind) & 15][index & 15][size_class];
+  auto& flag = seen[static_cast<int>(call.kind) & 15][index & 31][size_class];
   if (flag.load(std::memory_order_relaxed) || flag.exchange(true, std::memory_order_relaxed))
     return;
   std::string table;
@@ -334,7 +377,7 @@ void log_choice(const Selector& selector, const Collective& call, const Selector
 }  // namespace
 
 void select_and_run(Engine& engine, const Collective& call) {
-  const std::size_t bytes = call.count * size_of(call.dtype);
+  const std::size_t bytes = call.bytes();
   const bool device = call.device >= 0;
   // A loop of calls of one kind and size decides once (the inputs are fixed per communicator).
   Engine::Plan& plan = engine.plan();

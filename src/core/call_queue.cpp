@@ -114,7 +114,8 @@ void Communicator::Impl::run_engine(const Collective& call, bool background,
                                     gpu::Runtime* runtime) {
   if (halt_.triggered())  // queued before the halt
     halt_.raise_unusable(fmt::format("{}: rank {}", call.describe(), rank_));
-  if (call.count == 0 && call.kind != Kind::barrier) return;
+  // Nothing to move, on every rank alike (all_to_all_v's blocks may be empty here only).
+  if (call.count == 0 && call.kind != Kind::barrier && call.kind != Kind::all_to_all_v) return;
   progress_.word.store(call.tag().word, std::memory_order_relaxed);
   progress_.count.store(call.tag().count, std::memory_order_relaxed);
   progress_.in_call.store(true, std::memory_order_relaxed);

@@ -60,28 +60,80 @@ Communicator::Impl::Impl(std::shared_ptr<Store> store, int rank, int size, const
   if (agreed.size() != 8) throw StoreError("init: the job token in the store is malformed");
   std::memcpy(&token, agreed.data(), 8);
 
-  build_transports(token, route_hint);
-  engine_ = std::make_unique<algorithms::Engine>(rank, size, *transport_, config_, halt_,
+  route_hint_ = route_hint;
+  token_ = token;
+  build_transports();
+  start();
+}
+
+// A child of a split: the parent's settings and hosts, its own key space, token, connections.
+Communicator::Impl::Impl(const Impl& parent, std::shared_ptr<Store> store, std::vector<int> members,
+                         int rank, std::uint64_t token)
+    : rank_(rank),
+      size_(static_cast<int>(members.size())),
+      config_(parent.config_),
+      store_(std::move(store)),
+      topology_(parent.topology_.of_ranks(members)),
+      route_hint_(parent.route_hint_),
+      token_(token),
+      parent_ranks_(std::move(members)),
+      gpus_(parent.gpus_) {
+  hosted_server = parent.hosted_server;
+  build_transports();
+  start();
+}
+
+void Communicator::Impl::start() {
+  engine_ = std::make_unique<algorithms::Engine>(rank_, size_, *transport_, config_, halt_,
                                                  *callers_waiting_, selection_inputs());
   base::log().info(
-      "rank {}/{} on {}: {}; tcp at {}, {} sockets per peer; {} slots of {} KiB; timeout {} s; "
+      "{}/{} on {}: {}; tcp at {}, {} sockets per peer; {} slots of {} KiB; timeout {} s; "
       "reduction kernels {}",
-      rank, size, host_name(), transport_summary_, listen_address_, config_.sockets_per_peer,
+      who(rank_), size_, host_name(), transport_summary_, listen_address_, config_.sockets_per_peer,
       config_.slots, config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10,
       config_.timeout.count() / 1000, kernels::simd_target());
-  if (rank == 0) base::log().info("topology: {}", topology_.describe());
+  if (rank_ == 0) base::log().info("topology: {}", topology_.describe());
   if (gpus_)
-    base::log().info("rank {}: {}; device buffers of local peers via {}", rank, device::describe(),
+    base::log().info("{}: {}; device buffers of local peers via {}", who(rank_), device::describe(),
                      ipc_ ? "cudaipc" : "host slots");
-  if (rank == 0)
-    base::log().info(
-        "algorithms: all_reduce ring, recursive_doubling, one_shot or hierarchical (cost "
-        "model), reduce_scatter ring, all_gather ring, broadcast chain, reduce chain, barrier "
-        "dissemination{}",
-        config_.algorithm.empty() ? "" : " (LOOM_ALGO=" + config_.algorithm + ")");
   // The threads last: whatever threw above leaves none behind (their destructors would not run).
   start_monitor();
   worker_ = std::thread([this] { work_loop(); });
+}
+
+std::shared_ptr<Communicator::Impl> Communicator::Impl::split(int color, int key) {
+  // Every rank's color and key, through this communicator: the split is one of its calls.
+  const std::int64_t mine[2] = {color, key};
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(size_));
+  algorithms::Collective exchange{};
+  exchange.kind = algorithms::Kind::all_gather;
+  exchange.dtype = DataType::i64;
+  exchange.count = 2;
+  exchange.in = mine;
+  exchange.out = all.data();
+  run(exchange);
+  const std::uint64_t split = splits_++;  // the same on every rank: splits are collective
+  if (color < 0) return nullptr;
+  std::vector<int> members;
+  for (int r = 0; r < size_; ++r)
+    if (all[2 * static_cast<std::size_t>(r)] == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+    return all[2 * static_cast<std::size_t>(a) + 1] < all[2 * static_cast<std::size_t>(b) + 1];
+  });
+  const int rank =
+      static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  // Every member derives the same token: no store round trip, and no two communicators share one.
+  const std::uint64_t token =
+      std::hash<std::string>{}(fmt::format("{:x}/{}/{}", token_, split, color)) | 1;
+  auto store = std::make_shared<PrefixStore>(store::keys::split_space(split, color), store_);
+  return std::make_shared<Impl>(*this, std::move(store), std::move(members), rank, token);
+}
+
+// "rank 3", or "rank 1 (rank 3 of the parent)" in a communicator made by split().
+std::string Communicator::Impl::who(int rank) const {
+  if (parent_ranks_.empty() || rank < 0 || rank >= size_) return fmt::format("rank {}", rank);
+  return fmt::format("rank {} (rank {} of the parent)", rank,
+                     parent_ranks_[static_cast<std::size_t>(rank)]);
 }
 
 Communicator::Impl::~Impl() {
@@ -149,6 +201,15 @@ std::string Communicator::describe() const {
   LOOM_REQUIRE_IMPL("describe");
   return impl_->describe();
 }
+Communicator::Communicator(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+std::optional<Communicator> Communicator::split(int color, int key) {
+  LOOM_REQUIRE_IMPL("split");
+  auto child = impl_->split(color, key);
+  if (!child) return std::nullopt;
+  return Communicator(std::move(child));
+}
+
 void Communicator::destroy() {
   if (impl_) impl_->shutdown();
 }
@@ -168,6 +229,25 @@ Collective make(Kind kind, const void* in, void* out, std::size_t count, DataTyp
   c.dtype = dtype;
   c.op = op;
   c.root = root;
+  return c;
+}
+
+// The uneven calls: their counts and displacements are copied (an async call may outlive them).
+Collective make_uneven(Kind kind, const void* in, void* out, DataType dtype, ReduceOp op,
+                       std::span<const std::size_t> send_counts,
+                       std::span<const std::size_t> send_displs,
+                       std::span<const std::size_t> counts, std::span<const std::size_t> displs,
+                       CudaStream stream) {
+  auto layout = std::make_shared<algorithms::Layout>();
+  layout->send_counts.assign(send_counts.begin(), send_counts.end());
+  layout->send_displs.assign(send_displs.begin(), send_displs.end());
+  layout->counts.assign(counts.begin(), counts.end());
+  layout->displs.assign(displs.begin(), displs.end());
+  std::size_t total = 0;
+  if (kind != Kind::all_to_all_v)
+    for (std::size_t k : counts) total += k;  // wraps only where validate() refuses anyway
+  Collective c = make(kind, in, out, total, dtype, op, 0, stream);
+  c.layout = std::move(layout);
   return c;
 }
 }  // namespace
@@ -196,6 +276,46 @@ Work Communicator::reduce_async(const void* in, void* out, std::size_t count, Da
                                 ReduceOp op, int root, CudaStream stream) {
   LOOM_REQUIRE_IMPL("reduce");
   return impl_->submit(make(Kind::reduce, in, out, count, dtype, op, root, stream));
+}
+Work Communicator::gather_async(const void* in, void* out, std::size_t count, DataType dtype,
+                                int root, CudaStream stream) {
+  LOOM_REQUIRE_IMPL("gather");
+  return impl_->submit(make(Kind::gather, in, out, count, dtype, ReduceOp::sum, root, stream));
+}
+Work Communicator::scatter_async(const void* in, void* out, std::size_t count, DataType dtype,
+                                 int root, CudaStream stream) {
+  LOOM_REQUIRE_IMPL("scatter");
+  return impl_->submit(make(Kind::scatter, in, out, count, dtype, ReduceOp::sum, root, stream));
+}
+Work Communicator::all_to_all_async(const void* in, void* out, std::size_t count, DataType dtype,
+                                    CudaStream stream) {
+  LOOM_REQUIRE_IMPL("all_to_all");
+  return impl_->submit(make(Kind::all_to_all, in, out, count, dtype, ReduceOp::sum, 0, stream));
+}
+Work Communicator::all_to_all_v_async(const void* in, std::span<const std::size_t> send_counts,
+                                      std::span<const std::size_t> send_displs, void* out,
+                                      std::span<const std::size_t> recv_counts,
+                                      std::span<const std::size_t> recv_displs, DataType dtype,
+                                      CudaStream stream) {
+  LOOM_REQUIRE_IMPL("all_to_all_v");
+  return impl_->submit(make_uneven(Kind::all_to_all_v, in, out, dtype, ReduceOp::sum, send_counts,
+                                   send_displs, recv_counts, recv_displs, stream));
+}
+Work Communicator::all_gather_v_async(const void* in, void* out,
+                                      std::span<const std::size_t> counts,
+                                      std::span<const std::size_t> displs, DataType dtype,
+                                      CudaStream stream) {
+  LOOM_REQUIRE_IMPL("all_gather_v");
+  return impl_->submit(make_uneven(Kind::all_gather_v, in, out, dtype, ReduceOp::sum, {}, {},
+                                   counts, displs, stream));
+}
+Work Communicator::reduce_scatter_v_async(const void* in, void* out,
+                                          std::span<const std::size_t> counts,
+                                          std::span<const std::size_t> displs, DataType dtype,
+                                          ReduceOp op, CudaStream stream) {
+  LOOM_REQUIRE_IMPL("reduce_scatter_v");
+  return impl_->submit(
+      make_uneven(Kind::reduce_scatter_v, in, out, dtype, op, {}, {}, counts, displs, stream));
 }
 Work Communicator::barrier_async() {
   LOOM_REQUIRE_IMPL("barrier");
@@ -236,6 +356,44 @@ void Communicator::reduce(const void* in, void* out, std::size_t count, DataType
                           int root, CudaStream stream) {
   LOOM_REQUIRE_IMPL("reduce");
   impl_->run(make(Kind::reduce, in, out, count, dtype, op, root, stream));
+}
+void Communicator::gather(const void* in, void* out, std::size_t count, DataType dtype, int root,
+                          CudaStream stream) {
+  LOOM_REQUIRE_IMPL("gather");
+  impl_->run(make(Kind::gather, in, out, count, dtype, ReduceOp::sum, root, stream));
+}
+void Communicator::scatter(const void* in, void* out, std::size_t count, DataType dtype, int root,
+                           CudaStream stream) {
+  LOOM_REQUIRE_IMPL("scatter");
+  impl_->run(make(Kind::scatter, in, out, count, dtype, ReduceOp::sum, root, stream));
+}
+void Communicator::all_to_all(const void* in, void* out, std::size_t count, DataType dtype,
+                              CudaStream stream) {
+  LOOM_REQUIRE_IMPL("all_to_all");
+  impl_->run(make(Kind::all_to_all, in, out, count, dtype, ReduceOp::sum, 0, stream));
+}
+void Communicator::all_to_all_v(const void* in, std::span<const std::size_t> send_counts,
+                                std::span<const std::size_t> send_displs, void* out,
+                                std::span<const std::size_t> recv_counts,
+                                std::span<const std::size_t> recv_displs, DataType dtype,
+                                CudaStream stream) {
+  LOOM_REQUIRE_IMPL("all_to_all_v");
+  impl_->run(make_uneven(Kind::all_to_all_v, in, out, dtype, ReduceOp::sum, send_counts,
+                         send_displs, recv_counts, recv_displs, stream));
+}
+void Communicator::all_gather_v(const void* in, void* out, std::span<const std::size_t> counts,
+                                std::span<const std::size_t> displs, DataType dtype,
+                                CudaStream stream) {
+  LOOM_REQUIRE_IMPL("all_gather_v");
+  impl_->run(make_uneven(Kind::all_gather_v, in, out, dtype, ReduceOp::sum, {}, {}, counts, displs,
+                         stream));
+}
+void Communicator::reduce_scatter_v(const void* in, void* out, std::span<const std::size_t> counts,
+                                    std::span<const std::size_t> displs, DataType dtype,
+                                    ReduceOp op, CudaStream stream) {
+  LOOM_REQUIRE_IMPL("reduce_scatter_v");
+  impl_->run(
+      make_uneven(Kind::reduce_scatter_v, in, out, dtype, op, {}, {}, counts, displs, stream));
 }
 void Communicator::barrier() {
   LOOM_REQUIRE_IMPL("barrier");

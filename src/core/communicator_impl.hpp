@@ -36,6 +36,10 @@ class Communicator::Impl {
   // route_hint: the store's host, so that data connections listen where it is reached.
   Impl(std::shared_ptr<Store> store, int rank, int size, const Options& options,
        const std::string& route_hint);
+  // A child of `parent` made by split(): `members` are its ranks' ranks in the parent, this one
+  // is `rank`; `store` its own key space, `token` its own job token.
+  Impl(const Impl& parent, std::shared_ptr<Store> store, std::vector<int> members, int rank,
+       std::uint64_t token);
   ~Impl();
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
@@ -52,19 +56,31 @@ class Communicator::Impl {
   void abort();
   // Waits for the running and queued calls, then closes everything; idempotent.
   void shutdown();
+  // Communicator::split: the child this rank joins, or null for a negative color.
+  std::shared_ptr<Impl> split(int color, int key);
 
-  // When this rank hosts the store (init()): it lives as long as the communicator.
-  std::unique_ptr<StoreServer> hosted_server;
+  // When this rank hosts the store (init()): it lives as long as the communicator and every
+  // communicator split from it.
+  std::shared_ptr<StoreServer> hosted_server;
 
  private:
+  // The engine, the monitor and the worker: the last steps of either constructor.
+  void start();
+  // "rank 3", or "rank 1 (rank 3 of the parent)" for a communicator made by split().
+  std::string who(int rank) const;
+
   // transport_setup.cpp
-  void build_transports(std::uint64_t token, const std::string& route_hint);
+  void build_transports();
   std::string describe_peers() const;
   algorithms::SelectionInputs selection_inputs() const;
   void log_rdma_choice(const std::string& mine, const std::string& why) const;
 
   // call_checks.cpp
   void validate(const algorithms::Collective& c) const;
+  template <typename Bad>
+  void validate_layout(const algorithms::Collective& c, const Bad& bad) const;
+  std::size_t bytes_read(const algorithms::Collective& c) const;
+  std::size_t bytes_written(const algorithms::Collective& c) const;
   bool reads(const algorithms::Collective& c) const;
   bool writes(const algorithms::Collective& c) const;
   void place(algorithms::Collective& c);
@@ -91,6 +107,10 @@ class Communicator::Impl {
   base::Config config_;
   std::shared_ptr<Store> store_;  // this communicator's key space
   core::Topology topology_;
+  std::string route_hint_;         // where the store is reached: data connections listen there too
+  std::uint64_t token_ = 0;        // the job token: names this communicator's connections
+  std::vector<int> parent_ranks_;  // by rank, its rank in the parent (split() only)
+  std::uint64_t splits_ = 0;       // split() calls so far: each gets a key space of its own
   std::string listen_address_;
   std::string transport_summary_;
   std::unique_ptr<transport::TransportTable> transport_;

@@ -15,7 +15,7 @@ void Communicator::Impl::abort() {
   if (destroyed_) return;
   base::AbortRecord mine{
       base::AbortRecord::Kind::aborted, rank_, rank_,
-      fmt::format("rank {} on host {} aborted its communicator", rank_, host_of(rank_))};
+      fmt::format("{} on host {} aborted its communicator", who(rank_), host_of(rank_))};
   if (!halt_.trigger(mine, true)) return;
   // A running call sees the halt at its next wait (within its spin window or 100 ms of
   // sleep), fails, and tells the others; the connections are closed once the engine is idle,
@@ -86,21 +86,21 @@ base::AbortRecord Communicator::Impl::record_of(const Error& e) const {
       return {Kind::mismatch, rank_, -1,
               "collective mismatch: " + static_cast<const CollectiveMismatch&>(e).detail()};
     case ErrorKind::timeout:
-      return {Kind::timeout, rank_, -1, fmt::format("rank {} timed out: {}", rank_, e.what())};
+      return {Kind::timeout, rank_, -1, fmt::format("{} timed out: {}", who(rank_), e.what())};
     case ErrorKind::aborted:
       return {Kind::aborted, rank_, rank_,
-              fmt::format("rank {} on host {} aborted its communicator", rank_, host_of(rank_))};
+              fmt::format("{} on host {} aborted its communicator", who(rank_), host_of(rank_))};
     case ErrorKind::peer:
       if (const int peer = static_cast<const PeerError&>(e).peer(); peer >= 0)
         return {Kind::peer_failed, rank_, peer,
-                fmt::format("rank {} on host {} is gone or failed (seen by rank {}: {})", peer,
-                            host_of(peer), rank_, e.what())};
+                fmt::format("{} on host {} is gone or failed (seen by {}: {})", who(peer),
+                            host_of(peer), who(rank_), e.what())};
       break;
     default:
       break;
   }
   return {Kind::peer_failed, rank_, rank_,
-          fmt::format("rank {} on host {} failed: {}", rank_, host_of(rank_), e.what())};
+          fmt::format("{} on host {} failed: {}", who(rank_), host_of(rank_), e.what())};
 }
 
 // Publishes `mine` unless a record stands already; returns the one that stands (`mine` when

@@ -73,6 +73,18 @@ std::string Topology::describe() const {
   return fmt::format("{} host(s): {}", by_host.size(), fmt::join(parts, "; "));
 }
 
+Topology Topology::of_ranks(const std::vector<int>& ranks) const {
+  Topology t;
+  for (int r : ranks) {
+    const auto i = static_cast<std::size_t>(r);
+    t.host_of_rank.push_back(host_of_rank[i]);
+    t.pid_of_rank.push_back(pid_of_rank[i]);
+    t.cores_of_rank.push_back(cores_of_rank[i]);
+    t.rdma_of_rank.push_back(rdma_of_rank[i]);
+  }
+  return t;
+}
+
 Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
                            const std::string& rdma) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());

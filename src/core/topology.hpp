@@ -27,6 +27,8 @@ struct Topology {
   std::vector<std::vector<int>> ranks_by_host() const;
   // "host A: ranks 0,1; host B: ranks 2,3" for the INFO log.
   std::string describe() const;
+  // The topology of the ranks `ranks` (renumbered 0, 1, ... in that order).
+  Topology of_ranks(const std::vector<int>& ranks) const;
 };
 
 // Publishes this rank's host id, pid, cores and RDMA port (`rdma`, one word, "-" for none)

@@ -14,9 +14,12 @@
 
 namespace loom {
 
-void Communicator::Impl::build_transports(std::uint64_t token, const std::string& route_hint) {
+// A communicator made by split() has its parent's topology already: it skips the exchange.
+void Communicator::Impl::build_transports() {
+  const bool child = !parent_ranks_.empty();
+  const std::uint64_t token = token_;
   auto tcp = std::make_unique<transport::tcp::TcpTransport>(*store_, rank_, size_, token, config_,
-                                                            route_hint);
+                                                            route_hint_);
   listen_address_ = tcp->listen_address();
   // RDMA is opened before the topology exchange, so that a port is advertised only when it
   // works here; the peers on other hosts that advertise one too are reached through it.
@@ -34,7 +37,8 @@ void Communicator::Impl::build_transports(std::uint64_t token, const std::string
       }
     }
   }
-  topology_ = core::exchange_topology(*store_, rank_, size_, config_.timeout, rdma_port);
+  if (!child)
+    topology_ = core::exchange_topology(*store_, rank_, size_, config_.timeout, rdma_port);
   // The spinning policy follows the ranks that really share this host's cores.
   config_.set_local_world_size(topology_.ranks_on_host_of(rank_));
   config_.any_host_oversubscribed = topology_.any_host_oversubscribed();

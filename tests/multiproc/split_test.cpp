@@ -1,0 +1,129 @@
+// Communicator::split: groups by color, ordered by key then rank; nested splits; calls on parent
+// and child interleaved; a child that fails while its parent works on; a parent destroyed first.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "../support/ranks.hpp"
+
+namespace loom {
+namespace {
+
+using testing::run_ranks;
+
+std::int64_t sum_over(Communicator& comm, std::int64_t mine) {
+  std::int64_t total = 0;
+  comm.all_reduce(&mine, &total, 1, DataType::i64, ReduceOp::sum);
+  return total;
+}
+
+class Split : public ::testing::TestWithParam<std::tuple<int, std::string>> {
+ protected:
+  testing::RunOptions run_options() const {
+    testing::RunOptions o;
+    o.options.transport = std::get<1>(GetParam());
+    return o;
+  }
+};
+
+// Even and odd ranks, each group ordered backwards by its key; the parent's and the children's
+// calls interleaved.
+TEST_P(Split, ColorsGroupRanksOrderedByKeyAndCallsInterleave) {
+  run_ranks(
+      std::get<0>(GetParam()),
+      [](Communicator& comm) {
+        const int n = comm.size(), r = comm.rank();
+        auto child = comm.split(r % 2, -r);
+        ASSERT_TRUE(child.has_value());
+        const int members = (n + 1 - r % 2) / 2;
+        EXPECT_EQ(child->size(), members);
+        // Keys reverse the order: the highest parent rank of the color is rank 0.
+        const int position = (r - r % 2) / 2;
+        EXPECT_EQ(child->rank(), members - 1 - position);
+        for (int round = 0; round < 3; ++round) {
+          std::int64_t expected = 0;
+          for (int q = r % 2; q < n; q += 2) expected += q + round;
+          EXPECT_EQ(sum_over(*child, r + round), expected);
+          EXPECT_EQ(sum_over(comm, 1), n);
+          std::vector<std::int32_t> all(static_cast<std::size_t>(child->size()));
+          const std::int32_t mine = r;
+          child->all_gather(&mine, all.data(), 1, DataType::i32);
+          for (int c = 0; c < child->size(); ++c)
+            EXPECT_EQ(all[static_cast<std::size_t>(c)], r % 2 + 2 * (members - 1 - c));
+        }
+      },
+      run_options());
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Split,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
+                                            ::testing::Values("tcp", "shm")),
+                         [](const auto& info) {
+                           return std::get<1>(info.param) + "_world" +
+                                  std::to_string(std::get<0>(info.param));
+                         });
+
+TEST(SplitLayouts, ARankAloneANegativeColorAndNestedSplits) {
+  run_ranks(5, [](Communicator& comm) {
+    const int r = comm.rank();
+    // Rank 0 alone; rank 4 in no group; ranks 1..3 together.
+    auto child = comm.split(r == 0 ? 7 : r == 4 ? -1 : 3, 0);
+    if (r == 4) {
+      EXPECT_FALSE(child.has_value());
+      return;
+    }
+    ASSERT_TRUE(child.has_value());
+    if (r == 0) {
+      EXPECT_EQ(child->size(), 1);
+      EXPECT_EQ(sum_over(*child, 5), 5);
+      return;
+    }
+    EXPECT_EQ(child->size(), 3);
+    EXPECT_EQ(child->rank(), r - 1);
+    EXPECT_EQ(sum_over(*child, r), 6);
+    // A split of the split: {1, 3} and {2}.
+    auto grandchild = child->split(r == 2 ? 1 : 0, 0);
+    ASSERT_TRUE(grandchild.has_value());
+    EXPECT_EQ(grandchild->size(), r == 2 ? 1 : 2);
+    EXPECT_EQ(sum_over(*grandchild, r), r == 2 ? 2 : 4);
+    EXPECT_EQ(sum_over(*child, 1), 3);  // the middle generation still works
+  });
+}
+
+// Rank 2 aborts its child (ranks 1..3 of the parent): the child's other ranks fail naming it by
+// both ranks, while every rank's parent goes on working.
+TEST(SplitFailure, AChildFailingNamesItsRankInBothAndTheParentWorksOn) {
+  run_ranks(4, [](Communicator& comm) {
+    const int r = comm.rank();
+    auto child = comm.split(r == 0 ? 0 : 1, 0);
+    ASSERT_TRUE(child.has_value());
+    if (r > 0) {
+      EXPECT_EQ(sum_over(*child, 1), 3);
+      if (r == 2) {
+        child->abort();
+      } else {
+        try {
+          sum_over(*child, 1);
+          ADD_FAILURE() << "the child's call succeeded without rank 2";
+        } catch (const PeerError& e) {
+          const std::string what = e.what();
+          EXPECT_NE(what.find("rank 1 (rank 2 of the parent)"), std::string::npos) << what;
+        }
+      }
+    }
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(sum_over(comm, 1), 4);
+  });
+}
+
+TEST(SplitLifetime, AChildOutlivesItsParent) {
+  run_ranks(3, [](Communicator& comm) {
+    auto child = comm.split(0, comm.rank());
+    ASSERT_TRUE(child.has_value());
+    comm.destroy();
+    EXPECT_EQ(sum_over(*child, 2), 6);
+    EXPECT_THROW(comm.barrier(), InvalidArgument);
+  });
+}
+
+}  // namespace
+}  // namespace loom
