@@ -46,8 +46,11 @@ class Store {
   }
 };
 
-// Client of a StoreServer over TCP. Thread-safe. Retries the connection until `timeout` passes,
-// so clients may start before the server. Each connection authenticates with the job secret
+// Client of a StoreServer over TCP. Thread-safe: each call has a connection of its own (idle ones
+// are kept for later calls), so a long wait does not hold up other threads' calls. Retries the
+// connection until `timeout` passes, so clients may start before the server (and a server busy
+// with unauthenticated connections may turn it away for a while). Each connection authenticates
+// with the job secret
 // (`secret`, else LOOM_SECRET or LOOM_SECRET_FILE) in an HMAC-SHA256 challenge-response, and
 // checks that the server knows it too; without a secret on both sides nothing is checked.
 class TcpStore : public Store {
