@@ -78,10 +78,14 @@ class TcpStore : public Store {
 };
 
 // A store in a shared file (file:///path): for launches where ranks share a file system but no
-// rank can host a server. Uses advisory locks; waits poll the file.
+// rank can host a server. Uses advisory locks; waits poll the file. An operation waits at most
+// `timeout` for the lock (get and wait: their own timeout), then raises TimeoutError naming the
+// file. The file must be this user's and not writable by others; it is not authenticated
+// otherwise (see the README). The log is compacted as it grows.
 class FileStore : public Store {
  public:
-  explicit FileStore(std::string path);
+  explicit FileStore(std::string path,
+                     std::chrono::milliseconds timeout = std::chrono::seconds(60));
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
   std::int64_t add(const std::string& key, std::int64_t delta) override;
@@ -94,6 +98,7 @@ class FileStore : public Store {
 
  private:
   std::string path_;
+  std::chrono::milliseconds timeout_;
 };
 
 // Every key is seen through `prefix + "/"`; lets several communicators share one store.
