@@ -78,10 +78,10 @@ class TcpStore : public Store {
 };
 
 // A store in a shared file (file:///path): for launches where ranks share a file system but no
-// rank can host a server. Uses advisory locks; waits poll the file. An operation waits at most
-// `timeout` for the lock (get and wait: their own timeout), then raises TimeoutError naming the
-// file. The file must be this user's and not writable by others; it is not authenticated
-// otherwise (see the README). The log is compacted as it grows.
+// rank can host a server. Uses an advisory lock on `<path>.lock`; waits poll the file. An
+// operation waits at most `timeout` for the lock (get and wait: their own timeout), then raises
+// TimeoutError naming the file. Both files must be this user's and not writable by others; they
+// are not authenticated otherwise (see the README). The log is compacted as it grows.
 class FileStore : public Store {
  public:
   explicit FileStore(std::string path,

@@ -1,6 +1,6 @@
 // FileStore: an append-only log of set/remove records in one shared file
-// (store/file_store_log.hpp), serialised by flock, and rewritten as one record per key when it has
-// grown past twice that.
+// (store/file_store_log.hpp), serialised by flock on a companion lock file, and rewritten as one
+// record per key when it has grown past twice that.
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -33,26 +33,82 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
-// The file open and locked for one operation. Only this user's regular file, writable by
-// nobody else, is accepted: whoever can write it controls the rendezvous.
+// A descriptor closed when it goes out of scope.
+class Descriptor {
+ public:
+  explicit Descriptor(int fd) : fd_(fd) {}
+  ~Descriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Opens a file of the store: only this user's regular file, writable by nobody else, is
+// accepted (whoever can write it controls the rendezvous), and never through a symbolic link.
+int open_checked(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    const int err = errno;
+    throw StoreError(fmt::format("file store {}: open: {}{}", path, std::strerror(err),
+                                 err == ELOOP ? " (a symbolic link is not accepted)" : ""));
+  }
+  using FileStatus = struct stat;
+  FileStatus st{};
+  std::string wrong;
+  if (::fstat(fd, &st) != 0)
+    wrong = "fstat: " + errno_text();
+  else if (!S_ISREG(st.st_mode))
+    wrong = "not a regular file";
+  else if (st.st_uid != ::geteuid())
+    wrong = fmt::format("owned by uid {}, not by this user (uid {})", st.st_uid, ::geteuid());
+  else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    wrong =
+        fmt::format("writable by group or others (mode {:04o}; chmod go-w it)", st.st_mode & 07777);
+  if (!wrong.empty()) {
+    ::close(fd);
+    throw StoreError(fmt::format("file store {}: refused: {}", path, wrong));
+  }
+  return fd;
+}
+
+// Polls the lock rather than blocking on it: a holder that is stopped or hung (an NFS lock
+// server) costs an operation its deadline, not forever.
+void lock_until(int fd, const std::string& path, const base::Deadline& deadline) {
+  auto pause = std::chrono::milliseconds(1);
+  const auto started = std::chrono::steady_clock::now();
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR)
+      throw StoreError(fmt::format("file store {}: lock: {}", path, errno_text()));
+    if (deadline.expired()) {
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - started);
+      throw TimeoutError(fmt::format(
+          "file store {}: another process held the lock for all of {} ms (stopped or hung "
+          "while holding it?)",
+          path, waited.count()));
+    }
+    std::this_thread::sleep_for(
+        std::min(pause, std::chrono::milliseconds(deadline.remaining_ms(50))));
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+}
+
+// The log open for one operation, under the lock of `<path>.lock`. The lock has a file of its
+// own because compaction replaces the log: a lock on the log itself would be on the old file for
+// whoever waited for it meanwhile (and on NFS, on a stale handle).
 class LockedFile {
  public:
-  LockedFile(const std::string& path, const base::Deadline& deadline) : path_(path) {
-    for (;;) {
-      open_checked();
-      lock(deadline);
-      // A compaction may have replaced the file while this process waited for the old one.
-      struct stat held {
-      }, now{};
-      if (::fstat(fd_, &held) == 0 && held.st_nlink > 0 && ::lstat(path.c_str(), &now) == 0 &&
-          held.st_ino == now.st_ino && held.st_dev == now.st_dev)
-        return;
-      ::close(fd_);
-      if (deadline.expired())
-        throw TimeoutError(fmt::format("file store {}: the file kept being replaced", path));
-    }
+  LockedFile(const std::string& path, const base::Deadline& deadline)
+      : path_(path), lock_(open_checked(path + ".lock")) {
+    lock_until(lock_.get(), path + ".lock", deadline);
+    fd_ = open_checked(path);
   }
-  ~LockedFile() { ::close(fd_); }  // closing the descriptor releases the lock
+  ~LockedFile() { ::close(fd_); }  // then the lock's descriptor: that releases the lock
   LockedFile(const LockedFile&) = delete;
   LockedFile& operator=(const LockedFile&) = delete;
 
@@ -101,54 +157,6 @@ class LockedFile {
   }
 
  private:
-  void open_checked() {
-    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd_ < 0)
-      throw StoreError(fmt::format("file store {}: open: {}{}", path_, errno_text(),
-                                   errno == ELOOP ? " (a symbolic link is not accepted)" : ""));
-    struct stat st {};
-    std::string wrong;
-    if (::fstat(fd_, &st) != 0)
-      wrong = "fstat: " + errno_text();
-    else if (!S_ISREG(st.st_mode))
-      wrong = "not a regular file";
-    else if (st.st_uid != ::geteuid())
-      wrong = fmt::format("owned by uid {}, not by this user (uid {})", st.st_uid, ::geteuid());
-    else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
-      wrong = fmt::format("writable by group or others (mode {:04o}; chmod go-w it)",
-                          st.st_mode & 07777);
-    if (!wrong.empty()) {
-      ::close(fd_);
-      throw StoreError(fmt::format("file store {}: refused: {}", path_, wrong));
-    }
-  }
-
-  // Polls the lock rather than blocking on it: a holder that is stopped or hung (an NFS lock
-  // server) costs this operation its deadline, not forever.
-  void lock(const base::Deadline& deadline) {
-    auto pause = std::chrono::milliseconds(1);
-    const auto started = std::chrono::steady_clock::now();
-    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      if (errno != EWOULDBLOCK && errno != EINTR) {
-        const std::string why = errno_text();
-        ::close(fd_);
-        throw StoreError(fmt::format("file store {}: lock: {}", path_, why));
-      }
-      if (deadline.expired()) {
-        ::close(fd_);
-        const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
-            std::chrono::steady_clock::now() - started);
-        throw TimeoutError(
-            fmt::format("file store {}: another process held the lock for all of "
-                        "{} ms (stopped or hung while holding it?)",
-                        path_, waited.count()));
-      }
-      std::this_thread::sleep_for(
-          std::min(pause, std::chrono::milliseconds(deadline.remaining_ms(50))));
-      pause = std::min(pause * 2, std::chrono::milliseconds(50));
-    }
-  }
-
   static bool write_all(int fd, const std::vector<std::uint8_t>& bytes, off_t at) {
     for (std::size_t done = 0; done < bytes.size();) {
       const ssize_t n =
@@ -188,6 +196,7 @@ class LockedFile {
   }
 
   std::string path_;
+  Descriptor lock_;
   int fd_ = -1;
   std::size_t size_ = 0;  // bytes of complete records
 };

@@ -28,6 +28,7 @@ class FileStoreFile : public ::testing::Test {
   }
   void TearDown() override {
     std::filesystem::remove(path_);
+    std::filesystem::remove(path_ + ".lock");
     std::filesystem::remove(path_ + ".link");
   }
   std::uintmax_t file_size() const { return std::filesystem::file_size(path_); }
@@ -83,7 +84,7 @@ TEST_F(FileStoreFile, ALockHeldByAStoppedProcessEndsInATimeoutErrorNamingTheFile
   FileStore store(path_, 300ms);
   store.set("k", std::string("v"));
   // Another open file description holding the lock: a process stopped in the middle of a write.
-  const int holder = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
+  const int holder = ::open((path_ + ".lock").c_str(), O_RDWR | O_CLOEXEC);
   ASSERT_EQ(::flock(holder, LOCK_EX), 0);
   for (auto& op : std::vector<std::function<void()>>{
            [&] { store.set("k", std::string("w")); },
@@ -103,7 +104,7 @@ TEST_F(FileStoreFile, ALockHeldByAStoppedProcessEndsInATimeoutErrorNamingTheFile
       ::close(holder);  // lets the blocked operation finish
       FAIL() << "the operation waited for the lock for more than 5 s";
     }
-    EXPECT_NE(attempt.get().find(path_), std::string::npos);
+    EXPECT_NE(attempt.get().find(path_ + ".lock"), std::string::npos);
   }
   ::close(holder);
   EXPECT_EQ(store.get_string("k", 1s), "v");

@@ -44,7 +44,10 @@ class StoreContract : public ::testing::TestWithParam<std::string> {
     }
   }
   void TearDown() override {
-    if (!file_.empty()) ::unlink(file_.c_str());
+    if (!file_.empty()) {
+      ::unlink(file_.c_str());
+      ::unlink((file_ + ".lock").c_str());
+    }
   }
   std::unique_ptr<StoreServer> server_;
   std::string file_;
