@@ -1,5 +1,6 @@
 // TcpStore client: each request goes out on a connection of its own, taken from a small pool of
 // idle ones (or made), so that one thread's long wait does not hold up other threads' calls.
+#include <poll.h>
 #include <unistd.h>
 
 #include <array>
@@ -117,14 +118,19 @@ class TcpStore::Impl {
     int fd;
   };
 
+  // An idle connection, unless the server has closed it meanwhile; else a new one.
   int acquire() {
-    {
-      std::lock_guard lock(mu_);
-      if (!idle_.empty()) {
-        const int fd = idle_.back();
+    for (;;) {
+      int fd = -1;
+      {
+        std::lock_guard lock(mu_);
+        if (idle_.empty()) break;
+        fd = idle_.back();
         idle_.pop_back();
-        return fd;
       }
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 0) == 0) return fd;  // nothing pending: neither EOF nor stray bytes
+      ::close(fd);
     }
     return connect(Deadline(kRequestTimeout));
   }

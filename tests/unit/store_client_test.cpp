@@ -44,6 +44,17 @@ TEST(Stores, GetWithTheLongestTimeoutWaitsForTheValue) {
   setter.get();
 }
 
+TEST(Stores, AClientCarriesOnWithARestartedServer) {
+  auto server = std::make_unique<StoreServer>("127.0.0.1", 0, std::string());
+  const std::uint16_t port = server->port();
+  TcpStore client("127.0.0.1", port, 2s, std::string());
+  client.set("before", std::string("1"));
+  server.reset();  // closes the client's idle connection
+  server = std::make_unique<StoreServer>("127.0.0.1", port, std::string());
+  EXPECT_NO_THROW(client.set("after", std::string("2")));
+  EXPECT_EQ(client.get_string("after", 1s), "2");
+}
+
 // A server that authenticates nobody, answers the first request with `reply_body` and stays.
 class OneReplyServer {
  public:
