@@ -135,6 +135,26 @@ TEST(StoreServer, KeepsServingAfterAcceptRunsOutOfDescriptors) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+TEST(StoreServer, RaisesTheSoftDescriptorLimitToTheHardOne) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // a fresh process: the limit is raised once per process
+    rlimit limit{};
+    ::getrlimit(RLIMIT_NOFILE, &limit);
+    if (limit.rlim_max < 64) ::_exit(2);
+    limit.rlim_cur = limit.rlim_max / 2;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+    StoreServer server("127.0.0.1", 0, std::string());
+    rlimit now{};
+    ::getrlimit(RLIMIT_NOFILE, &now);
+    ::_exit(now.rlim_cur == limit.rlim_max ? 0 : 1);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the soft limit was left below the hard one";
+}
+
 TEST(StoreServer, AClientThatGoesAwayDuringAWaitFreesItsConnectionAtOnce) {
   StoreServer server("127.0.0.1", 0, std::string());
   const int before = open_sockets();
