@@ -46,8 +46,11 @@ class Store {
   }
 };
 
-// Client of a StoreServer over TCP. Thread-safe. Retries the connection until `timeout` passes,
-// so clients may start before the server. Each connection authenticates with the job secret
+// Client of a StoreServer over TCP. Thread-safe: each call has a connection of its own (idle ones
+// are kept for later calls), so a long wait does not hold up other threads' calls. Retries the
+// connection until `timeout` passes, so clients may start before the server (and a server busy
+// with unauthenticated connections may turn it away for a while). Each connection authenticates
+// with the job secret
 // (`secret`, else LOOM_SECRET or LOOM_SECRET_FILE) in an HMAC-SHA256 challenge-response, and
 // checks that the server knows it too; without a secret on both sides nothing is checked.
 class TcpStore : public Store {
@@ -75,10 +78,14 @@ class TcpStore : public Store {
 };
 
 // A store in a shared file (file:///path): for launches where ranks share a file system but no
-// rank can host a server. Uses advisory locks; waits poll the file.
+// rank can host a server. Uses an advisory lock on `<path>.lock`; waits poll the file. An
+// operation waits at most `timeout` for the lock (get and wait: their own timeout), then raises
+// TimeoutError naming the file. Both files must be this user's and not writable by others; they
+// are not authenticated otherwise (see the README). The log is compacted as it grows.
 class FileStore : public Store {
  public:
-  explicit FileStore(std::string path);
+  explicit FileStore(std::string path,
+                     std::chrono::milliseconds timeout = std::chrono::seconds(60));
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
   std::int64_t add(const std::string& key, std::int64_t delta) override;
@@ -91,6 +98,7 @@ class FileStore : public Store {
 
  private:
   std::string path_;
+  std::chrono::milliseconds timeout_;
 };
 
 // Every key is seen through `prefix + "/"`; lets several communicators share one store.

@@ -5,10 +5,13 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -27,19 +30,38 @@ std::string_view bytes_of(const Nonce& n) {
 
 }  // namespace
 
+std::string read_secret_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw InvalidArgument(
+        fmt::format("LOOM_SECRET_FILE: cannot read {}: {}", path, std::strerror(errno)));
+  struct stat st {};
+  const bool stat_ok = ::fstat(fd, &st) == 0;
+  std::string s;
+  char buf[4096];
+  for (ssize_t n; stat_ok && (n = ::read(fd, buf, sizeof(buf))) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    s.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  if (!stat_ok) throw InvalidArgument(fmt::format("LOOM_SECRET_FILE: cannot stat {}", path));
+  // As ssh does with private keys: a secret others can read is no secret, so it is refused.
+  if ((st.st_mode & 077) != 0)
+    throw InvalidArgument(
+        fmt::format("LOOM_SECRET_FILE: {} has mode {:04o}, which lets group or others read it; "
+                    "refusing it (chmod 600 {})",
+                    path, st.st_mode & 07777, path));
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  if (s.empty()) throw InvalidArgument(fmt::format("LOOM_SECRET_FILE: {} is empty", path));
+  return s;
+}
+
 const std::string& job_secret() {
   static const std::string secret = [] {
     if (auto s = env_string("LOOM_SECRET"); s && !s->empty()) return *s;
-    if (auto path = env_string("LOOM_SECRET_FILE"); path && !path->empty()) {
-      std::ifstream in(*path, std::ios::binary);
-      if (!in) throw InvalidArgument(fmt::format("LOOM_SECRET_FILE: cannot read {}", *path));
-      std::stringstream text;
-      text << in.rdbuf();
-      std::string s = text.str();
-      while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-      if (s.empty()) throw InvalidArgument(fmt::format("LOOM_SECRET_FILE: {} is empty", *path));
-      return s;
-    }
+    if (auto path = env_string("LOOM_SECRET_FILE"); path && !path->empty())
+      return read_secret_file(*path);
     log().warn(
         "no LOOM_SECRET or LOOM_SECRET_FILE: store and data connections are not authenticated");
     return std::string();

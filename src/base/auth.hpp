@@ -26,6 +26,9 @@ using Mac = std::array<std::uint8_t, 32>;
 // The job secret: LOOM_SECRET, else the contents of the file named by LOOM_SECRET_FILE (a
 // trailing newline dropped); empty when neither is set (then a one-line warning, once).
 const std::string& job_secret();
+// The secret in a file, a trailing newline dropped. Raises InvalidArgument naming the file when
+// it cannot be read, is empty, or is readable by group or others (its mode is named too).
+std::string read_secret_file(const std::string& path);
 
 Nonce random_nonce();
 // HMAC-SHA256 of the concatenation of the parts.

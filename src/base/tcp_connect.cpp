@@ -8,8 +8,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <system_error>
 #include <thread>
+#include <utility>
 
 #include "base/socket_io.hpp"
 
@@ -46,31 +50,76 @@ int try_connect(const addrinfo* ai, const Deadline& deadline, int& err) {
   return fd;
 }
 
+// What a resolver thread hands back; whichever of it and its caller finishes last frees it.
+struct Lookup {
+  std::mutex mu;
+  std::condition_variable done_cv;
+  bool done = false;
+  int status = 0;
+  addrinfo* found = nullptr;
+  ~Lookup() {
+    if (found != nullptr) ::freeaddrinfo(found);
+  }
+};
+
 }  // namespace
 
-int connect_tcp(const std::string& host, std::uint16_t port, const Deadline& deadline,
-                std::string& error, bool retry_refused) {
+AddressList resolve_tcp(const std::string& host, std::uint16_t port, const Deadline& deadline,
+                        std::string& error, const Resolver& resolver) {
+  const std::string service = std::to_string(port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST;
+  addrinfo* found = nullptr;
+  int status = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
+  if (status == 0) return AddressList(found, &::freeaddrinfo);
+  if (status != EAI_NONAME) {
+    error = ::gai_strerror(status);
+    return AddressList(nullptr, &::freeaddrinfo);
+  }
+  hints.ai_flags = 0;
+  auto lookup = std::make_shared<Lookup>();
+  try {
+    std::thread([lookup, resolver, host, service, hints] {
+      addrinfo* result = nullptr;
+      const int rc = resolver(host.c_str(), service.c_str(), &hints, &result);
+      std::lock_guard lock(lookup->mu);
+      lookup->status = rc;
+      lookup->found = rc == 0 ? result : nullptr;
+      lookup->done = true;
+      lookup->done_cv.notify_all();
+    }).detach();
+  } catch (const std::system_error& e) {
+    error = std::string("cannot start the name resolution: ") + e.what();
+    return AddressList(nullptr, &::freeaddrinfo);
+  }
+  std::unique_lock lock(lookup->mu);
+  while (!lookup->done && !deadline.expired())
+    lookup->done_cv.wait_for(lock, std::chrono::milliseconds(deadline.remaining_ms(100)));
+  if (!lookup->done) {
+    error = "resolving " + host + " timed out";
+    return AddressList(nullptr, &::freeaddrinfo);
+  }
+  if (lookup->status != 0) {
+    error = ::gai_strerror(lookup->status);
+    return AddressList(nullptr, &::freeaddrinfo);
+  }
+  return AddressList(std::exchange(lookup->found, nullptr), &::freeaddrinfo);
+}
+
+int connect_tcp(const std::string& host, std::uint16_t port, const Deadline& deadline,
+                std::string& error, bool retry_refused) {
   auto backoff = std::chrono::milliseconds(5);
   for (;;) {
-    addrinfo* res = nullptr;
-    int gai = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
-    int err = 0;
-    if (gai == 0) {
-      for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    if (AddressList addresses = resolve_tcp(host, port, deadline, error)) {
+      int err = 0;
+      for (addrinfo* ai = addresses.get(); ai != nullptr; ai = ai->ai_next) {
         int fd = try_connect(ai, deadline, err);
-        if (fd >= 0) {
-          ::freeaddrinfo(res);
-          return fd;
-        }
+        if (fd >= 0) return fd;
       }
-      ::freeaddrinfo(res);
       error = std::strerror(err);
       if (err == ECONNREFUSED && !retry_refused) return -1;
-    } else {
-      error = ::gai_strerror(gai);
     }
     if (deadline.expired()) return -1;
     std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(

@@ -1,8 +1,12 @@
-// TcpStore client: synchronous requests over one connection, guarded by a mutex.
+// TcpStore client: each request goes out on a connection of its own, taken from a small pool of
+// idle ones (or made), so that one thread's long wait does not hold up other threads' calls.
+#include <poll.h>
 #include <unistd.h>
 
 #include <array>
 #include <mutex>
+#include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -26,110 +30,180 @@ namespace {
 constexpr std::chrono::milliseconds kRequestTimeout = std::chrono::seconds(60);
 // Server-side waits answer before the client gives up on the connection.
 constexpr std::chrono::milliseconds kReplyGrace = std::chrono::seconds(10);
+// Idle connections kept for later calls; more concurrent calls open more, then close them.
+constexpr std::size_t kMaxIdleConnections = 4;
+
+// The wait the server is asked for: at most 2^31 - 1 ms, so the client's own bound (that plus
+// kReplyGrace) cannot overflow.
+std::uint32_t clamp_ms(std::chrono::milliseconds t) {
+  return static_cast<std::uint32_t>(std::clamp<long long>(t.count(), 0, 0x7fffffff));
+}
+std::chrono::milliseconds reply_timeout_for(std::chrono::milliseconds wait) {
+  return std::chrono::milliseconds(clamp_ms(wait)) + kReplyGrace;
+}
+
+// Runs a decoder of the server's reply; a malformed reply is a StoreError naming the call.
+template <typename Context, typename Decode>
+auto decoded(const Context& context, Decode&& decode) -> decltype(decode()) {
+  try {
+    return decode();
+  } catch (const StoreError& e) {
+    throw StoreError(fmt::format("{}: {}", context(), e.what()));
+  }
+}
 }  // namespace
 
 class TcpStore::Impl {
  public:
   Impl(std::string host, std::uint16_t port, std::chrono::milliseconds timeout, std::string secret)
       : host_(std::move(host)), port_(port), secret_(std::move(secret)) {
-    connect(Deadline(timeout));
+    idle_.push_back(connect(Deadline(timeout)));
   }
   ~Impl() {
-    if (fd_ >= 0) ::close(fd_);
+    for (int fd : idle_) ::close(fd);
   }
   const std::string& host() const { return host_; }
   std::uint16_t port() const { return port_; }
   const std::string& secret() const { return secret_; }
 
-  // Sends one request and returns the reply's payload; raises TimeoutError on a timeout status.
-  std::vector<std::uint8_t> call(const char* what, const std::string& key, WireWriter& request,
-                                 std::chrono::milliseconds reply_timeout) {
-    std::lock_guard lock(mu_);
-    if (fd_ < 0) connect(Deadline(kRequestTimeout));
-    auto& body = request.buffer();
+  // Sends one request and returns the server's OK reply; raises TimeoutError on a timeout status.
+  Reply call(const char* what, const std::string& key, const std::vector<std::uint8_t>& body,
+             std::chrono::milliseconds reply_timeout) {
+    Connection conn(*this);
+    const auto context = [&] {
+      return fmt::format("store {}('{}') on {}:{}", what, key, host_, port_);
+    };
     std::uint32_t len = static_cast<std::uint32_t>(body.size());
     std::vector<std::uint8_t> frame(4 + body.size());
     std::memcpy(frame.data(), &len, 4);
     std::memcpy(frame.data() + 4, body.data(), body.size());
     Deadline deadline(reply_timeout);
-    IoResult r = base::write_exact(fd_, frame.data(), frame.size(), deadline);
+    IoResult r = base::write_exact(conn.fd, frame.data(), frame.size(), deadline);
     std::uint32_t reply_len = 0;
-    if (r == IoResult::ok) r = base::read_exact(fd_, &reply_len, 4, deadline);
-    if (r == IoResult::ok && (reply_len == 0 || reply_len > kMaxMessageBytes)) {
-      drop();
-      throw StoreError(fmt::format("store {}('{}'): reply length {} from {}:{} is invalid", what,
-                                   key, reply_len, host_, port_));
-    }
-    std::vector<std::uint8_t> reply(reply_len);
-    if (r == IoResult::ok) r = base::read_exact(fd_, reply.data(), reply_len, deadline);
+    if (r == IoResult::ok) r = base::read_exact(conn.fd, &reply_len, 4, deadline);
+    if (r == IoResult::ok && (reply_len == 0 || reply_len > kMaxMessageBytes))
+      throw StoreError(fmt::format("{}: reply length {} is invalid", context(), reply_len));
+    std::vector<std::uint8_t> bytes(reply_len);
+    if (r == IoResult::ok) r = base::read_exact(conn.fd, bytes.data(), reply_len, deadline);
+    // On any failure the connection closes: a late reply must not answer a later request.
     if (r != IoResult::ok) {
-      drop();  // the reply may still arrive later: this connection can no longer be trusted
-      std::string msg =
-          fmt::format("store {}('{}') on {}:{}: {}", what, key, host_, port_, base::describe(r));
+      std::string msg = fmt::format("{}: {}", context(), base::describe(r));
       if (r == IoResult::timeout) throw TimeoutError(msg);
       throw StoreError(msg);
     }
-    auto status = static_cast<Status>(reply[0]);
-    reply.erase(reply.begin());
-    if (status == Status::timeout)
-      throw TimeoutError(
-          fmt::format("store {}('{}') on {}:{}: timed out", what, key, host_, port_));
-    if (status == Status::error) {
-      WireReader er(reply.data(), reply.size());
-      std::string why = er.str();
-      drop();
-      throw StoreError(
-          fmt::format("store {}('{}') on {}:{}: server refused: {}", what, key, host_, port_, why));
+    Reply reply = decoded(context, [&] { return parse_reply(bytes.data(), bytes.size()); });
+    switch (reply.status) {
+      case Status::ok:
+        conn.release();
+        return reply;
+      case Status::timeout:
+        conn.release();
+        throw TimeoutError(fmt::format("{}: timed out", context()));
+      case Status::error:
+        break;
     }
-    return reply;
+    std::string why = decoded(context, [&] { return reply_error(reply); });
+    throw StoreError(fmt::format("{}: server refused: {}", context(), why));
   }
 
  private:
-  void connect(const Deadline& deadline) {
-    std::string error;
-    fd_ = base::connect_tcp(host_, port_, deadline, error);
-    if (fd_ < 0)
-      throw TimeoutError(fmt::format("store: cannot connect to {}:{}: {}", host_, port_, error));
-    try {
-      authenticate();
-    } catch (...) {
-      drop();
-      throw;
+  // A connection for one call; it goes back to the pool only after a whole reply was read.
+  struct Connection {
+    explicit Connection(Impl& impl) : impl(impl), fd(impl.acquire()) {}
+    ~Connection() {
+      if (fd >= 0) ::close(fd);
+    }
+    void release() { impl.release(std::exchange(fd, -1)); }
+    Impl& impl;
+    int fd;
+  };
+
+  // An idle connection, unless the server has closed it meanwhile; else a new one.
+  int acquire() {
+    for (;;) {
+      int fd = -1;
+      {
+        std::lock_guard lock(mu_);
+        if (idle_.empty()) break;
+        fd = idle_.back();
+        idle_.pop_back();
+      }
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 0) == 0) return fd;  // nothing pending: neither EOF nor stray bytes
+      ::close(fd);
+    }
+    return connect(Deadline(kRequestTimeout));
+  }
+  void release(int fd) {
+    std::lock_guard lock(mu_);
+    if (idle_.size() < kMaxIdleConnections) {
+      idle_.push_back(fd);
+      return;
+    }
+    ::close(fd);
+  }
+
+  // A server with too many connections awaiting authentication closes new ones before its
+  // challenge: those are tried again until the deadline.
+  int connect(const Deadline& deadline) {
+    auto pause = std::chrono::milliseconds(5);
+    for (;;) {
+      std::string error;
+      const int fd = base::connect_tcp(host_, port_, deadline, error);
+      if (fd < 0)
+        throw TimeoutError(fmt::format("store: cannot connect to {}:{}: {}", host_, port_, error));
+      bool turned_away = false;
+      try {
+        turned_away = !authenticate(fd);
+      } catch (...) {
+        ::close(fd);
+        throw;
+      }
+      if (!turned_away) return fd;
+      ::close(fd);
+      if (deadline.expired())
+        throw TimeoutError(fmt::format(
+            "store: cannot connect to {}:{}: the server closed every connection before its "
+            "challenge (too many connections awaiting authentication)",
+            host_, port_));
+      std::this_thread::sleep_for(
+          std::min(pause, std::chrono::milliseconds(deadline.remaining_ms(1000))));
+      pause = std::min(pause * 2, std::chrono::milliseconds(200));
     }
   }
-  // The server's challenge, this client's response, the server's proof: see core/auth.hpp.
-  void authenticate() {
+  // The server's challenge, this client's response, the server's proof: see base/auth.hpp.
+  // False when the server closed the connection before its challenge.
+  bool authenticate(int fd) {
     const Deadline deadline(kRequestTimeout);
     auto fail = [&](const std::string& why) {
       return StoreError(fmt::format("store: {}:{}: authentication failed: {}", host_, port_, why));
     };
     std::array<std::uint8_t, base::Challenge::kBytes> raw{};
-    if (auto r = base::read_exact(fd_, raw.data(), raw.size(), deadline); r != IoResult::ok)
+    if (auto r = base::read_exact(fd, raw.data(), raw.size(), deadline); r != IoResult::ok) {
+      if (r == IoResult::closed) return false;
       throw fail("no challenge from the server: " + base::describe(r));
+    }
     auto challenge = base::Challenge::decode(raw.data(), raw.size());
     if (!challenge) throw fail("the server's challenge is not Loom's (not a Loom store?)");
     base::Handshake handshake("loom-store", secret_);
     auto reply = handshake.respond(*challenge, {});
     if (!reply.error.empty()) throw fail(reply.error);
-    if (auto r = base::write_exact(fd_, reply.bytes.data(), reply.bytes.size(), deadline);
+    if (auto r = base::write_exact(fd, reply.bytes.data(), reply.bytes.size(), deadline);
         r != IoResult::ok)
       throw fail(base::describe(r));
     std::vector<std::uint8_t> proof(handshake.proof_bytes());
-    if (auto r = base::read_exact(fd_, proof.data(), proof.size(), deadline); r != IoResult::ok)
+    if (auto r = base::read_exact(fd, proof.data(), proof.size(), deadline); r != IoResult::ok)
       throw fail("the server rejected this client's secret (" + base::describe(r) + ")");
     if (!handshake.verify_proof(proof.data(), proof.size(), {}))
       throw fail("the server does not know the job secret");
-  }
-  void drop() {
-    ::close(fd_);
-    fd_ = -1;
+    return true;
   }
 
-  std::mutex mu_;
+  std::mutex mu_;  // guards idle_
+  std::vector<int> idle_;
   std::string host_;
   std::uint16_t port_;
   std::string secret_;
-  int fd_ = -1;
 };
 
 namespace {
@@ -139,8 +213,8 @@ void put_key(WireWriter& w, const std::string& key) {
         fmt::format("store: key of {} bytes exceeds {}", key.size(), kMaxKeyBytes));
   w.str(key);
 }
-std::uint32_t clamp_ms(std::chrono::milliseconds t) {
-  return static_cast<std::uint32_t>(std::clamp<long long>(t.count(), 0, 0x7fffffff));
+std::string context_of(const char* what, const std::string& key, const TcpStore& store) {
+  return fmt::format("store {}('{}') on {}:{}", what, key, store.host(), store.port());
 }
 }  // namespace
 
@@ -160,7 +234,8 @@ void TcpStore::set(const std::string& key, const Bytes& value) {
   w.u8(static_cast<std::uint8_t>(Op::set));
   put_key(w, key);
   w.blob(value);
-  impl_->call("set", key, w, kRequestTimeout);
+  auto reply = impl_->call("set", key, w.buffer(), kRequestTimeout);
+  decoded([&] { return context_of("set", key, *this); }, [&] { return reply_empty(reply); });
 }
 
 Bytes TcpStore::get(const std::string& key, std::chrono::milliseconds timeout) {
@@ -168,9 +243,8 @@ Bytes TcpStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   w.u8(static_cast<std::uint8_t>(Op::get));
   put_key(w, key);
   w.u32(clamp_ms(timeout));
-  auto reply = impl_->call("get", key, w, timeout + kReplyGrace);
-  WireReader r(reply.data(), reply.size());
-  return r.blob();
+  auto reply = impl_->call("get", key, w.buffer(), reply_timeout_for(timeout));
+  return decoded([&] { return context_of("get", key, *this); }, [&] { return reply_value(reply); });
 }
 
 std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
@@ -178,9 +252,9 @@ std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
   w.u8(static_cast<std::uint8_t>(Op::add));
   put_key(w, key);
   w.i64(delta);
-  auto reply = impl_->call("add", key, w, kRequestTimeout);
-  WireReader r(reply.data(), reply.size());
-  return r.i64();
+  auto reply = impl_->call("add", key, w.buffer(), kRequestTimeout);
+  return decoded([&] { return context_of("add", key, *this); },
+                 [&] { return reply_integer(reply); });
 }
 
 Bytes TcpStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
@@ -189,18 +263,18 @@ Bytes TcpStore::compare_set(const std::string& key, const Bytes& expected, const
   put_key(w, key);
   w.blob(expected);
   w.blob(desired);
-  auto reply = impl_->call("compare_set", key, w, kRequestTimeout);
-  WireReader r(reply.data(), reply.size());
-  return r.blob();
+  auto reply = impl_->call("compare_set", key, w.buffer(), kRequestTimeout);
+  return decoded([&] { return context_of("compare_set", key, *this); },
+                 [&] { return reply_value(reply); });
 }
 
 bool TcpStore::remove(const std::string& key) {
   WireWriter w;
   w.u8(static_cast<std::uint8_t>(Op::remove));
   put_key(w, key);
-  auto reply = impl_->call("remove", key, w, kRequestTimeout);
-  WireReader r(reply.data(), reply.size());
-  return r.u8() != 0;
+  auto reply = impl_->call("remove", key, w.buffer(), kRequestTimeout);
+  return decoded([&] { return context_of("remove", key, *this); },
+                 [&] { return reply_flag(reply); });
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
@@ -209,7 +283,9 @@ void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseco
   w.u32(static_cast<std::uint32_t>(keys.size()));
   for (const auto& k : keys) put_key(w, k);
   w.u32(clamp_ms(timeout));
-  impl_->call("wait", keys.empty() ? "" : keys[0], w, timeout + kReplyGrace);
+  const std::string first = keys.empty() ? "" : keys[0];
+  auto reply = impl_->call("wait", first, w.buffer(), reply_timeout_for(timeout));
+  decoded([&] { return context_of("wait", first, *this); }, [&] { return reply_empty(reply); });
 }
 
 std::vector<bool> TcpStore::check(const std::vector<std::string>& keys) {
@@ -217,11 +293,10 @@ std::vector<bool> TcpStore::check(const std::vector<std::string>& keys) {
   w.u8(static_cast<std::uint8_t>(Op::check));
   w.u32(static_cast<std::uint32_t>(keys.size()));
   for (const auto& k : keys) put_key(w, k);
-  auto reply = impl_->call("check", keys.empty() ? "" : keys[0], w, kRequestTimeout);
-  WireReader r(reply.data(), reply.size());
-  std::vector<bool> out;
-  for (std::size_t i = 0; i < keys.size(); ++i) out.push_back(r.u8() != 0);
-  return out;
+  const std::string first = keys.empty() ? "" : keys[0];
+  auto reply = impl_->call("check", first, w.buffer(), kRequestTimeout);
+  return decoded([&] { return context_of("check", first, *this); },
+                 [&] { return reply_flags(reply, keys.size()); });
 }
 
 // ---- PrefixStore --------------------------------------------------------------------------------

@@ -29,4 +29,24 @@ struct Request {
 // above; raises StoreError naming what is wrong. Nothing is allocated beyond what was received.
 Request parse_request(const std::uint8_t* data, std::size_t size);
 
+// One decoded reply body (after the length prefix).
+struct Reply {
+  Status status{};
+  std::vector<std::uint8_t> payload;
+};
+
+// A whole reply frame, length prefix included.
+std::vector<std::uint8_t> encode_reply(Status status, const std::vector<std::uint8_t>& payload);
+// Decodes a reply body; raises StoreError when it is empty or its status is not one above.
+Reply parse_reply(const std::uint8_t* data, std::size_t size);
+
+// The payload of each operation's reply, checked to be exactly that; each raises StoreError
+// naming what is wrong.
+void reply_empty(const Reply& reply);                                  // set, wait
+std::vector<std::uint8_t> reply_value(const Reply& reply);             // get, compare_set
+std::int64_t reply_integer(const Reply& reply);                        // add
+bool reply_flag(const Reply& reply);                                   // remove
+std::vector<bool> reply_flags(const Reply& reply, std::size_t count);  // check
+std::string reply_error(const Reply& reply);  // the server's reason (error)
+
 }  // namespace loom::store::protocol

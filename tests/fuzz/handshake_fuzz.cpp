@@ -9,7 +9,7 @@
 #include "base/auth.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  using namespace loom::core;
+  using namespace loom::base;
   if (auto challenge = Challenge::decode(data, size)) {
     Handshake client("loom-data", "secret");
     auto reply = client.respond(*challenge, "context");

@@ -44,7 +44,10 @@ class StoreContract : public ::testing::TestWithParam<std::string> {
     }
   }
   void TearDown() override {
-    if (!file_.empty()) ::unlink(file_.c_str());
+    if (!file_.empty()) {
+      ::unlink(file_.c_str());
+      ::unlink((file_ + ".lock").c_str());
+    }
   }
   std::unique_ptr<StoreServer> server_;
   std::string file_;
@@ -170,9 +173,10 @@ TEST(StoreServer, RejectsMalformedAndOversizedMessagesAndKeepsServing) {
   EXPECT_EQ(raw_exchange(server.port(), frame(10, {1, 1, 0, 0, 0, 'k', 0, 0, 0, 0})),
             0);  // a valid set
   EXPECT_EQ(raw_exchange(server.port(), frame(11, {1, 1, 0, 0, 0, 'k', 0, 0, 0, 0, 9})),
-            kError);                                           // trailing byte
-  std::vector<std::uint8_t> long_key = {1, 0x00, 0x20, 0, 0};  // key length 8192 > 4096
-  long_key.resize(5 + 8192 + 4, 'a');
+            kError);                                      // trailing byte
+  std::vector<std::uint8_t> long_key(5 + 8192 + 4, 'a');  // a set whose key has 8192 > 4096 bytes
+  const std::uint8_t long_key_header[] = {1, 0x00, 0x20, 0, 0};
+  std::copy(std::begin(long_key_header), std::end(long_key_header), long_key.begin());
   EXPECT_EQ(
       raw_exchange(server.port(), frame(static_cast<std::uint32_t>(long_key.size()), long_key)),
       kError);
