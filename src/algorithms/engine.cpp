@@ -13,10 +13,10 @@ transport::Connection& Engine::connection(int peer) {
   transport::Connection*& known = table[static_cast<std::size_t>(peer)];
   if (known == nullptr) {
     if (device) {
-      known = &transport_.connect_device(peer, deadline_);
+      known = &transport_.connect_device(peer, deadline_, halt_);
       device_path_->attach(*known);
     } else {
-      known = &transport_.connect(peer, deadline_);
+      known = &transport_.connect(peer, deadline_, halt_);
     }
   }
   if (std::find(used_.begin(), used_.end(), known) == used_.end()) used_.push_back(known);

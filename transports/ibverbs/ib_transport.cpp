@@ -431,7 +431,7 @@ void IbTransport::abort() {
   for (auto& [peer, conn] : connections_) conn->close();
 }
 
-Connection& IbTransport::connect(int peer, const base::Deadline&) {
+Connection& IbTransport::connect(int peer, const base::Deadline&, const base::Halt&) {
   if (auto it = connections_.find(peer); it != connections_.end()) return *it->second;
   auto conn = std::make_unique<IbConnection>(store_, rank_, peer, context_, pd_, *cache_, port_,
                                              slot_bytes_, slots_);

@@ -109,7 +109,7 @@ class IbTransport final : public Transport {
   IbTransport(Store& store, int rank, const base::Config& config, PortChoice port);
   ~IbTransport() override;
   std::string_view name() const override { return "ibverbs"; }
-  Connection& connect(int peer, const base::Deadline& deadline) override;
+  Connection& connect(int peer, const base::Deadline& deadline, const base::Halt& halt) override;
   void abort() override;
 
  private:

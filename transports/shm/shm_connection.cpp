@@ -28,7 +28,8 @@ void futex_wake_shared(std::atomic<std::uint32_t>& word) {
             nullptr, 0);
 }
 
-// Alive and not a zombie: a parent that has not reaped a dead child yet must not hide its death.
+}  // namespace
+
 bool process_alive(int pid) {
   if (::kill(pid, 0) != 0) return errno != ESRCH;
   char path[64];
@@ -41,7 +42,6 @@ bool process_alive(int pid) {
   return matched != 1 || (state != 'Z' && state != 'X');
 }
 
-}  // namespace
 
 ShmConnection::ShmConnection(int self, int peer, int peer_pid, void* base, std::size_t bytes,
                              int side, std::string name)

@@ -9,6 +9,9 @@
 
 namespace loom::transport::shm {
 
+// Alive and not a zombie: a parent that has not reaped a dead child yet must not hide its death.
+bool process_alive(int pid);
+
 class ShmConnection final : public Connection {
  public:
   // `side` is 0 for the lower rank of the pair, 1 for the higher.

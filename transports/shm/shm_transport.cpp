@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -53,7 +55,8 @@ std::string ShmTransport::segment_name(int peer) const {
                      std::max(rank_, peer));
 }
 
-Connection& ShmTransport::connect(int peer, const base::Deadline& deadline) {
+Connection& ShmTransport::connect(int peer, const base::Deadline& deadline,
+                                  const base::Halt& halt) {
   if (auto it = connections_.find(peer); it != connections_.end()) return *it->second;
   const int low = std::min(rank_, peer), high = std::max(rank_, peer);
   const std::string name = segment_name(peer);
@@ -90,7 +93,7 @@ Connection& ShmTransport::connect(int peer, const base::Deadline& deadline) {
     // creator that waited could close a cycle of waits. The peer unlinks the name once mapped.
     store_.set(key, name);
   } else {
-    store_.get(key, std::chrono::milliseconds(deadline.remaining_ms(1 << 30)));
+    await_segment(peer, key, deadline, halt);
     int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) throw fail("open", errno);
     struct stat st {};
@@ -116,6 +119,31 @@ Connection& ShmTransport::connect(int peer, const base::Deadline& deadline) {
                                               base, bytes, rank_ == low ? 0 : 1, name);
   base::log().debug("connected: {}", conn->describe());
   return *(connections_[peer] = std::move(conn));
+}
+
+void ShmTransport::await_segment(int peer, const std::string& key, const base::Deadline& deadline,
+                                 const base::Halt& halt) {
+  const int pid = pids_[static_cast<std::size_t>(peer)];
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    if (store_.check({key}).front()) return;
+    if (halt.triggered())
+      halt.raise(
+          fmt::format("shm: rank {} (waiting for rank {} to create the segment)", rank_, peer));
+    if (pid > 0 && !process_alive(pid))
+      throw PeerError(fmt::format("shm: rank {} with rank {}: the peer's process {} is gone "
+                                  "(exited or crashed) before it created the segment",
+                                  rank_, peer, pid),
+                      peer);
+    if (deadline.expired())
+      throw TimeoutError(fmt::format(
+          "shm: rank {} timed out waiting for rank {} to create the segment (is rank {} in the "
+          "same collective?)",
+          rank_, peer, peer));
+    std::this_thread::sleep_for(
+        std::min(pause, std::chrono::milliseconds(deadline.remaining_ms(kSetupPollMs))));
+    pause = std::min(pause * 2, std::chrono::milliseconds(kSetupPollMs));
+  }
 }
 
 }  // namespace loom::transport::shm

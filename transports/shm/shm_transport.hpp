@@ -21,7 +21,7 @@ class ShmTransport final : public Transport {
                std::vector<int> pids, store::keys::Space space = store::keys::Space::shm);
   ~ShmTransport() override;
   std::string_view name() const override { return "shm"; }
-  Connection& connect(int peer, const base::Deadline& deadline) override;
+  Connection& connect(int peer, const base::Deadline& deadline, const base::Halt& halt) override;
   void abort() override;
 
  private:
@@ -33,6 +33,10 @@ class ShmTransport final : public Transport {
   store::keys::Space space_;
   std::map<int, std::unique_ptr<ShmConnection>> connections_;
   std::string segment_name(int peer) const;
+  // The creator's segment, once it has published it; raises when the halt comes, the deadline
+  // passes or the creator's process is gone first.
+  void await_segment(int peer, const std::string& key, const base::Deadline& deadline,
+                     const base::Halt& halt);
 };
 
 }  // namespace loom::transport::shm
