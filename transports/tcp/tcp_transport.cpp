@@ -89,8 +89,9 @@ base::IoResult transfer(int fd, void* buf, std::size_t n, bool sending,
 TcpTransport::TcpTransport(Store& store, int rank, int size, std::uint64_t job_token,
                            const base::Config& config, const std::string& route_hint)
     : store_(store), rank_(rank), job_token_(job_token), config_(config) {
-  std::string ip =
-      choose_local_address(config.socket_ifname, route_hint, config.local_world_size >= size);
+  // Without a route hint, "every rank on this host" is known only when the launcher says so.
+  const bool single_host = config.local_world_size_given && config.local_world_size >= size;
+  std::string ip = choose_local_address(config.socket_ifname, route_hint, single_host);
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0)
     throw PeerError(fmt::format("tcp: rank {}: socket: {}", rank, std::strerror(errno)));

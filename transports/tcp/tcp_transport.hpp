@@ -63,8 +63,8 @@ class TcpTransport final : public Transport {
 };
 
 // The local IPv4 address to listen on: the interface named by `ifname` (exact name or prefix),
-// else the one that routes to `route_hint`, else loopback when every rank is on this host, else
-// the first non-loopback interface.
+// else the one that routes to `route_hint`, else loopback when every rank is known to be on
+// this host, else the first non-loopback interface (loopback when there is none).
 std::string choose_local_address(const std::string& ifname, const std::string& route_hint,
                                  bool single_host);
 
