@@ -169,8 +169,8 @@ void IbConnection::modify(int state, const ConnectionRecord* remote) {
   } else if (state == IBV_QPS_RTS) {
     attr.timeout = 14;  // 4.096 us * 2^14 = 67 ms per try
     attr.retry_cnt = 7;
-    // The most tries short of forever (7): the receive queue has room for every write and credit
-    // the peer can have in flight, so a refusal for want of a receive means a broken peer.
+    // 6, the largest finite count (7 retries forever): the receive queue has room for every
+    // write and credit the peer can have in flight, so running out of receives means a broken peer.
     attr.rnr_retry = 6;
     attr.sq_psn = psn_;
     attr.max_rd_atomic = 1;
