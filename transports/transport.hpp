@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/deadline.hpp"
+#include "base/halt.hpp"
 
 namespace loom::transport {
 
@@ -36,6 +37,10 @@ inline std::string_view to_string(TransportKind kind) {
   }
   return "?";
 }
+
+// Connection setup waits in polls of at most this many milliseconds and looks at the halt
+// between them: abort() or another rank's failure ends it within about that long.
+inline constexpr int kSetupPollMs = 50;
 
 // Set by the sender on every slot: which call the bytes belong to (an opaque signature the engine
 // encodes: sequence number, operation, type, reduction, root, count).
@@ -114,12 +119,15 @@ class Transport {
   virtual ~Transport() = default;
   // The kind of transport that reaches `peer` for calls on host buffers.
   virtual TransportKind kind_to(int peer) const = 0;
-  // The connection to `peer`, set up on first use; both ranks must ask for it.
-  virtual Connection& connect(int peer, const base::Deadline& deadline) = 0;
+  // The connection to `peer`, set up on first use; both ranks must ask for it. Setting it up
+  // waits in short polls that end at the deadline (TimeoutError) or once `halt` is triggered
+  // (its error), like every wait of a call.
+  virtual Connection& connect(int peer, const base::Deadline& deadline, const base::Halt& halt) = 0;
   // The connection for calls on GPU buffers: one whose slots are device memory where the
   // transport has one for this peer (CUDA IPC), else the host connection (slots staged).
-  virtual Connection& connect_device(int peer, const base::Deadline& deadline) {
-    return connect(peer, deadline);
+  virtual Connection& connect_device(int peer, const base::Deadline& deadline,
+                                     const base::Halt& halt) {
+    return connect(peer, deadline, halt);
   }
   // After a failure: tell every connected peer, so that none of them waits for this rank.
   virtual void abort() = 0;

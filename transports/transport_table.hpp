@@ -27,15 +27,17 @@ class TransportTable final : public Transport {
     rdma_ = std::move(rdma);
     rdma_peers_ = std::move(rdma_peers);
   }
-  Connection& connect(int peer, const base::Deadline& deadline) override {
-    return route(peer).connect(peer, deadline);
+  Connection& connect(int peer, const base::Deadline& deadline, const base::Halt& halt) override {
+    return route(peer).connect(peer, deadline, halt);
   }
   bool all_shared_memory() const override { return all_shared_memory_; }
   // Device-memory connections for the peers shared memory reaches (CUDA IPC), when available.
   void set_device_transport(std::unique_ptr<Transport> device) { device_ = std::move(device); }
-  Connection& connect_device(int peer, const base::Deadline& deadline) override {
-    return device_ && shm_peers_[static_cast<std::size_t>(peer)] ? device_->connect(peer, deadline)
-                                                                 : connect(peer, deadline);
+  Connection& connect_device(int peer, const base::Deadline& deadline,
+                             const base::Halt& halt) override {
+    return device_ && shm_peers_[static_cast<std::size_t>(peer)]
+               ? device_->connect(peer, deadline, halt)
+               : connect(peer, deadline, halt);
   }
   void abort() override {
     tcp_->abort();

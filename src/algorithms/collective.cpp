@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 
 namespace loom::algorithms {
+namespace {
+constexpr std::uint64_t kRootMask = kMaxWorldSize - 1;
+static_assert((kRootMask & (kRootMask + 1)) == 0 && kRootMask < (1u << 20));
+}  // namespace
 
 std::string_view to_string(Kind kind) {
   switch (kind) {
@@ -43,15 +47,17 @@ std::size_t Collective::bytes() const {
 }
 
 // The tag's word: bit 63..33 sequence number (31 bits), bit 32 set for send/recv (numbered per
-// peer, in a space of their own), 31..28 kind, 27..24 dtype, 23..20 reduction, 19..0 root (the
-// peer's rank for send/recv is left out: the two ends see different ones). Never 0: kind >= 1.
+// peer, in a space of their own), 31..28 kind, 27..24 dtype, 23..20 reduction, 19..0 root, whole
+// since ranks are fewer than kMaxWorldSize (the peer's rank for send/recv is left out: the two
+// ends see different ones). Never 0: kind >= 1.
 transport::Tag Collective::compute_tag() const {
   const bool p2p = is_point_to_point(kind);
   const Kind k = kind == Kind::recv ? Kind::send : kind;  // the two halves of one transfer
-  std::uint64_t word =
-      (seq & 0x7fffffffull) << 33 | static_cast<std::uint64_t>(p2p) << 32 |
-      static_cast<std::uint64_t>(k) << 28 | static_cast<std::uint64_t>(dtype) << 24 |
-      static_cast<std::uint64_t>(op) << 20 | (p2p ? 0 : static_cast<std::uint64_t>(root) & 0xfffff);
+  std::uint64_t word = (seq & 0x7fffffffull) << 33 | static_cast<std::uint64_t>(p2p) << 32 |
+                       static_cast<std::uint64_t>(k) << 28 |
+                       static_cast<std::uint64_t>(dtype) << 24 |
+                       static_cast<std::uint64_t>(op) << 20 |
+                       (p2p ? 0 : static_cast<std::uint64_t>(root) & kRootMask);
   return transport::Tag{word, count};
 }
 
@@ -61,7 +67,7 @@ std::string describe_tag(const transport::Tag& tag) {
   const auto kind = static_cast<Kind>((tag.word >> 28) & 0xf);
   const auto dtype = static_cast<DataType>((tag.word >> 24) & 0xf);
   const auto op = static_cast<ReduceOp>((tag.word >> 20) & 0xf);
-  const auto root = tag.word & 0xfffff;
+  const auto root = tag.word & kRootMask;
   const bool known_type = static_cast<int>(dtype) <= static_cast<int>(DataType::u64);
   const std::string type = known_type ? std::string(loom::to_string(dtype)) : "?";
   const std::string reduction = static_cast<int>(op) <= static_cast<int>(ReduceOp::avg)

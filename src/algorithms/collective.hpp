@@ -11,6 +11,10 @@
 
 namespace loom::algorithms {
 
+// The largest communicator: a tag carries a root (or peer) in 20 bits, and two calls that differ
+// only in their root must have different tags.
+inline constexpr int kMaxWorldSize = 1 << 20;
+
 enum class Kind : std::uint8_t {
   all_reduce = 1,
   reduce_scatter,

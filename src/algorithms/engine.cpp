@@ -12,7 +12,7 @@ transport::Connection& Engine::connection(int peer) {
   if (by_peer_device_.empty()) by_peer_device_.assign(static_cast<std::size_t>(size_), nullptr);
   transport::Connection*& known = by_peer_device_[static_cast<std::size_t>(peer)];
   if (known == nullptr) {
-    known = &transport_.connect_device(peer, deadline_);
+    known = &transport_.connect_device(peer, deadline_, halt_);
     device_path_->attach(*known);
   }
   use(*known);
@@ -22,7 +22,7 @@ transport::Connection& Engine::connection(int peer) {
 transport::Connection& Engine::host_connection(int peer) {
   if (by_peer_.empty()) by_peer_.assign(static_cast<std::size_t>(size_), nullptr);
   transport::Connection*& known = by_peer_[static_cast<std::size_t>(peer)];
-  if (known == nullptr) known = &transport_.connect(peer, deadline_);
+  if (known == nullptr) known = &transport_.connect(peer, deadline_, halt_);
   use(*known);
   return *known;
 }

@@ -23,17 +23,29 @@ inline void cpu_relax() {
 Waiter::Waiter(const Engine& engine) : engine_(engine) {}
 
 void Waiter::begin() {
+  const auto now = base::Clock::now();
+  open_spin_window(now);
+  next_check_ = now + kCheckEvery;
+}
+
+void Waiter::open_spin_window(base::Clock::time_point now) {
   // Yield, and briefly, when ranks outnumber cores or this call runs beside its rank's work.
   yield_ = engine_.config().oversubscribed || engine_.sharing_core();
   const int spin_us = yield_ ? std::min(engine_.config().spin_us, 20) : engine_.config().spin_us;
-  spin_until_ = base::Clock::now() + std::chrono::microseconds(spin_us);
+  spin_until_ = now + std::chrono::microseconds(spin_us);
 }
 
-bool Waiter::spin() {
+bool Waiter::spin(int peer, const char* what) {
   bool moved = false;
   for (auto* c : engine_.used()) moved |= c->progress();
   if (moved) {
-    begin();  // the peer is active: keep spinning, the next bytes are likely close behind
+    // The peer is active: keep spinning, the next bytes are likely close behind.
+    const auto now = base::Clock::now();
+    if (now >= next_check_) {
+      check(peer, what);
+      next_check_ = now + kCheckEvery;
+    }
+    open_spin_window(now);
     return true;
   }
   if (yield_) {
@@ -48,7 +60,7 @@ bool Waiter::spin() {
   return false;
 }
 
-transport::Connection* Waiter::prepare_sleep(int peer, const char* what) {
+void Waiter::check(int peer, const char* what) const {
   if (engine_.halt().triggered())
     engine_.halt().raise(fmt::format("{}: rank {} (waiting for {} rank {})",
                                      engine_.call().describe(), engine_.rank(), what, peer));
@@ -61,6 +73,10 @@ transport::Connection* Waiter::prepare_sleep(int peer, const char* what) {
                                    engine_.config().timeout.count() / 1000.0, what, peer,
                                    via.empty() ? "" : " over ", via));
   }
+}
+
+transport::Connection* Waiter::prepare_sleep(int peer, const char* what) {
+  check(peer, what);
   fds_.clear();
   transport::Connection* waited = nullptr;
   poll_waited_fd_ = false;

@@ -22,7 +22,7 @@ class Waiter {
     if (ready()) return;
     begin();
     while (!ready()) {
-      if (spin()) continue;
+      if (spin(peer, what)) continue;
       transport::Connection* sleeper = prepare_sleep(peer, what);
       if (ready()) return;  // what the sleeper recorded is older than this look
       sleep(sleeper);
@@ -31,17 +31,24 @@ class Waiter {
 
  private:
   void begin();
-  // Moves every connection; true while the spinning window lasts (after a pause or yield).
-  bool spin();
-  // Raises TimeoutError past the deadline; else readies the sleep on `peer`'s connection (the
-  // one without descriptors) or on the descriptors of all, and returns which.
+  void open_spin_window(base::Clock::time_point now);
+  // Moves every connection; true while the spinning window lasts (after a pause or yield). A
+  // peer that keeps moving keeps the window open, so the halt and the deadline are looked at
+  // here too, at least every kCheckEvery.
+  bool spin(int peer, const char* what);
+  // Raises the halt's error once it is triggered, TimeoutError past the deadline.
+  void check(int peer, const char* what) const;
+  // check(); then readies the sleep on `peer`'s connection (the one without descriptors) or on
+  // the descriptors of all, and returns which.
   transport::Connection* prepare_sleep(int peer, const char* what);
   void sleep(transport::Connection* sleeper);
 
   const Engine& engine_;
   std::vector<pollfd> fds_;
   bool poll_waited_fd_ = false;  // the waited connection has descriptors in fds_
+  static constexpr auto kCheckEvery = std::chrono::milliseconds(2);
   base::Clock::time_point spin_until_;
+  base::Clock::time_point next_check_;
   unsigned spins_ = 0;
   bool yield_ = false;  // spin by yielding, briefly (decided at each begin())
 };

@@ -145,8 +145,10 @@ Config Config::resolve(const Options& options, int world_size) {
   if (auto n = env_int("LOOM_SPIN_US", 0, 1000000))
     c.spin_us = static_cast<int>(*n), c.spin_us_set = true;
   c.set_local_world_size(world_size);
-  if (auto n = env_int("LOCAL_WORLD_SIZE", 1, 1 << 20))
+  if (auto n = env_int("LOCAL_WORLD_SIZE", 1, 1 << 20)) {
     c.set_local_world_size(static_cast<int>(*n));
+    c.local_world_size_given = true;
+  }
   return c;
 }
 

@@ -48,6 +48,7 @@ struct Config {
   int spin_us = 200;
   bool spin_us_set = false;  // by LOOM_SPIN_US, which set_local_world_size leaves alone
   int local_world_size = 1;
+  bool local_world_size_given = false;  // by LOCAL_WORLD_SIZE, not assumed
   int cores = 1;
   // More ranks on this host than cores: spinning yields the core instead of pausing.
   bool oversubscribed = false;

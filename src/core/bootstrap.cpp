@@ -1,4 +1,10 @@
 // init(): builds a communicator from the launcher's environment.
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include <cerrno>
@@ -39,42 +45,62 @@ HostPort parse_tcp_url(const std::string& url) {
   return {host, static_cast<std::uint16_t>(port)};
 }
 
-// asio reports a failed bind in its own system category, with the errno value.
-bool is_errno(const std::system_error& e, int value) {
-  const std::error_category& category = e.code().category();
-  return e.code().value() == value &&
-         (category == std::system_category() || std::string_view(category.name()) == "asio.system");
+// Whether `host` names an address of one of this host's interfaces (loopback included).
+bool local_address(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return true;  // bind will say
+  ifaddrs* interfaces = nullptr;
+  if (::getifaddrs(&interfaces) != 0) {
+    ::freeaddrinfo(found);
+    return true;
+  }
+  bool local = false;
+  for (const addrinfo* a = found; a && !local; a = a->ai_next)
+    for (const ifaddrs* i = interfaces; i && !local; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != a->ai_family) continue;
+      if (a->ai_family == AF_INET)
+        local = reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr.s_addr ==
+                reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
+      else if (a->ai_family == AF_INET6)
+        local = std::memcmp(&reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr,
+                            &reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr,
+                            sizeof(in6_addr)) == 0;
+    }
+  ::freeifaddrs(interfaces);
+  ::freeaddrinfo(found);
+  return local;
 }
 
 // Rank 0's store on MASTER_ADDR. Only where MASTER_ADDR is not an address of this host (NAT, a
 // floating address) and clients must prove the secret does it serve on every interface instead.
 std::unique_ptr<StoreServer> host_store(const HostPort& at, const std::string& secret) {
-  try {
-    return std::make_unique<StoreServer>(at.host, at.port, secret);
-  } catch (const std::system_error& e) {
-    if (!is_errno(e, EADDRNOTAVAIL))
+  if (local_address(at.host)) {
+    try {
+      return std::make_unique<StoreServer>(at.host, at.port, secret);
+    } catch (const std::exception& e) {
       throw StoreError(fmt::format("init: rank 0 cannot host the store on {}:{}: {}", at.host,
                                    at.port, e.what()));
-    if (secret.empty())
-      throw InvalidArgument(fmt::format(
-          "init: rank 0 cannot host the store on MASTER_ADDR {}:{}: {}; set MASTER_ADDR to an "
-          "address of this host, or set a job secret (LOOM_SECRET, LOOM_SECRET_FILE or "
-          "Options::secret) to serve on every interface",
-          at.host, at.port, e.what()));
-    const std::string any = at.host.find(':') == std::string::npos ? "0.0.0.0" : "::";
-    base::log().warn(
-        "init: rank 0 cannot host the store on MASTER_ADDR {}:{} ({}); serving on every "
-        "interface ({}) to clients that prove the job secret",
-        at.host, at.port, e.what(), any);
-    try {
-      return std::make_unique<StoreServer>(any, at.port, secret);
-    } catch (const std::exception& again) {
-      throw StoreError(fmt::format("init: rank 0 cannot host the store on {}:{} either: {}", any,
-                                   at.port, again.what()));
     }
+  }
+  const std::string why = "it is no address of this host";
+  if (secret.empty())
+    throw InvalidArgument(fmt::format(
+        "init: rank 0 cannot host the store on MASTER_ADDR {}:{}: {}; set MASTER_ADDR to an "
+        "address of this host, or set a job secret (LOOM_SECRET, LOOM_SECRET_FILE or "
+        "Options::secret) to serve on every interface",
+        at.host, at.port, why));
+  const std::string any = at.host.find(':') == std::string::npos ? "0.0.0.0" : "::";
+  base::log().warn(
+      "init: rank 0 cannot host the store on MASTER_ADDR {}:{} ({}); serving on every interface "
+      "({}) to clients that prove the job secret",
+      at.host, at.port, why, any);
+  try {
+    return std::make_unique<StoreServer>(any, at.port, secret);
   } catch (const std::exception& e) {
-    throw StoreError(
-        fmt::format("init: rank 0 cannot host the store on {}:{}: {}", at.host, at.port, e.what()));
+    throw StoreError(fmt::format("init: rank 0 cannot host the store on {}:{} either: {}", any,
+                                 at.port, e.what()));
   }
 }
 

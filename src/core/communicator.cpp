@@ -37,7 +37,9 @@ std::uint64_t random_token() {
 Communicator::Impl::Impl(std::shared_ptr<Store> store, int rank, int size, const Options& options,
                          const std::string& route_hint)
     : rank_(rank), size_(size), gpus_(device::count() > 0) {
-  if (size < 1) throw InvalidArgument(fmt::format("init: world size {} must be at least 1", size));
+  if (size < 1 || size > algorithms::kMaxWorldSize)
+    throw InvalidArgument(
+        fmt::format("init: world size {} is outside [1, {}]", size, algorithms::kMaxWorldSize));
   if (rank < 0 || rank >= size)
     throw InvalidArgument(fmt::format("init: rank {} is outside [0, {})", rank, size));
   if (!store) throw InvalidArgument(fmt::format("init: rank {}: store is null", rank));

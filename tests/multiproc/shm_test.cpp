@@ -1,17 +1,32 @@
 // Shared-memory segments: selected for peers on one host, and never left behind in /dev/shm.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <sys/resource.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "../support/ranks.hpp"
+#include "store/keys.hpp"
+#include "transports/shm/shm_transport.hpp"
 
 namespace loom {
 namespace {
@@ -20,6 +35,67 @@ using namespace std::chrono_literals;
 using testing::RankContext;
 using testing::run_ranks_raw;
 using testing::segments_of;
+using transport::shm::ShmTransport;
+
+// A store in a file of its own, removed with it.
+struct ScratchStore {
+  std::filesystem::path path = std::filesystem::temp_directory_path() /
+                               fmt::format("loom-shm-test-{}-{}", ::getpid(), counter()++);
+  FileStore store{path.string()};
+  ~ScratchStore() { std::filesystem::remove(path); }
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+};
+
+base::Config small_config() {
+  base::Config c;
+  c.buffer_bytes = 64 << 10;
+  c.slots = 2;
+  return c;
+}
+
+// Plays rank 0, the creator, of the pair (0, 1) by hand: the segment, its header, and its name
+// published in the store, for a ShmTransport of rank 1 to open.
+struct HandMadeSegment {
+  HandMadeSegment(Store& store, std::uint64_t token, const base::Config& config) {
+    slot_bytes = config.buffer_bytes / static_cast<std::size_t>(config.slots);
+    bytes = transport::shm::segment_bytes(slot_bytes, static_cast<std::size_t>(config.slots));
+    name = fmt::format("/loom-{:016x}-0-1-{:032x}", token, ++serial);
+    fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    EXPECT_GE(fd, 0) << std::strerror(errno);
+    EXPECT_EQ(::flock(fd, LOCK_SH), 0);  // held while the creator lives
+    EXPECT_EQ(::ftruncate(fd, static_cast<off_t>(bytes)), 0);
+    base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    header = new (base) transport::shm::SegmentHeader{};
+    header->magic = transport::shm::kSegmentMagic;
+    header->slot_bytes = slot_bytes;
+    header->slots = static_cast<std::uint32_t>(config.slots);
+    store.set(store::keys::shm_segment(store::keys::Space::shm, 0, 1), name);
+  }
+  ~HandMadeSegment() {
+    ::munmap(base, bytes);
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+  }
+  static inline unsigned serial = 0;
+  std::string name;
+  std::size_t slot_bytes = 0, bytes = 0;
+  int fd = -1;
+  void* base = nullptr;
+  transport::shm::SegmentHeader* header = nullptr;
+};
+
+// Runs `body` in a child process; its exit code, or -1 when it died by a signal.
+int in_child(const std::function<int()>& body) {
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(body());
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
 
 TEST(SharedMemory, IsChosenOnOneHostAndSegmentsAreGoneAfterNormalExit) {
   run_ranks_raw(4, [](RankContext& ctx) {
@@ -136,6 +212,151 @@ TEST(SharedMemory, EightRanksOnTwoCoresShareTheCpuInsteadOfSpinning) {
     EXPECT_LT(wall, 60.0);
     EXPECT_EQ(x, 1.0);
   });
+}
+
+TEST(SharedMemory, APredictableNameTakenByAnotherProcessDoesNotStopTheJob) {
+  run_ranks_raw(2, [](RankContext& ctx) {
+    Options o;
+    o.timeout = 20s;
+    Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+    std::string squatted;
+    if (ctx.rank == 0) {
+      // What another local user can derive from a name seen in /dev/shm: the job token.
+      const Bytes token = ctx.store->get(
+          "loom/" + store::keys::generation_prefix("", 1) + "/" + store::keys::job_token(), 10s);
+      std::uint64_t t = 0;
+      std::memcpy(&t, token.data(), sizeof(t));
+      squatted = fmt::format("/loom-{:016x}-0-1", t);
+      const int fd = ::shm_open(squatted.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      ASSERT_GE(fd, 0) << std::strerror(errno);
+      ::close(fd);
+    }
+    std::vector<float> v(1 << 12, 1.0f);
+    comm.all_reduce(v.data(), v.size(), DataType::f32, ReduceOp::sum);
+    EXPECT_EQ(v[7], 2.0f);
+    if (!squatted.empty()) ::shm_unlink(squatted.c_str());
+  });
+}
+
+TEST(SharedMemory, AFullDevShmIsAPeerErrorNamingTheSegmentAndItsSize) {
+  const std::size_t bytes = transport::shm::segment_bytes(512 << 10, 8);
+  const int code = in_child([bytes] {
+    // A /dev/shm of 1 MiB, in a mount namespace of this process only.
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") != 0)
+      return 77;
+    ScratchStore scratch;
+    base::Config config;  // 8 slots of 512 KiB: a segment of about 4 MiB
+    const int pid = static_cast<int>(::getpid());
+    ShmTransport shm(scratch.store, 0, 0x1234, config, {pid, pid});
+    base::Halt halt;
+    try {
+      shm.connect(1, base::Deadline(5s), halt);
+      std::fprintf(stderr, "connect succeeded on a full /dev/shm\n");
+      return 1;
+    } catch (const PeerError& e) {
+      const std::string what = e.what();
+      const bool named = what.find("/loom-0000000000001234-0-1-") != std::string::npos &&
+                         what.find(std::to_string(bytes)) != std::string::npos;
+      if (!named)
+        std::fprintf(stderr, "the error does not name the segment and size: %s\n", e.what());
+      return named ? 0 : 1;
+    }
+  });
+  if (code == 77) GTEST_SKIP() << "mount namespaces are not permitted here";
+  EXPECT_EQ(code, 0);
+}
+
+TEST(SharedMemory, TheOpenerRefusesASegmentOfAnotherUser) {
+  ScratchStore scratch;
+  const base::Config config = small_config();
+  HandMadeSegment segment(scratch.store, 0x5678, config);
+  if (::fchown(segment.fd, 65534, 65534) != 0)
+    GTEST_SKIP() << "cannot give the segment to another user: " << std::strerror(errno);
+  const int pid = static_cast<int>(::getpid());
+  ShmTransport shm(scratch.store, 1, 0x5678, config, {pid, pid});
+  base::Halt halt;
+  try {
+    shm.connect(0, base::Deadline(5s), halt);
+    ADD_FAILURE() << "the opener mapped a segment of uid 65534";
+  } catch (const PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("belongs to uid 65534"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SharedMemory, AConnectionKeepsTheLayoutTheOpenerCheckedWhateverTheHeaderSaysLater) {
+  // The peer's process can rewrite the header between the opener's check and the connection's
+  // construction: what the connection uses is what was checked, never a second read.
+  const std::size_t slot_bytes = 4096, slots = 2;
+  const std::size_t bytes = transport::shm::segment_bytes(slot_bytes, slots);
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(base, MAP_FAILED);
+  auto* header = new (base) transport::shm::SegmentHeader{};
+  header->magic = transport::shm::kSegmentMagic;
+  header->slot_bytes = slot_bytes << 20;  // rewritten after the check
+  header->slots = 64;
+  transport::shm::ShmConnection conn(1, 0, static_cast<int>(::getpid()), base, bytes, slot_bytes,
+                                     slots, 1, "test");
+  EXPECT_EQ(conn.slot_bytes(), slot_bytes);
+  EXPECT_EQ(conn.slots(), slots);
+  EXPECT_EQ(conn.host_regions().front().bytes, bytes);
+}  // the connection unmaps the segment
+
+TEST(SharedMemory, SegmentsLeftByAWholeJobKilledAreRemovedByTheNextJob) {
+  const auto note =
+      std::filesystem::temp_directory_path() / fmt::format("loom-shm-leftover-{}", ::getpid());
+  testing::RunOptions killed;
+  killed.may_die = {1, 2};
+  // Ranks 1 and 2 form a job of their own (rank 0 only serves the store): rank 1 creates the
+  // segment of their pair, then both die before rank 2 has mapped it.
+  run_ranks_raw(
+      3,
+      [&note](RankContext& ctx) {
+        if (ctx.rank == 0) {
+          const std::string name = ctx.store->get_string("created", 30s);
+          for (const char* key : {"pid/1", "pid/2"}) {
+            const int pid = std::stoi(ctx.store->get_string(key, 30s));
+            for (int i = 0; i < 3000 && transport::shm::process_alive(pid); ++i) ::usleep(10000);
+            EXPECT_FALSE(transport::shm::process_alive(pid));
+          }
+          EXPECT_TRUE(std::filesystem::exists("/dev/shm" + name)) << "nothing was left over";
+          std::ofstream(note) << name;
+          return;
+        }
+        ctx.store->set(fmt::format("pid/{}", ctx.rank), std::to_string(::getpid()));
+        Options o;
+        o.transport.emplace("shm");
+        o.store_prefix = "pair";
+        o.timeout = 30s;
+        Communicator comm(ctx.store, ctx.rank - 1, 2, o);
+        ctx.store->add("done", 1);  // the harness's count of finished ranks
+        if (ctx.rank == 2) {
+          ctx.store->wait({"created"}, 30s);
+          ::raise(SIGKILL);
+        }
+        float x = 1;
+        Work pending = comm.all_reduce_async(&x, &x, 1, DataType::f32, ReduceOp::sum);
+        // Published once the segment is whole, before its peer may map it. Looked for without
+        // a blocking get: that would hold the store client the communicator publishes through.
+        const std::string key = "pair/" + store::keys::generation_prefix("", 1) + "/" +
+                                store::keys::shm_segment(store::keys::Space::shm, 0, 1);
+        for (int i = 0; i < 3000 && !ctx.store->check({key}).front(); ++i) ::usleep(10000);
+        const std::string name = ctx.store->get_string(key, 1s);
+        ctx.store->set("created", name);
+        ::raise(SIGKILL);
+      },
+      killed);
+  std::string leftover;
+  std::ifstream(note) >> leftover;
+  std::filesystem::remove(note);
+  ASSERT_FALSE(leftover.empty());
+  run_ranks_raw(2, [&leftover](RankContext& ctx) {
+    Communicator comm(ctx.store, ctx.rank, ctx.size);
+    comm.barrier();
+    EXPECT_FALSE(std::filesystem::exists("/dev/shm" + leftover)) << leftover << " is still there";
+  });
+  ::shm_unlink(leftover.c_str());
 }
 
 }  // namespace

@@ -103,13 +103,14 @@ void CudaIpcTransport::prepare(int device) {
                     own_.size());
 }
 
-Connection& CudaIpcTransport::connect(int peer, const base::Deadline& deadline) {
+Connection& CudaIpcTransport::connect(int peer, const base::Deadline& deadline,
+                                      const base::Halt& halt) {
   if (auto it = connections_.find(peer); it != connections_.end()) return *it->second;
   if (device_ < 0 || !local_peers_.at(static_cast<std::size_t>(peer)))
     throw std::logic_error(fmt::format(
         "cudaipc: rank {}: connect to rank {} before prepare() or across hosts", rank_, peer));
   // The control FIFO first: it is where a peer that never makes device calls is noticed.
-  auto& control = static_cast<shm::ShmConnection&>(control_.connect(peer, deadline));
+  auto& control = static_cast<shm::ShmConnection&>(control_.connect(peer, deadline, halt));
   const Bytes handle_bytes = store_.get(store::keys::cudaipc_handle(peer, rank_),
                                         std::chrono::milliseconds(deadline.remaining_ms(1 << 30)));
   cudaIpcMemHandle_t handle{};

@@ -47,7 +47,7 @@ class CudaIpcTransport final : public IpcTransport {
   ~CudaIpcTransport() override;
   TransportKind kind_to(int) const override { return TransportKind::cudaipc; }
   void prepare(int device) override;
-  Connection& connect(int peer, const base::Deadline& deadline) override;
+  Connection& connect(int peer, const base::Deadline& deadline, const base::Halt& halt) override;
   void abort() override { control_.abort(); }
 
  private:

@@ -1,5 +1,7 @@
 #include "transports/ibverbs/connection_record.hpp"
 
+#include <cstring>
+
 #include <fmt/format.h>
 
 namespace loom::transport::ibverbs {
@@ -77,6 +79,45 @@ std::optional<ConnectionRecord> decode(std::string_view in, std::string* why) {
   for (auto b : r.gid) gid_set |= b != 0;
   if (r.ethernet && !gid_set) return fail("RoCE record without a GID");
   return r;
+}
+
+namespace {
+base::Mac record_mac(std::string_view record, std::string_view secret,
+                     const RecordBinding& binding) {
+  const std::string pair =
+      fmt::format("{:016x}:{}->{}", binding.job_token, binding.from, binding.to);
+  return base::hmac(secret, {"loom-ib-record", pair, record});
+}
+}  // namespace
+
+std::string seal(const ConnectionRecord& record, std::string_view secret,
+                 const RecordBinding& binding) {
+  std::string out = encode(record);
+  const base::Mac mac = record_mac(out, secret, binding);
+  out.append(reinterpret_cast<const char*>(mac.data()), mac.size());
+  return out;
+}
+
+std::optional<ConnectionRecord> unseal(std::string_view bytes, std::string_view secret,
+                                       const RecordBinding& binding, std::string* why) {
+  base::Mac got{};
+  if (bytes.size() != kSize + got.size()) {
+    if (why)
+      *why = fmt::format("a sealed connection record has {} bytes, not {}", bytes.size(),
+                         kSize + got.size());
+    return std::nullopt;
+  }
+  const std::string_view record = bytes.substr(0, kSize);
+  std::memcpy(got.data(), bytes.data() + kSize, got.size());
+  if (!base::macs_equal(got, record_mac(record, secret, binding))) {
+    if (why)
+      *why = fmt::format(
+          "the connection record for rank {} -> rank {} is not sealed with this job's secret "
+          "(HMAC mismatch: altered, replayed, or another job's)",
+          binding.from, binding.to);
+    return std::nullopt;
+  }
+  return decode(record, why);
 }
 
 }  // namespace loom::transport::ibverbs

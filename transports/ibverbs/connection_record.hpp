@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/auth.hpp"
+
 namespace loom::transport::ibverbs {
 
 struct ConnectionRecord {
@@ -31,5 +33,22 @@ struct ConnectionRecord {
 std::string encode(const ConnectionRecord& record);
 // nullopt, with the reason in `why`, unless `bytes` is a whole, valid record.
 std::optional<ConnectionRecord> decode(std::string_view bytes, std::string* why);
+
+// Whom a record in the store is for: a sealed record is good for one job and one direction of
+// one pair only.
+struct RecordBinding {
+  std::uint64_t job_token;
+  int from;
+  int to;
+};
+// The record as published: encode(record), then an HMAC-SHA256 under the job secret over it and
+// the binding. The record says where the sender may RDMA-write: a store writer without the
+// secret must not be able to point a rank at other memory or another queue pair.
+std::string seal(const ConnectionRecord& record, std::string_view secret,
+                 const RecordBinding& binding);
+// The record, when `bytes` was sealed under `secret` for `binding`; else nullopt with the
+// reason in `why`. The MAC is checked before any field is read.
+std::optional<ConnectionRecord> unseal(std::string_view bytes, std::string_view secret,
+                                       const RecordBinding& binding, std::string* why);
 
 }  // namespace loom::transport::ibverbs

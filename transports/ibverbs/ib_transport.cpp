@@ -44,10 +44,12 @@ std::byte* page_aligned(std::size_t bytes) {
 
 IbConnection::IbConnection(Store& store, int self, int peer, ibv_context* context, ibv_pd* pd,
                            RegistrationCache& cache, const PortChoice& port, std::size_t slot_bytes,
-                           std::size_t slots)
+                           std::size_t slots, const std::string& secret, std::uint64_t job_token)
     : store_(store),
       self_(self),
       peer_(peer),
+      secret_(secret),
+      job_token_(job_token),
       port_(port),
       cache_(cache),
       context_(context),
@@ -167,7 +169,9 @@ void IbConnection::modify(int state, const ConnectionRecord* remote) {
   } else if (state == IBV_QPS_RTS) {
     attr.timeout = 14;  // 4.096 us * 2^14 = 67 ms per try
     attr.retry_cnt = 7;
-    attr.rnr_retry = 7;  // receives are reposted as fast as they complete: retry forever
+    // 6, the largest finite count (7 retries forever): the receive queue has room for every
+    // write and credit the peer can have in flight, so running out of receives means a broken peer.
+    attr.rnr_retry = 6;
     attr.sq_psn = psn_;
     attr.max_rd_atomic = 1;
     mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
@@ -178,7 +182,7 @@ void IbConnection::modify(int state, const ConnectionRecord* remote) {
 }
 
 void IbConnection::publish() {
-  const std::string record = encode(local_record());
+  const std::string record = seal(local_record(), secret_, {job_token_, self_, peer_});
   store_.set(store::keys::ib_record(self_, peer_), Bytes(record.begin(), record.end()));
 }
 
@@ -205,8 +209,9 @@ bool IbConnection::establish() {
     const Bytes theirs = store_.get(key, std::chrono::milliseconds(1000));
     std::string why;
     auto remote =
-        decode(std::string_view(reinterpret_cast<const char*>(theirs.data()), theirs.size()), &why);
-    if (!remote) fail(why);
+        unseal(std::string_view(reinterpret_cast<const char*>(theirs.data()), theirs.size()),
+               secret_, {job_token_, peer_, self_}, &why);
+    if (!remote) fail("refused its connection record: " + why);
     connect_to(*remote);
     // The peer writes only after it has seen this: a write to a queue pair still in INIT
     // would be dropped and retried, and could exhaust the retries.
@@ -390,9 +395,15 @@ std::vector<Connection::Region> IbConnection::host_regions() const {
 IbTransport::IbTransport(Store& store, int rank, const base::Config& config, PortChoice port)
     : store_(store),
       rank_(rank),
+      secret_(config.secret),
       slot_bytes_(config.buffer_bytes / static_cast<std::size_t>(config.slots)),
       slots_(static_cast<std::size_t>(config.slots)),
       port_(std::move(port)) {
+  // Agreed by every rank before any transport exists (the communicator's first step).
+  const Bytes token = store_.get(store::keys::job_token(), config.timeout);
+  if (token.size() != sizeof(job_token_))
+    throw Error(fmt::format("ibverbs: rank {}: the job token in the store is malformed", rank));
+  std::memcpy(&job_token_, token.data(), sizeof(job_token_));
   int count = 0;
   ibv_device** list = ibv_get_device_list(&count);
   for (int d = 0; list && d < count && !context_; ++d)
@@ -431,10 +442,10 @@ void IbTransport::abort() {
   for (auto& [peer, conn] : connections_) conn->close();
 }
 
-Connection& IbTransport::connect(int peer, const base::Deadline&) {
+Connection& IbTransport::connect(int peer, const base::Deadline&, const base::Halt&) {
   if (auto it = connections_.find(peer); it != connections_.end()) return *it->second;
   auto conn = std::make_unique<IbConnection>(store_, rank_, peer, context_, pd_, *cache_, port_,
-                                             slot_bytes_, slots_);
+                                             slot_bytes_, slots_, secret_, job_token_);
   conn->publish();  // the rest happens on the connection's first uses, without waiting here
   return *(connections_[peer] = std::move(conn));
 }

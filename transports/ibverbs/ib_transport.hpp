@@ -11,11 +11,11 @@
 //     after arming the queue with ibv_req_notify_cq.
 // Queue pairs go RESET -> INIT -> RTR -> RTS as in rdma-core's ibv_rc_pingpong, with the
 // connection records (LID or GID, QPN, PSN, MTU, slot address and rkey) exchanged through the
-// store. connect() never waits for the peer (connections are made lazily in ring order, and a
-// rank waiting inside connect could close a cycle of waits): it publishes this side's record and
-// returns; the connection completes itself on later calls, looking (at most every millisecond)
-// for the peer's record, then for the peer's "ready" (its queue pair in RTR), before it lets the
-// first write go.
+// store, sealed with an HMAC under the job secret. connect() never waits for the peer (connections
+// are made lazily in ring order, and a rank waiting inside connect could close a cycle of waits):
+// it publishes this side's record and returns; the connection completes itself on later calls,
+// looking (at most every millisecond) for the peer's record, then for the peer's "ready" (its queue
+// pair in RTR), before it lets the first write go.
 #pragma once
 
 #include <chrono>
@@ -43,13 +43,14 @@ inline constexpr std::size_t kSlotHeader = 64;
 
 class IbConnection final : public Connection {
  public:
+  // secret, job_token: what seals the connection records (connection_record.hpp).
   IbConnection(Store& store, int self, int peer, ibv_context* context, ibv_pd* pd,
                RegistrationCache& cache, const PortChoice& port, std::size_t slot_bytes,
-               std::size_t slots);
+               std::size_t slots, const std::string& secret, std::uint64_t job_token);
   ~IbConnection() override;
   // This side's half of the connection, for the peer.
   ConnectionRecord local_record() const;
-  // Publishes local_record() for the peer.
+  // Publishes local_record() for the peer, sealed.
   void publish();
   // Moves the queue pair to the error state: the peer's operations on it fail.
   void close();
@@ -81,6 +82,8 @@ class IbConnection final : public Connection {
 
   Store& store_;
   int self_, peer_;
+  const std::string& secret_;
+  std::uint64_t job_token_;
   PortChoice port_;
   RegistrationCache& cache_;
   ibv_context* context_;
@@ -109,12 +112,14 @@ class IbTransport final : public Transport {
   IbTransport(Store& store, int rank, const base::Config& config, PortChoice port);
   ~IbTransport() override;
   TransportKind kind_to(int) const override { return TransportKind::ibverbs; }
-  Connection& connect(int peer, const base::Deadline& deadline) override;
+  Connection& connect(int peer, const base::Deadline& deadline, const base::Halt& halt) override;
   void abort() override;
 
  private:
   Store& store_;
   int rank_;
+  std::string secret_;
+  std::uint64_t job_token_ = 0;
   std::size_t slot_bytes_, slots_;
   PortChoice port_;
   ibv_context* context_ = nullptr;

@@ -28,7 +28,8 @@ void futex_wake_shared(std::atomic<std::uint32_t>& word) {
             nullptr, 0);
 }
 
-// Alive and not a zombie: a parent that has not reaped a dead child yet must not hide its death.
+}  // namespace
+
 bool process_alive(int pid) {
   if (::kill(pid, 0) != 0) return errno != ESRCH;
   char path[64];
@@ -41,21 +42,19 @@ bool process_alive(int pid) {
   return matched != 1 || (state != 'Z' && state != 'X');
 }
 
-}  // namespace
-
 ShmConnection::ShmConnection(int self, int peer, int peer_pid, void* base, std::size_t bytes,
-                             int side, std::string name)
+                             std::size_t slot_bytes, std::size_t slots, int side, std::string name)
     : self_(self),
       peer_(peer),
       peer_pid_(peer_pid),
       side_(side),
       base_(base),
       bytes_(bytes),
-      name_(std::move(name)) {
+      name_(std::move(name)),
+      slot_bytes_(slot_bytes),
+      slots_(slots) {
   auto* b = static_cast<std::byte*>(base);
   header_ = reinterpret_cast<SegmentHeader*>(b);
-  slot_bytes_ = header_->slot_bytes;
-  slots_ = header_->slots;
   auto* low_to_high = reinterpret_cast<FifoControl*>(b + kPage);
   auto* high_to_low = reinterpret_cast<FifoControl*>(b + 2 * kPage);
   std::byte* data_low_to_high = b + 3 * kPage;
@@ -129,11 +128,12 @@ std::optional<RecvSlot> ShmConnection::try_recv_slot() {
     return std::nullopt;
   }
   const SlotMeta& m = recv_->meta[consumed_ % slots_];
-  if (m.bytes > slot_bytes_)
+  const std::uint64_t bytes = read_once(m.bytes);
+  if (bytes > slot_bytes_)
     throw PeerError(fmt::format("rank {} <- rank {} (shm {}): corrupt slot of {} bytes", self_,
-                                peer_, name_, m.bytes),
+                                peer_, name_, bytes),
                     peer_);
-  return RecvSlot{recv_data_ + (consumed_ % slots_) * slot_bytes_, m.bytes,
+  return RecvSlot{recv_data_ + (consumed_ % slots_) * slot_bytes_, bytes,
                   Tag{m.tag_word, m.tag_count}};
 }
 
@@ -171,11 +171,12 @@ std::optional<RecvSlot> ShmConnection::try_recv_inline() {
     check_peer_sent_more();
     return std::nullopt;
   }
-  if (m.bytes > kInlineCapacity)
+  const std::uint64_t bytes = read_once(m.bytes);
+  if (bytes > kInlineCapacity)
     throw PeerError(fmt::format("rank {} <- rank {} (shm {}): corrupt inline message of {} bytes",
-                                self_, peer_, name_, m.bytes),
+                                self_, peer_, name_, bytes),
                     peer_);
-  return RecvSlot{m.data, m.bytes, Tag{m.tag_word, m.tag_count}};
+  return RecvSlot{m.data, bytes, Tag{m.tag_word, m.tag_count}};
 }
 
 void ShmConnection::release_inline() {

@@ -9,12 +9,17 @@
 
 namespace loom::transport::shm {
 
+// Alive and not a zombie: a parent that has not reaped a dead child yet must not hide its death.
+bool process_alive(int pid);
+
 class ShmConnection final : public Connection {
  public:
   // `side` is 0 for the lower rank of the pair, 1 for the higher.
   // peer_pid: the peer's process, checked while sleeping so a dead peer is noticed.
-  ShmConnection(int self, int peer, int peer_pid, void* base, std::size_t bytes, int side,
-                std::string name);
+  // slot_bytes, slots: the layout as checked against the header, which is never read again
+  // (the peer's process can change it at any time).
+  ShmConnection(int self, int peer, int peer_pid, void* base, std::size_t bytes,
+                std::size_t slot_bytes, std::size_t slots, int side, std::string name);
   ~ShmConnection() override;
 
   int peer() const override { return peer_; }

@@ -1,5 +1,6 @@
 // The shared-memory segment of one pair of ranks: both directions' slot FIFOs. The lower rank
-// creates it, the higher maps it and unlinks the name at once, so nothing outlives a crash.
+// creates it, the higher maps it and unlinks the name at once (shm_transport.hpp: what a crash
+// before that leaves, and who removes it).
 //
 //   page 0   SegmentHeader
 //   page 1   control of the FIFO low -> high     page 2   control of the FIFO high -> low
@@ -57,6 +58,13 @@ struct alignas(64) Mailbox {
   std::byte data[kInlineCapacity];
 };
 static_assert(offsetof(Mailbox, data) == 32 && sizeof(Mailbox) % 64 == 0);
+
+// One load of a field that the peer's process may change at any time: the value checked is the
+// value used (a plain read may be repeated by the compiler).
+template <typename T>
+T read_once(const T& field) {
+  return std::atomic_ref<T>(const_cast<T&>(field)).load(std::memory_order_relaxed);
+}
 
 inline std::size_t segment_bytes(std::size_t slot_bytes, std::size_t slots) {
   return 3 * kPage + 2 * (slot_bytes + sizeof(Mailbox)) * slots;

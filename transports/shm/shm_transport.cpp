@@ -1,27 +1,100 @@
 #include "transports/shm/shm_transport.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <thread>
 
 #include <fmt/format.h>
 
+#include "base/auth.hpp"
 #include "base/logging.hpp"
 
 namespace loom::transport::shm {
 namespace {
+
+constexpr const char* kShmDirectory = "/dev/shm";
+constexpr std::size_t kRandomHexDigits = 32;
+// A segment without size and lock may be one whose creator is between shm_open and flock.
+constexpr auto kUnsizedSegmentGrace = std::chrono::seconds(60);
 
 void* map_fd(int fd, std::size_t bytes) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
 
+std::string random_hex() {
+  const base::Nonce random = base::random_nonce();
+  std::string out;
+  for (std::size_t i = 0; i < kRandomHexDigits / 2; ++i) out += fmt::format("{:02x}", random[i]);
+  return out;
+}
+
+bool is_hex(std::string_view s) {
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// Takes the creator's shared lock; a sweeper may hold the lock exclusively for a moment.
+bool lock_shared(int fd) {
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    if (::flock(fd, LOCK_SH | LOCK_NB) == 0) return true;
+    if (errno != EWOULDBLOCK && errno != EINTR) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+// Whether the segment `name` in /dev/shm is this user's and left over: no creator holds it.
+bool orphaned(const std::string& name) {
+  const std::string path = fmt::format("{}/{}", kShmDirectory, name);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return false;
+  struct stat st {};
+  bool orphan = false;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
+      ::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    const auto age =
+        std::chrono::system_clock::now() - std::chrono::system_clock::from_time_t(st.st_ctime);
+    orphan = st.st_size > 0 || age > kUnsizedSegmentGrace;  // sized only after the lock is held
+  }
+  ::close(fd);
+  return orphan;
+}
+
 }  // namespace
+
+bool is_segment_name(std::string_view name) {
+  if (name.rfind("loom-", 0) != 0 || name.size() < 5 + 16 + 1 + kRandomHexDigits) return false;
+  const std::string_view random = name.substr(name.size() - kRandomHexDigits);
+  return name[name.size() - kRandomHexDigits - 1] == '-' && is_hex(random) &&
+         is_hex(name.substr(5, 16));
+}
+
+int sweep_orphaned_segments() {
+  std::vector<std::string> names;
+  if (DIR* dir = ::opendir(kShmDirectory)) {
+    while (const dirent* entry = ::readdir(dir))
+      if (is_segment_name(entry->d_name)) names.emplace_back(entry->d_name);
+    ::closedir(dir);
+  }
+  int removed = 0;
+  for (const std::string& name : names) {
+    if (!orphaned(name) || ::shm_unlink(("/" + name).c_str()) != 0) continue;
+    base::log().debug("shm: removed the left-over segment {}", name);
+    ++removed;
+  }
+  return removed;
+}
 
 ShmTransport::ShmTransport(Store& store, int rank, std::uint64_t job_token,
                            const base::Config& config, std::vector<int> pids,
@@ -31,52 +104,47 @@ ShmTransport::ShmTransport(Store& store, int rank, std::uint64_t job_token,
       job_token_(job_token),
       config_(config),
       pids_(std::move(pids)),
-      space_(space) {}
+      space_(space) {
+  if (const int removed = sweep_orphaned_segments(); removed > 0)
+    base::log().info("shm: rank {} removed {} segment(s) left over by processes that died", rank,
+                     removed);
+}
 
 ShmTransport::~ShmTransport() {
   connections_.clear();
-  // Normally every name is gone already (the mapping side unlinks it). A peer that died before
-  // mapping, or a creator that died before the peer mapped, leaves one: either end removes it.
-  for (std::size_t peer = 0; peer < pids_.size(); ++peer)
-    if (static_cast<int>(peer) != rank_ && pids_[peer] > 0)
-      ::shm_unlink(segment_name(static_cast<int>(peer)).c_str());
+  // Normally the opener has unlinked the name already; a peer that died before mapping leaves
+  // it to the creator, and a creator that died before the peer mapped to the sweep.
+  for (auto& [peer, segment] : created_) {
+    ::shm_unlink(segment.name.c_str());
+    ::close(segment.fd);
+  }
+  sweep_orphaned_segments();
 }
 
 void ShmTransport::abort() {
   for (auto& [peer, conn] : connections_) conn->close();
 }
 
-std::string ShmTransport::segment_name(int peer) const {
+std::string ShmTransport::name_prefix(int peer) const {
   const std::string kind =
       space_ == store::keys::Space::shm ? "" : fmt::format("-{}", store::keys::name(space_));
-  return fmt::format("/loom-{:016x}{}-{}-{}", job_token_, kind, std::min(rank_, peer),
+  return fmt::format("/loom-{:016x}{}-{}-{}-", job_token_, kind, std::min(rank_, peer),
                      std::max(rank_, peer));
 }
 
-Connection& ShmTransport::connect(int peer, const base::Deadline& deadline) {
+Connection& ShmTransport::connect(int peer, const base::Deadline& deadline,
+                                  const base::Halt& halt) {
   if (auto it = connections_.find(peer); it != connections_.end()) return *it->second;
   const int low = std::min(rank_, peer), high = std::max(rank_, peer);
-  const std::string name = segment_name(peer);
   const std::string key = store::keys::shm_segment(space_, low, high);
   const std::size_t slot_bytes = config_.buffer_bytes / static_cast<std::size_t>(config_.slots);
   const std::size_t slots = static_cast<std::size_t>(config_.slots);
   const std::size_t bytes = segment_bytes(slot_bytes, slots);
-  auto fail = [&](const char* what, int err) {
-    return PeerError(fmt::format("shm: rank {} with rank {}: {} {}: {}", rank_, peer, what, name,
-                                 std::strerror(err)));
-  };
+  std::string name;
   void* base = nullptr;
   if (rank_ == low) {
-    int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) throw fail("create", errno);
-    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      int err = errno;
-      ::close(fd);
-      throw fail("size", err);
-    }
-    base = map_fd(fd, bytes);
-    ::close(fd);
-    if (!base) throw fail("map", errno);
+    name = name_prefix(peer) + random_hex();
+    base = create_segment(peer, name, bytes);
     auto* h = new (base) SegmentHeader{};
     h->magic = kSegmentMagic;
     h->slot_bytes = slot_bytes;
@@ -90,32 +158,112 @@ Connection& ShmTransport::connect(int peer, const base::Deadline& deadline) {
     // creator that waited could close a cycle of waits. The peer unlinks the name once mapped.
     store_.set(key, name);
   } else {
-    store_.get(key, std::chrono::milliseconds(deadline.remaining_ms(1 << 30)));
-    int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) throw fail("open", errno);
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != bytes) {
-      ::close(fd);
-      throw PeerError(fmt::format(
-          "shm: rank {} with rank {}: segment {} has {} bytes, expected {} (LOOM_BUFFSIZE or "
-          "LOOM_SLOTS differ between ranks)",
-          rank_, peer, name, st.st_size, bytes));
-    }
-    base = map_fd(fd, bytes);
-    ::close(fd);
-    ::shm_unlink(name.c_str());
-    if (!base) throw fail("map", errno);
+    name = await_segment_name(peer, key, deadline, halt);
+    const std::string prefix = name_prefix(peer);
+    if (name.size() != prefix.size() + kRandomHexDigits || name.rfind(prefix, 0) != 0 ||
+        !is_hex(name.substr(prefix.size())))
+      throw PeerError(fmt::format("shm: rank {} with rank {}: the store names segment '{}', not "
+                                  "one of this pair",
+                                  rank_, peer, name),
+                      peer);
+    base = open_segment(peer, name, bytes);
     auto* h = static_cast<SegmentHeader*>(base);
-    if (h->magic != kSegmentMagic || h->slot_bytes != slot_bytes || h->slots != slots) {
+    const std::uint64_t magic = read_once(h->magic);
+    const std::uint64_t their_slot_bytes = read_once(h->slot_bytes);
+    const std::uint32_t their_slots = read_once(h->slots);
+    if (magic != kSegmentMagic || their_slot_bytes != slot_bytes || their_slots != slots) {
       ::munmap(base, bytes);
       throw PeerError(fmt::format("shm: rank {} with rank {}: segment {} has another layout", rank_,
-                                  peer, name));
+                                  peer, name),
+                      peer);
     }
   }
-  auto conn = std::make_unique<ShmConnection>(rank_, peer, pids_[static_cast<std::size_t>(peer)],
-                                              base, bytes, rank_ == low ? 0 : 1, name);
+  auto conn =
+      std::make_unique<ShmConnection>(rank_, peer, pids_[static_cast<std::size_t>(peer)], base,
+                                      bytes, slot_bytes, slots, rank_ == low ? 0 : 1, name);
   base::log().debug("connected: {}", conn->describe());
   return *(connections_[peer] = std::move(conn));
+}
+
+void* ShmTransport::create_segment(int peer, const std::string& name, std::size_t bytes) {
+  auto fail = [&](const std::string& what, int err) {
+    return PeerError(fmt::format("shm: rank {} with rank {}: {} {}: {}", rank_, peer, what, name,
+                                 std::strerror(err)));
+  };
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) throw fail("create", errno);
+  auto discard = [&](const std::string& what, int err) {
+    ::shm_unlink(name.c_str());
+    ::close(fd);
+    return fail(what, err);
+  };
+  if (!lock_shared(fd)) throw discard("lock", errno);
+  // Reserved now, so that a full /dev/shm is this error rather than SIGBUS at a first touch.
+  if (const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0)
+    throw discard(fmt::format("cannot reserve {} bytes (is /dev/shm large enough?) for", bytes),
+                  err);
+  void* base = map_fd(fd, bytes);
+  if (!base) throw discard("map", errno);
+  created_[peer] = Created{name, fd};
+  return base;
+}
+
+void* ShmTransport::open_segment(int peer, const std::string& name, std::size_t bytes) {
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0)
+    throw PeerError(fmt::format("shm: rank {} with rank {}: open {}: {}", rank_, peer, name,
+                                std::strerror(errno)),
+                    peer);
+  struct stat st {};
+  std::string wrong;
+  if (::fstat(fd, &st) != 0)
+    wrong = fmt::format("fstat: {}", std::strerror(errno));
+  else if (st.st_uid != ::geteuid())
+    wrong = fmt::format("belongs to uid {}, not to this process's uid {}", st.st_uid, ::geteuid());
+  else if (static_cast<std::size_t>(st.st_size) != bytes)
+    wrong =
+        fmt::format("has {} bytes, expected {} (LOOM_BUFFSIZE or LOOM_SLOTS differ between ranks)",
+                    st.st_size, bytes);
+  void* base = wrong.empty() ? map_fd(fd, bytes) : nullptr;
+  const int map_error = errno;
+  ::close(fd);
+  if (!wrong.empty())
+    throw PeerError(
+        fmt::format("shm: rank {} with rank {}: segment {} {}", rank_, peer, name, wrong), peer);
+  ::shm_unlink(name.c_str());
+  if (!base)
+    throw PeerError(fmt::format("shm: rank {} with rank {}: map {}: {}", rank_, peer, name,
+                                std::strerror(map_error)),
+                    peer);
+  return base;
+}
+
+std::string ShmTransport::await_segment_name(int peer, const std::string& key,
+                                             const base::Deadline& deadline,
+                                             const base::Halt& halt) {
+  const int pid = pids_[static_cast<std::size_t>(peer)];
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    if (store_.check({key}).front())
+      return store_.get_string(
+          key, std::chrono::milliseconds(std::max(1000, deadline.remaining_ms(1 << 30))));
+    if (halt.triggered())
+      halt.raise(
+          fmt::format("shm: rank {} (waiting for rank {} to create the segment)", rank_, peer));
+    if (pid > 0 && !process_alive(pid))
+      throw PeerError(fmt::format("shm: rank {} with rank {}: the peer's process {} is gone "
+                                  "(exited or crashed) before it created the segment",
+                                  rank_, peer, pid),
+                      peer);
+    if (deadline.expired())
+      throw TimeoutError(fmt::format(
+          "shm: rank {} timed out waiting for rank {} to create the segment (is rank {} in the "
+          "same collective?)",
+          rank_, peer, peer));
+    std::this_thread::sleep_for(
+        std::min(pause, std::chrono::milliseconds(deadline.remaining_ms(kSetupPollMs))));
+    pause = std::min(pause * 2, std::chrono::milliseconds(kSetupPollMs));
+  }
 }
 
 }  // namespace loom::transport::shm

@@ -3,37 +3,30 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
 
 #include <fmt/format.h>
 
-#include "base/auth.hpp"
 #include "base/logging.hpp"
 #include "base/socket_io.hpp"
-#include "base/tcp_connect.hpp"
 #include "store/keys.hpp"
 
 namespace loom::transport::tcp {
-struct TcpTransport::Hello {
-  std::uint32_t magic;
-  std::uint32_t version;
-  std::uint64_t job_token;
-  std::int32_t from;
-  std::int32_t to;
-  std::int32_t index;
-  std::int32_t sockets;
-};
-
 namespace {
-constexpr std::uint32_t kHelloMagic = 0x4c4d4831;  // "LMH1"
-constexpr std::uint32_t kVersion = 1;
-// A connecting peer sends its hello at once; one that does not is not a Loom peer.
-constexpr auto kHelloTimeout = std::chrono::seconds(10);
+
+// A handshake this old has had time to finish: one that has not is given up for a newcomer
+// when every place is taken.
+constexpr auto kSilentAfter = std::chrono::milliseconds(250);
+// Out of descriptors, the listener stays readable: look at it again only after this pause.
+constexpr auto kAcceptPause = std::chrono::milliseconds(100);
+constexpr auto kWarningPeriod = std::chrono::seconds(10);
 
 void set_buffers(int fd, std::size_t bytes) {
   if (bytes == 0) return;  // leave the kernel's autotuning alone
@@ -42,10 +35,53 @@ void set_buffers(int fd, std::size_t bytes) {
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b));
 }
 
+void set_nodelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
 std::pair<std::string, std::uint16_t> split_address(const std::string& addr) {
   auto colon = addr.rfind(':');
   if (colon == std::string::npos) throw PeerError(fmt::format("malformed peer address '{}'", addr));
   return {addr.substr(0, colon), static_cast<std::uint16_t>(std::stoi(addr.substr(colon + 1)))};
+}
+
+// Waits until fd is ready for `events`, in short polls between which the halt is looked at.
+base::IoResult wait_ready(int fd, short events, const base::Deadline& deadline,
+                          const base::Halt& halt, const std::string& what) {
+  for (;;) {
+    if (halt.triggered()) halt.raise(what);
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, deadline.remaining_ms(kSetupPollMs));
+    if (n < 0 && errno != EINTR) return base::IoResult::error;
+    if (n > 0) {
+      if (p.revents & events) return base::IoResult::ok;
+      if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return base::IoResult::closed;
+    }
+    if (deadline.expired()) return base::IoResult::timeout;
+  }
+}
+
+// Sends (or receives) exactly n bytes on a non-blocking socket, waiting as wait_ready() does.
+base::IoResult transfer(int fd, void* buf, std::size_t n, bool sending,
+                        const base::Deadline& deadline, const base::Halt& halt,
+                        const std::string& what) {
+  auto* p = static_cast<char*>(buf);
+  while (n > 0) {
+    const ssize_t r = sending ? ::send(fd, p, n, MSG_NOSIGNAL) : ::recv(fd, p, n, 0);
+    if (r > 0) {
+      p += r;
+      n -= static_cast<std::size_t>(r);
+    } else if (r == 0 && !sending) {
+      return base::IoResult::closed;
+    } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      const auto w = wait_ready(fd, sending ? POLLOUT : POLLIN, deadline, halt, what);
+      if (w != base::IoResult::ok) return w;
+    } else {
+      return errno == ECONNRESET || errno == EPIPE ? base::IoResult::closed : base::IoResult::error;
+    }
+  }
+  return base::IoResult::ok;
 }
 
 }  // namespace
@@ -53,8 +89,9 @@ std::pair<std::string, std::uint16_t> split_address(const std::string& addr) {
 TcpTransport::TcpTransport(Store& store, int rank, int size, std::uint64_t job_token,
                            const base::Config& config, const std::string& route_hint)
     : store_(store), rank_(rank), job_token_(job_token), config_(config) {
-  std::string ip =
-      choose_local_address(config.socket_ifname, route_hint, config.local_world_size >= size);
+  // Without a route hint, "every rank on this host" is known only when the launcher says so.
+  const bool single_host = config.local_world_size_given && config.local_world_size >= size;
+  std::string ip = choose_local_address(config.socket_ifname, route_hint, single_host);
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0)
     throw PeerError(fmt::format("tcp: rank {}: socket: {}", rank, std::strerror(errno)));
@@ -80,6 +117,7 @@ TcpTransport::TcpTransport(Store& store, int rank, int size, std::uint64_t job_t
 
 TcpTransport::~TcpTransport() {
   connections_.clear();
+  handshakes_.clear();
   for (auto& [peer, fds] : accepted_)
     for (int fd : fds)
       if (fd >= 0) ::close(fd);
@@ -88,24 +126,29 @@ TcpTransport::~TcpTransport() {
 
 void TcpTransport::abort() {
   for (auto& [peer, conn] : connections_) conn->shutdown();
+  handshakes_.clear();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  listen_fd_ = -1;
 }
 
-Connection& TcpTransport::connect(int peer, const base::Deadline& deadline) {
+Connection& TcpTransport::connect(int peer, const base::Deadline& deadline,
+                                  const base::Halt& halt) {
   if (auto it = connections_.find(peer); it != connections_.end()) return *it->second;
   const int n = config_.sockets_per_peer;
   std::string address;
   std::vector<int> fds;
   if (rank_ < peer) {
+    // Published before the topology exchange that every rank has passed: present already.
     address = store_.get_string(store::keys::tcp_address(peer),
                                 std::chrono::milliseconds(deadline.remaining_ms(1 << 30)));
     try {
-      for (int k = 0; k < n; ++k) fds.push_back(dial(peer, k, address, deadline));
+      for (int k = 0; k < n; ++k) fds.push_back(dial(peer, k, address, deadline, halt));
     } catch (...) {
       for (int fd : fds) ::close(fd);
       throw;
     }
   } else {
-    accept_until(peer, deadline);
+    accept_until(peer, deadline, halt);
     fds = std::move(accepted_[peer]);
     accepted_.erase(peer);
     address = base::peer_address(fds[0]);
@@ -118,31 +161,56 @@ Connection& TcpTransport::connect(int peer, const base::Deadline& deadline) {
 }
 
 int TcpTransport::dial(int peer, int index, const std::string& address,
-                       const base::Deadline& deadline) {
+                       const base::Deadline& deadline, const base::Halt& halt) {
+  const std::string what =
+      fmt::format("tcp connect: rank {} -> rank {} at {}", rank_, peer, address);
   auto [host, port] = split_address(address);
-  std::string error;
-  int fd = -1;
-  // The peer listened before it published its address: a refusal means it is gone.
-  fd = base::connect_tcp(host, port, deadline, error, /*retry_refused=*/false);
-  if (fd < 0) {
-    std::string msg = fmt::format("tcp connect: rank {} could not reach rank {} at {}: {}", rank_,
-                                  peer, address, error);
-    if (deadline.expired()) throw TimeoutError(msg);
-    throw PeerError(msg, peer);
-  }
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(port);
+  if (inet_pton(AF_INET, host.c_str(), &to.sin_addr) != 1)
+    throw PeerError(fmt::format("{}: not an IPv4 address", what), peer);
+  struct Socket {  // closed on every way out but success
+    int fd;
+    ~Socket() {
+      if (fd >= 0) ::close(fd);
+    }
+  } socket{::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)};
+  const int fd = socket.fd;
+  if (fd < 0) throw PeerError(fmt::format("{}: socket: {}", what, std::strerror(errno)), peer);
   set_buffers(fd, config_.socket_buffer_bytes);
-  // The acceptor's challenge, then the hello with this side's response, then its proof.
   auto fail = [&](const std::string& why) {
-    ::close(fd);
-    return PeerError(
-        fmt::format("tcp connect: rank {} -> rank {} at {}: {}", rank_, peer, address, why), peer);
+    return PeerError(fmt::format("{}: {}", what, why), peer);
   };
+  auto timed_out = [&](const std::string& waiting_for) {
+    return TimeoutError(
+        fmt::format("{}: timed out waiting for {} (is rank {} alive and in the same collective?)",
+                    what, waiting_for, peer));
+  };
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+    if (errno != EINPROGRESS) throw fail(std::strerror(errno));
+    if (wait_ready(fd, POLLOUT, deadline, halt, what) == base::IoResult::timeout)
+      throw timed_out("the connection");
+    int err = 0;
+    socklen_t len = sizeof(err);
+    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    // The peer listened before it published its address: a refusal means it is gone.
+    if (err != 0)
+      throw fail(fmt::format("{}{}", std::strerror(err),
+                             err == ECONNREFUSED ? " (the peer is gone or has aborted)" : ""));
+  }
+  set_nodelay(fd);
+  // The acceptor's challenge, then the hello with this side's response, then its proof.
   std::array<std::uint8_t, base::Challenge::kBytes> raw{};
-  if (auto r = base::read_exact(fd, raw.data(), raw.size(), deadline); r != base::IoResult::ok)
-    throw fail("no challenge: " + base::describe(r));
+  auto expect_ok = [&](base::IoResult r, const char* waiting_for, const std::string& why) {
+    if (r == base::IoResult::timeout) throw timed_out(waiting_for);
+    if (r != base::IoResult::ok) throw fail(why + base::describe(r));
+  };
+  expect_ok(transfer(fd, raw.data(), raw.size(), false, deadline, halt, what), "its challenge",
+            "no challenge: ");
   auto challenge = base::Challenge::decode(raw.data(), raw.size());
   if (!challenge) throw fail("the peer's challenge is not Loom's");
-  Hello hello{kHelloMagic, kVersion, job_token_, rank_, peer, index, config_.sockets_per_peer};
+  Hello hello{kHelloMagic, kHelloVersion, job_token_, rank_, peer, index, config_.sockets_per_peer};
   base::Handshake handshake("loom-data", config_.secret);
   const std::string_view context(reinterpret_cast<const char*>(&hello), sizeof(hello));
   auto reply = handshake.respond(*challenge, context);
@@ -150,51 +218,18 @@ int TcpTransport::dial(int peer, int index, const std::string& address,
   std::vector<std::uint8_t> message(sizeof(hello));
   std::memcpy(message.data(), &hello, sizeof(hello));
   message.insert(message.end(), reply.bytes.begin(), reply.bytes.end());
-  if (auto r = base::write_exact(fd, message.data(), message.size(), deadline);
-      r != base::IoResult::ok)
-    throw fail("hello failed: " + base::describe(r));
+  expect_ok(transfer(fd, message.data(), message.size(), true, deadline, halt, what),
+            "room to send the hello", "hello failed: ");
   std::vector<std::uint8_t> proof(handshake.proof_bytes());
-  if (auto r = base::read_exact(fd, proof.data(), proof.size(), deadline); r != base::IoResult::ok)
-    throw fail("the peer rejected this rank's job secret (" + base::describe(r) + ")");
+  expect_ok(transfer(fd, proof.data(), proof.size(), false, deadline, halt, what), "its proof",
+            "the peer rejected this rank's job secret: ");
   if (!handshake.verify_proof(proof.data(), proof.size(), context))
     throw fail("the peer does not know the job secret");
+  socket.fd = -1;
   return fd;
 }
 
-// The accepting side of the handshake; an empty string when `fd` is a peer of this job.
-std::string TcpTransport::handshake_accepted(int fd, Hello& hello) {
-  const base::Deadline deadline(
-      std::chrono::duration_cast<std::chrono::milliseconds>(kHelloTimeout));
-  base::Handshake handshake("loom-data", config_.secret);
-  const auto challenge = handshake.challenge().encode();
-  if (auto r = base::write_exact(fd, challenge.data(), challenge.size(), deadline);
-      r != base::IoResult::ok)
-    return "challenge not sent: " + base::describe(r);
-  std::vector<std::uint8_t> message(sizeof(hello) + handshake.response_bytes());
-  if (auto r = base::read_exact(fd, message.data(), message.size(), deadline);
-      r != base::IoResult::ok)
-    return "no hello: " + base::describe(r);
-  std::memcpy(&hello, message.data(), sizeof(hello));
-  std::string why;
-  const std::string_view context(reinterpret_cast<const char*>(message.data()), sizeof(hello));
-  auto proof = handshake.check_response(message.data() + sizeof(hello), handshake.response_bytes(),
-                                        context, &why);
-  if (!proof) return why;  // before any field of the hello is believed
-  if (hello.magic != kHelloMagic || hello.version != kVersion) return "not a Loom peer";
-  if (hello.job_token != job_token_) return "hello from another job or communicator";
-  if (hello.to != rank_ || hello.from < 0 || hello.from >= rank_ || hello.index < 0 ||
-      hello.index >= config_.sockets_per_peer)
-    return fmt::format("hello names ranks {}->{} socket {}", hello.from, hello.to, hello.index);
-  if (hello.sockets != config_.sockets_per_peer)
-    return fmt::format("peer uses LOOM_NSOCKS={}, this rank {}", hello.sockets,
-                       config_.sockets_per_peer);
-  if (auto r = base::write_exact(fd, proof->data(), proof->size(), deadline);
-      r != base::IoResult::ok)
-    return "proof not sent: " + base::describe(r);
-  return {};
-}
-
-void TcpTransport::accept_until(int peer, const base::Deadline& deadline) {
+void TcpTransport::accept_until(int peer, const base::Deadline& deadline, const base::Halt& halt) {
   auto complete = [&] {
     auto it = accepted_.find(peer);
     if (it == accepted_.end()) return false;
@@ -202,29 +237,103 @@ void TcpTransport::accept_until(int peer, const base::Deadline& deadline) {
       if (fd < 0) return false;
     return true;
   };
+  advance_handshakes();  // some may have finished while this rank was busy elsewhere
+  std::vector<pollfd> fds;
   while (!complete()) {
-    if (base::wait_fd(listen_fd_, POLLIN, deadline) == base::IoResult::timeout)
+    if (halt.triggered())
+      halt.raise(fmt::format("tcp connect: rank {} (waiting for rank {} to connect)", rank_, peer));
+    if (deadline.expired())
       throw TimeoutError(fmt::format(
           "tcp connect: rank {} timed out waiting for rank {} to connect (is rank {} alive and in "
           "the same collective?)",
           rank_, peer, peer));
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) continue;
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    Hello hello{};
-    const std::string why = handshake_accepted(fd, hello);
-    if (!why.empty()) {
-      base::log().warn("tcp: rank {} rejected a connection from {}: {}", rank_,
-                       base::peer_address(fd), why);
-      ::close(fd);
-      continue;
-    }
-    auto& slots = accepted_[hello.from];
-    slots.resize(static_cast<std::size_t>(config_.sockets_per_peer), -1);
-    if (slots[hello.index] >= 0) ::close(slots[hello.index]);
-    slots[hello.index] = fd;
+    fds.clear();
+    const bool listening = listen_fd_ >= 0 && Clock::now() >= accept_paused_until_;
+    if (listening) fds.push_back(pollfd{listen_fd_, POLLIN, 0});
+    for (const auto& h : handshakes_) fds.push_back(pollfd{h->fd(), h->events(), 0});
+    ::poll(fds.data(), fds.size(), deadline.remaining_ms(kSetupPollMs));
+    if (listening && (fds.front().revents & POLLIN)) accept_waiting(deadline);
+    advance_handshakes();
   }
+}
+
+void TcpTransport::accept_waiting(const base::Deadline& deadline) {
+  for (std::size_t taken = 0; taken < kMaxHandshakes; ++taken) {
+    if (handshakes_.size() >= kMaxHandshakes) {
+      // The oldest has had the longest to answer; while it is young, the rest wait their turn
+      // in the backlog (a burst of genuine peers), once old it is most likely silent.
+      if (const auto free_at = handshakes_.front()->started() + kSilentAfter;
+          Clock::now() < free_at) {
+        accept_paused_until_ = free_at;
+        return;
+      }
+      reject(*handshakes_.front(), fmt::format("more than {} handshakes at once", kMaxHandshakes));
+      handshakes_.erase(handshakes_.begin());
+    }
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        accept_paused_until_ = Clock::now() + kAcceptPause;
+        warn_limited(fmt::format("tcp: rank {} cannot accept connections for now: {}", rank_,
+                                 std::strerror(errno)));
+      }
+      return;  // EAGAIN: nothing more is waiting
+    }
+    set_nodelay(fd);
+    const auto budget = std::min<std::chrono::milliseconds>(
+        kHelloBudget, std::chrono::milliseconds(deadline.remaining_ms(kHelloBudget.count())));
+    handshakes_.push_back(
+        std::make_unique<AcceptingHandshake>(fd, config_.secret, Clock::now() + budget));
+  }
+}
+
+void TcpTransport::advance_handshakes() {
+  const HelloExpected expected{job_token_, rank_, config_.sockets_per_peer};
+  const auto now = Clock::now();
+  std::erase_if(handshakes_, [&](const std::unique_ptr<AcceptingHandshake>& h) {
+    switch (h->advance(expected)) {
+      case AcceptingHandshake::Step::done: {
+        const Hello& hello = h->hello();
+        auto& slots = accepted_[hello.from];
+        slots.resize(static_cast<std::size_t>(config_.sockets_per_peer), -1);
+        if (slots[hello.index] >= 0) ::close(slots[hello.index]);
+        slots[hello.index] = h->release();
+        return true;
+      }
+      case AcceptingHandshake::Step::refused:
+        reject(*h, h->why());
+        return true;
+      case AcceptingHandshake::Step::waiting:
+        if (now < h->expires()) return false;
+        reject(*h, fmt::format("no hello within {} ms",
+                               std::chrono::duration_cast<std::chrono::milliseconds>(h->expires() -
+                                                                                     h->started())
+                                   .count()));
+        return true;
+    }
+    return false;
+  });
+}
+
+void TcpTransport::reject(const AcceptingHandshake& handshake, const std::string& why) {
+  warn_limited(fmt::format("tcp: rank {} rejected a connection from {}: {}", rank_,
+                           base::peer_address(handshake.fd()), why));
+}
+
+void TcpTransport::warn_limited(const std::string& message) {
+  const auto now = Clock::now();
+  if (now < next_warning_) {
+    ++unreported_warnings_;
+    base::log().debug("{}", message);
+    return;
+  }
+  base::log().warn("{}{}", message,
+                   unreported_warnings_ == 0
+                       ? std::string()
+                       : fmt::format(" ({} more since the last warning)", unreported_warnings_));
+  unreported_warnings_ = 0;
+  next_warning_ = now + kWarningPeriod;
 }
 
 }  // namespace loom::transport::tcp

@@ -1,0 +1,98 @@
+// The engine's waits end at the call's deadline or at the halt even while a peer keeps moving
+// bytes that never complete what is waited for (a trickle).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "algorithms/engine.hpp"
+#include "base/abort_record.hpp"
+
+namespace loom::algorithms {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// A peer that moves a few bytes on every progress() until `trickle_until`, but never completes
+// a slot.
+class TricklingConnection final : public transport::Connection {
+ public:
+  explicit TricklingConnection(Clock::time_point trickle_until) : until_(trickle_until) {}
+  int peer() const override { return 1; }
+  std::size_t slot_bytes() const override { return 4096; }
+  std::byte* try_acquire_send_slot() override { return nullptr; }
+  void post_send(std::size_t, transport::Tag) override {}
+  std::optional<transport::RecvSlot> try_recv_slot() override { return std::nullopt; }
+  void release_recv_slot() override {}
+  bool progress() override { return Clock::now() < until_; }
+  bool send_idle() const override { return true; }
+  void add_poll_fds(std::vector<pollfd>&) const override {}
+  void sleep(int timeout_ms) override { std::this_thread::sleep_for(1ms * timeout_ms); }
+  std::string describe() const override { return "a trickling peer"; }
+  std::vector<Region> host_regions() const override { return {}; }
+
+ private:
+  Clock::time_point until_;
+};
+
+class OnePeer final : public transport::Transport {
+ public:
+  explicit OnePeer(transport::Connection& c) : c_(c) {}
+  transport::TransportKind kind_to(int) const override { return transport::TransportKind::tcp; }
+  transport::Connection& connect(int, const base::Deadline&, const base::Halt&) override {
+    return c_;
+  }
+  void abort() override {}
+
+ private:
+  transport::Connection& c_;
+};
+
+// How long a recv of one slot from the trickling peer takes to fail, and what it raised.
+template <typename Error>
+Clock::duration time_to_fail(std::chrono::milliseconds timeout, base::Halt& halt,
+                             std::chrono::milliseconds halt_after = 0ms) {
+  TricklingConnection peer(Clock::now() + 10s);
+  OnePeer transport(peer);
+  base::Config config;
+  config.timeout = timeout;
+  std::atomic<int> callers_waiting{0};
+  SelectionInputs selection;
+  selection.size = 2;
+  selection.hosts = {{0}, {1}};
+  Engine engine(0, 2, transport, config, halt, callers_waiting, selection);
+  std::vector<std::byte> out(4096);
+  Collective call;
+  call.kind = Kind::recv;
+  call.seq = 0;
+  call.count = out.size();
+  call.root = 1;
+  call.out = out.data();
+  std::thread halter;
+  if (halt_after > 0ms)
+    halter = std::thread([&] {
+      std::this_thread::sleep_for(halt_after);
+      halt.trigger(base::AbortRecord{base::AbortRecord::Kind::aborted, 0, 0, "test"}, true);
+    });
+  const auto start = Clock::now();
+  EXPECT_THROW(engine.run(call), Error);
+  const auto took = Clock::now() - start;
+  if (halter.joinable()) halter.join();
+  return took;
+}
+
+TEST(Waiter, ATricklingPeerCannotKeepACallPastItsDeadline) {
+  base::Halt halt;
+  EXPECT_LT(time_to_fail<TimeoutError>(200ms, halt), 2s);
+}
+
+TEST(Waiter, ATricklingPeerCannotKeepACallPastAbort) {
+  base::Halt halt;
+  EXPECT_LT(time_to_fail<Aborted>(60s, halt, 200ms), 2s);
+}
+
+}  // namespace
+}  // namespace loom::algorithms
