@@ -36,8 +36,8 @@ case "$sanitize" in
     build=build-tsan type=RelWithDebInfo
     # TSan checks the threaded parts: Work and the worker thread, abort from another thread, the
     # health monitor, the store server and clients, DDP's overlapped buckets.
-    ctest_filter=(-L "unit|multiproc|fault" -R "^(StoreServer|StoreAuth|Stores|Async|Config|Init|Fault|Lifecycle|BadInput|Monitors|Auth|Ddp)[./]")
-    targets=(--target unit_tests multiproc_tests fault_tests ddp_multiproc_tests)
+    ctest_filter=(-L "unit|multiproc|fault" -R "^(StoreServer|StoreAuth|Stores|Async|Config|Init|Fault|Lifecycle|BadInput|Monitors|Auth|Ddp|FrozenRank|FileStoreFile|TcpConnect|SecretFile|HandshakeAdmission)[./]")
+    targets=(--target unit_tests multiproc_tests fault_tests ddp_multiproc_tests init_tests)
     export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
     ;;
   *)

@@ -36,6 +36,12 @@ class Store {
   // A second, independent connection to the same store, for another thread (the communicator's
   // health monitor); null when this store cannot make one.
   virtual std::shared_ptr<Store> clone() const { return nullptr; }
+  // The same, with requests that do not wait for a key giving up after `request_timeout`: a
+  // watcher must notice a stopped store within that time. By default clone().
+  virtual std::shared_ptr<Store> clone_bounded(std::chrono::milliseconds request_timeout) const {
+    (void)request_timeout;
+    return clone();
+  }
 
   void set(const std::string& key, const std::string& value) {
     set(key, Bytes(value.begin(), value.end()));
@@ -55,9 +61,12 @@ class Store {
 // checks that the server knows it too; without a secret on both sides nothing is checked.
 class TcpStore : public Store {
  public:
+  // timeout: how long to keep trying to connect; request_timeout: how long a request that does not
+  // wait for a key (and a reconnection) may take before TimeoutError.
   TcpStore(const std::string& host, std::uint16_t port,
            std::chrono::milliseconds timeout = std::chrono::seconds(300),
-           std::optional<std::string> secret = std::nullopt);
+           std::optional<std::string> secret = std::nullopt,
+           std::chrono::milliseconds request_timeout = std::chrono::seconds(60));
   ~TcpStore() override;
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
@@ -67,6 +76,7 @@ class TcpStore : public Store {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   std::vector<bool> check(const std::vector<std::string>& keys) override;
   std::shared_ptr<Store> clone() const override;
+  std::shared_ptr<Store> clone_bounded(std::chrono::milliseconds request_timeout) const override;
   using Store::set;
   const std::string& host() const;
   std::uint16_t port() const;
@@ -94,6 +104,7 @@ class FileStore : public Store {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   std::vector<bool> check(const std::vector<std::string>& keys) override;
   std::shared_ptr<Store> clone() const override;
+  std::shared_ptr<Store> clone_bounded(std::chrono::milliseconds request_timeout) const override;
   using Store::set;
 
  private:
@@ -113,6 +124,7 @@ class PrefixStore : public Store {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   std::vector<bool> check(const std::vector<std::string>& keys) override;
   std::shared_ptr<Store> clone() const override;
+  std::shared_ptr<Store> clone_bounded(std::chrono::milliseconds request_timeout) const override;
   using Store::set;
 
  private:

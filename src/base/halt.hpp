@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "base/abort_record.hpp"
@@ -39,6 +40,13 @@ class Halt {
         " (reported by rank " + std::to_string(record_.reporter) + ")";
     if (record_.kind == AbortRecord::Kind::mismatch) throw CollectiveMismatch(what, record_.cause);
     throw PeerError(what, record_.failed);
+  }
+  // The record that stopped this rank, when it came from elsewhere (the health monitor, another
+  // rank's record): it stands already, nothing to publish.
+  std::optional<AbortRecord> record_from_elsewhere() const {
+    std::lock_guard lock(mu_);
+    if (!flag_.load(std::memory_order_relaxed) || local_abort_) return std::nullopt;
+    return record_;
   }
 
  private:

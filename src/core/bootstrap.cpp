@@ -118,8 +118,11 @@ Communicator init(Options options) {
 
   std::shared_ptr<Store> store;
   std::unique_ptr<StoreServer> server;
+  int store_host = -1;  // a launcher, or a file
+  std::string where;
   if (method.rfind("file://", 0) == 0) {
     store = std::make_shared<FileStore>(method.substr(7));
+    where = method;
   } else {
     HostPort at;
     if (method.rfind("tcp://", 0) == 0) {
@@ -131,11 +134,14 @@ Communicator init(Options options) {
           "init: LOOM_INIT_METHOD='{}' is not env://, tcp://host:port or file://path", method));
     }
     // Rank 0 hosts the store unless a launcher (loomrun) already does.
-    if (rank == 0 && !launch.store_hosted_by_launcher) server = host_store(at, secret);
+    if (!launch.store_hosted_by_launcher) store_host = 0;
+    if (rank == 0 && store_host == 0) server = host_store(at, secret);
     store = std::make_shared<TcpStore>(at.host, at.port, config.timeout, secret);
+    where = fmt::format("{}:{}", at.host, at.port);
   }
   Communicator comm(store, rank, size, options);
   if (server) comm.impl_->hosted_server = std::move(server);
+  comm.impl_->set_store_host(store_host, where);
   return comm;
 }
 

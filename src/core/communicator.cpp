@@ -81,6 +81,11 @@ Communicator::Impl::Impl(const Impl& parent, std::shared_ptr<Store> store, std::
       parent_ranks_(std::move(members)),
       gpus_(parent.gpus_) {
   hosted_server = parent.hosted_server;
+  // The rank hosting the store, renumbered here (-1 when it is not one of this communicator's).
+  store_host_rank_ = parent.store_host_rank_ < 0 ? parent.store_host_rank_ : -1;
+  for (int r = 0; r < size_; ++r)
+    if (parent_ranks_[static_cast<std::size_t>(r)] == parent.store_host_rank_) store_host_rank_ = r;
+  store_where_ = parent.store_where_;
   build_transports();
   start();
 }

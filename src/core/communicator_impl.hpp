@@ -58,6 +58,9 @@ class Communicator::Impl {
   void shutdown();
   // Communicator::split: the child this rank joins, or null for a negative color.
   std::shared_ptr<Impl> split(int color, int key);
+  // Which rank hosts the store (-1: none, a launcher does) and where it is, for the failure
+  // path and the monitor to name a store that stopped answering.
+  void set_store_host(int rank, std::string where);
 
   // When this rank hosts the store (init()): it lives as long as the communicator and every
   // communicator split from it.
@@ -99,7 +102,9 @@ class Communicator::Impl {
   void halt_from_record(const base::AbortRecord& record);
   [[noreturn]] void fail(const algorithms::Collective& call, const Error& e);
   base::AbortRecord record_of(const Error& e) const;
-  base::AbortRecord publish(const base::AbortRecord& mine);
+  base::AbortRecord publish(const base::AbortRecord& mine,
+                            std::chrono::milliseconds prefer_standing,
+                            core::HealthMonitor* monitor);
   std::string host_of(int rank) const;
 
   int rank_;
@@ -132,7 +137,10 @@ class Communicator::Impl {
   std::atomic<bool> closing_{false};      // shutdown() waits for the engine: wake it when idle
   base::Halt halt_;
   core::Progress progress_;
-  std::unique_ptr<core::HealthMonitor> monitor_;
+  std::shared_ptr<core::HealthMonitor> monitor_;  // shared: abort() publishes outside the lock
+  // Which rank hosts the store (-1: a launcher does; -2: not known) and how to name it.
+  int store_host_rank_ = -2;
+  std::string store_where_;
   // Threads in Work::wait on this communicator's calls (see Engine::sharing_core).
   std::shared_ptr<std::atomic<int>> callers_waiting_ = std::make_shared<std::atomic<int>>(0);
   bool destroyed_ = false;

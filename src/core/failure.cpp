@@ -1,5 +1,7 @@
 // How a communicator stops: abort(), another rank's record found by the health monitor, or a
 // call's own failure; and how the cause reaches every rank through the store.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "base/logging.hpp"
@@ -10,19 +12,30 @@ namespace loom {
 
 using algorithms::Collective;
 
+namespace {
+// How long a failing rank waits for the store to take its record: the store may be gone.
+constexpr auto kPublishWait = std::chrono::seconds(1);
+// How long a rank that only saw a connection close waits for the cause from the rank that knows.
+constexpr auto kPreferStanding = std::chrono::milliseconds(500);
+}  // namespace
+
 void Communicator::Impl::abort() {
-  std::lock_guard lock(mu_);
-  if (destroyed_) return;
-  base::AbortRecord mine{
+  const base::AbortRecord mine{
       base::AbortRecord::Kind::aborted, rank_, rank_,
       fmt::format("{} on host {} aborted its communicator", who(rank_), host_of(rank_))};
-  if (!halt_.trigger(mine, true)) return;
-  // A running call sees the halt at its next wait (within its spin window or 100 ms of
-  // sleep), fails, and tells the others; the connections are closed once the engine is idle,
-  // here or by the thread that ran the call, never while the engine uses them.
-  if (busy_) return;
-  publish(mine);
-  transport_->abort();
+  std::shared_ptr<core::HealthMonitor> monitor;
+  {
+    std::lock_guard lock(mu_);
+    if (destroyed_ || !halt_.trigger(mine, true)) return;
+    // A running call sees the halt at its next wait (within its spin window or 100 ms of
+    // sleep), fails, and tells the others; the connections are closed once the engine is idle,
+    // here or by the thread that ran the call, never while the engine uses them.
+    if (busy_) return;
+    transport_->abort();
+    monitor = monitor_;
+  }
+  // Not under the lock: the store may take its time, or never answer.
+  publish(mine, std::chrono::milliseconds(0), monitor.get());
 }
 
 // Under mu_, with the engine idle (busy_ clear; seq_cst with abort(): one of the two closes).
@@ -33,7 +46,10 @@ void Communicator::Impl::close_if_halted() {
 // The watch over the other ranks, on its own connection to the store (none when the store
 // cannot open a second one: failures then still reach each rank through its connections).
 void Communicator::Impl::start_monitor() {
-  std::shared_ptr<Store> own = store_->clone();
+  // Its requests give up soon, so that a stopped store host is noticed in time.
+  const auto request_timeout = std::clamp<std::chrono::milliseconds>(
+      config_.heartbeat_timeout / 4, std::chrono::seconds(1), std::chrono::seconds(5));
+  std::shared_ptr<Store> own = store_->clone_bounded(request_timeout);
   if (!own) {
     base::log().debug("rank {}: the store cannot be cloned: no health monitor", rank_);
     return;
@@ -44,17 +60,19 @@ void Communicator::Impl::start_monitor() {
   s.stall_warn = config_.stall_warn;
   s.heartbeat_timeout = config_.heartbeat_timeout;
   for (int r = 0; r < size_; ++r) s.hosts.push_back(host_of(r));
-  monitor_ = std::make_unique<core::HealthMonitor>(
+  s.who = [this](int r) { return who(r); };
+  monitor_ = std::make_shared<core::HealthMonitor>(
       std::move(own), std::move(s), progress_,
       [this](const base::AbortRecord& record) { halt_from_record(record); });
+  if (store_host_rank_ != -2) monitor_->set_store_host(store_host_rank_, store_where_);
 }
 
 // The health monitor found another rank's record: stop, the way abort() does.
 void Communicator::Impl::halt_from_record(const base::AbortRecord& record) {
   std::lock_guard lock(mu_);
   if (destroyed_ || !halt_.trigger(record, false)) return;
-  base::log().error("rank {}: stopping: {} (reported by rank {})", rank_, record.cause,
-                    record.reporter);
+  base::log().error("{}: stopping: {} (reported by {})", who(rank_), record.cause,
+                    who(record.reporter));
   if (!busy_) transport_->abort();
 }
 
@@ -63,16 +81,32 @@ void Communicator::Impl::halt_from_record(const base::AbortRecord& record) {
 // neighbour close raises the cause that the first rank to know published.
 void Communicator::Impl::fail(const Collective& call, const Error& e) {
   const bool local_abort = e.kind() == ErrorKind::aborted;
-  const base::AbortRecord standing = publish(record_of(e));
+  const base::AbortRecord mine = record_of(e);
+  // A rank that only saw a connection close leaves the cause to the rank that knows it.
+  const bool second_hand =
+      mine.kind == base::AbortRecord::Kind::peer_failed && mine.failed != rank_;
+  // This rank's own failure (a mismatch, a timeout, an error here): close first, so that no peer
+  // waits on this rank while the store takes its time. A peer's closure seen here: close after
+  // the publish, since the neighbours that would see this rank close first would take it for the
+  // failed one before the rank that saw the failure first could say which one it was. Either
+  // publish is bounded (kPublishWait), and immediate while the store is known to be silent.
+  if (!second_hand) transport_->abort();
+  // A halt that came from elsewhere carries a record that stands already (published, or found
+  // when the store went silent): no publish to wait for.
+  const auto elsewhere = local_abort ? std::nullopt : halt_.record_from_elsewhere();
+  const base::AbortRecord standing =
+      elsewhere ? *elsewhere
+                : publish(mine, second_hand ? kPreferStanding : std::chrono::milliseconds(0),
+                          monitor_.get());
   halt_.trigger(standing, local_abort);
-  transport_->abort();  // peers waiting on this rank fail now instead of at their timeout
+  transport_->abort();
   // A peer's failure is told the same way on every rank (naming the rank and its host); this
   // rank's own mismatch or timeout keeps its own words.
   if (!local_abort &&
       (standing.reporter != rank_ || standing.kind == base::AbortRecord::Kind::peer_failed)) {
-    base::log().error("{}: rank {}: {} (reported by rank {})", call.describe(), rank_,
-                      standing.cause, standing.reporter);
-    standing.raise(fmt::format("{}: rank {}", call.describe(), rank_));
+    base::log().error("{}: {}: {} (reported by {})", call.describe(), who(rank_), standing.cause,
+                      who(standing.reporter));
+    standing.raise(fmt::format("{}: {}", call.describe(), who(rank_)));
   }
   base::log().error("{}", e.what());
   throw;
@@ -103,15 +137,38 @@ base::AbortRecord Communicator::Impl::record_of(const Error& e) const {
           fmt::format("{} on host {} failed: {}", who(rank_), host_of(rank_), e.what())};
 }
 
-// Publishes `mine` unless a record stands already; returns the one that stands (`mine` when
-// the store cannot be reached: peers still see this rank's connections close).
-base::AbortRecord Communicator::Impl::publish(const base::AbortRecord& mine) {
-  try {
-    return core::publish_abort(*store_, mine);
-  } catch (const Error& e) {
-    base::log().warn("rank {}: cannot publish the failure: {}", rank_, e.what());
-    return mine;
+// Publishes `mine` unless a record stands already, within kPublishWait; returns the one that
+// stands. When the store does not answer and a rank hosts it, that rank is the likeliest to have
+// failed (its connections closing cascade around the ring and would blame a neighbour); else
+// `mine` (peers still see this rank's connections close).
+base::AbortRecord Communicator::Impl::publish(const base::AbortRecord& mine,
+                                              std::chrono::milliseconds prefer_standing,
+                                              core::HealthMonitor* monitor) {
+  std::optional<base::AbortRecord> standing;
+  if (monitor) {
+    standing = monitor->publish(mine, kPublishWait + prefer_standing, prefer_standing);
+  } else {
+    try {
+      standing = core::publish_abort(*store_, mine);
+    } catch (const Error& e) {
+      base::log().warn("{}: cannot publish the failure: {}", who(rank_), e.what());
+    }
   }
+  if (standing) return *standing;
+  if (store_host_rank_ >= 0 && store_host_rank_ != rank_ && mine.failed != rank_ &&
+      mine.kind == base::AbortRecord::Kind::peer_failed)
+    return {base::AbortRecord::Kind::peer_failed, rank_, store_host_rank_,
+            fmt::format("{} on host {}, which hosts the rendezvous store, is unreachable: the "
+                        "store does not answer (seen by {}: {})",
+                        who(store_host_rank_), host_of(store_host_rank_), who(rank_), mine.cause)};
+  base::log().warn("{}: cannot publish the failure: the store does not answer", who(rank_));
+  return mine;
+}
+
+void Communicator::Impl::set_store_host(int rank, std::string where) {
+  store_host_rank_ = rank;
+  store_where_ = std::move(where);
+  if (monitor_) monitor_->set_store_host(rank, store_where_);
 }
 
 std::string Communicator::Impl::host_of(int rank) const {

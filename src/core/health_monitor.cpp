@@ -1,6 +1,7 @@
 #include "core/health_monitor.hpp"
 
 #include <cstdio>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -12,10 +13,8 @@
 namespace loom::core {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr auto kTick = std::chrono::milliseconds(500);
 constexpr auto kBeat = std::chrono::seconds(1);
-constexpr auto kHeartbeatCheck = std::chrono::seconds(2);
 
 }  // namespace
 
@@ -26,8 +25,9 @@ HealthMonitor::HealthMonitor(std::shared_ptr<Store> store, Settings settings,
       settings_(std::move(settings)),
       progress_(progress),
       on_abort_(std::move(on_abort)),
-      last_beat_(static_cast<std::size_t>(settings_.size), -1),
-      last_change_(static_cast<std::size_t>(settings_.size), Clock::now()) {
+      started_(Clock::now()),
+      watched_since_(started_) {
+  if (!settings_.who) settings_.who = [](int r) { return fmt::format("rank {}", r); };
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -38,24 +38,88 @@ HealthMonitor::~HealthMonitor() {
   }
   wake_.notify_all();
   thread_.join();
+  // Leaving on purpose: the watcher of this rank must not take the silence for a failure. Not
+  // when the store is silent already (a wait for it would only delay the shutdown).
+  if (silent_since_ || abort_seen_) return;
+  try {
+    store_->set(store::keys::departed(settings_.rank), std::string("1"));
+  } catch (const Error& e) {
+    base::log().debug("health monitor: {}: cannot say it leaves: {}", who(settings_.rank),
+                      e.what());
+  }
+}
+
+void HealthMonitor::set_store_host(int rank, std::string where) {
+  std::lock_guard lock(mu_);
+  store_host_rank_ = rank;
+  store_where_ = std::move(where);
+}
+
+std::string HealthMonitor::who(int rank) const {
+  return settings_.who(rank);
+}
+
+std::optional<base::AbortRecord> HealthMonitor::publish(const base::AbortRecord& mine,
+                                                        std::chrono::milliseconds wait,
+                                                        std::chrono::milliseconds prefer_standing) {
+  if (silent_.load(std::memory_order_acquire)) return std::nullopt;
+  auto request = std::make_shared<PublishRequest>();
+  request->mine = mine;
+  request->prefer_standing = prefer_standing;
+  std::unique_lock lock(mu_);
+  const auto deadline = Clock::now() + wait;
+  // One publish at a time: a second one waits its turn within its own deadline.
+  if (!wake_.wait_until(lock, deadline, [&] { return stop_ || !request_ || request_->done; }) ||
+      stop_)
+    return std::nullopt;
+  request_ = request;
+  wake_.notify_all();
+  wake_.wait_until(lock, deadline, [&] { return request->done; });
+  return request->done ? request->standing : std::nullopt;
 }
 
 void HealthMonitor::loop() {
   std::unique_lock lock(mu_);
   while (!stop_) {
-    lock.unlock();
-    try {
-      tick(Clock::now());
-    } catch (const Error& e) {
-      // The store is gone (its host finished or failed) or slow: the data connections still
-      // report failures, so this only stops the watch.
-      base::log().debug("health monitor: rank {}: {}; watching stops", settings_.rank, e.what());
+    if (request_ && !request_->done) {
+      lock.unlock();
+      serve_publish();
       lock.lock();
-      return;
+      continue;
+    }
+    lock.unlock();
+    const auto now = Clock::now();
+    try {
+      tick(now);
+      store_answered(now);
+    } catch (const Error& e) {
+      store_silent(Clock::now(), e);  // after the request's own timeout
     }
     lock.lock();
-    wake_.wait_for(lock, kTick, [this] { return stop_; });
+    wake_.wait_for(lock, kTick, [this] { return stop_ || (request_ && !request_->done); });
   }
+}
+
+void HealthMonitor::serve_publish() {
+  std::shared_ptr<PublishRequest> request;
+  {
+    std::lock_guard lock(mu_);
+    request = request_;
+  }
+  std::optional<base::AbortRecord> standing;
+  try {
+    const auto until = Clock::now() + request->prefer_standing;
+    while (!(standing = read_abort(*store_)) && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!standing) standing = publish_abort(*store_, request->mine);
+    store_answered(Clock::now());
+  } catch (const Error& e) {
+    store_silent(Clock::now(), e);
+  }
+  std::lock_guard lock(mu_);
+  request->standing = standing;
+  request->done = true;
+  wake_.notify_all();
 }
 
 void HealthMonitor::tick(Clock::time_point now) {
@@ -69,36 +133,93 @@ void HealthMonitor::tick(Clock::time_point now) {
     store_->add(store::keys::heartbeat(settings_.rank), 1);
     next_beat_ = now + kBeat;
   }
-  if (settings_.rank == 0 && settings_.heartbeat_timeout.count() > 0 &&
-      now >= next_heartbeat_check_) {
-    watch_heartbeats(now);
-    next_heartbeat_check_ = now + kHeartbeatCheck;
-  }
+  if (settings_.size > 1 && settings_.heartbeat_timeout.count() > 0) watch_heartbeat(now);
   watch_stalls(now);
 }
 
-void HealthMonitor::watch_heartbeats(Clock::time_point now) {
-  for (int r = 1; r < settings_.size; ++r) {
-    const auto i = static_cast<std::size_t>(r);
-    const std::int64_t beat = store_->add(store::keys::heartbeat(r), 0);
-    if (beat != last_beat_[i]) {
-      last_beat_[i] = beat;
-      last_change_[i] = now;
-      continue;
-    }
-    if (now - last_change_[i] < settings_.heartbeat_timeout || abort_seen_) continue;
-    base::AbortRecord mine;
-    mine.kind = base::AbortRecord::Kind::peer_failed;
-    mine.reporter = 0;
-    mine.failed = r;
-    mine.cause = fmt::format(
-        "rank {} on host {} stopped responding: no heartbeat for {} s (LOOM_HEARTBEAT_TIMEOUT)", r,
-        settings_.hosts.at(i), settings_.heartbeat_timeout.count() / 1000);
-    const base::AbortRecord standing = publish_abort(*store_, mine);
-    abort_seen_ = true;
-    on_abort_(standing);
+void HealthMonitor::store_answered(Clock::time_point now) {
+  last_answer_ = now;
+  if (!silent_since_) return;
+  std::string where;
+  {
+    std::lock_guard lock(mu_);
+    where = store_where_;
+  }
+  base::log().info("{}: the rendezvous store{} answers again after {} s", who(settings_.rank),
+                   where.empty() ? "" : " at " + where,
+                   std::chrono::duration_cast<std::chrono::seconds>(now - *silent_since_).count());
+  silent_since_.reset();
+  silent_.store(false, std::memory_order_release);
+}
+
+void HealthMonitor::store_silent(Clock::time_point now, const Error& e) {
+  int host = -1;
+  std::string where;
+  {
+    std::lock_guard lock(mu_);
+    host = store_host_rank_;
+    where = store_where_;
+  }
+  const std::string store =
+      where.empty() ? "the rendezvous store" : "the rendezvous store at " + where;
+  if (!silent_since_) {
+    // Silent since its last answer (or since the monitor started).
+    silent_since_ = last_answer_.value_or(started_);
+    silent_.store(true, std::memory_order_release);
+    base::log().warn(
+        "{}: {} does not answer ({}); failures cannot be announced through it; "
+        "trying again every {} ms",
+        who(settings_.rank), store, e.what(), kTick.count());
+  }
+  const auto silence = now - *silent_since_;
+  if (abort_seen_ || host < 0 || host == settings_.rank ||
+      settings_.heartbeat_timeout.count() <= 0 || silence < settings_.heartbeat_timeout)
+    return;
+  // The rank that hosts the store does not answer either: it stopped or died. Nobody can be told
+  // through the store; every rank finds it out on its own.
+  declare(
+      base::AbortRecord{
+          base::AbortRecord::Kind::peer_failed, settings_.rank, host,
+          fmt::format("{} on host {}, which hosts {}, stopped answering: "
+                      "nothing from the store for {} s (LOOM_HEARTBEAT_TIMEOUT)",
+                      who(host), settings_.hosts.at(static_cast<std::size_t>(host)), store,
+                      std::chrono::duration_cast<std::chrono::seconds>(silence).count())},
+      false);
+}
+
+// This rank watches the next one: every rank is watched by one other, rank 0 included.
+void HealthMonitor::watch_heartbeat(Clock::time_point now) {
+  const int watched = (settings_.rank + 1) % settings_.size;
+  const std::int64_t beat = store_->add(store::keys::heartbeat(watched), 0);
+  if (beat != watched_beat_) {
+    watched_beat_ = beat;
+    watched_since_ = now;
     return;
   }
+  if (abort_seen_ || now - watched_since_ < settings_.heartbeat_timeout) return;
+  if (store_->check({store::keys::departed(watched)}).front()) return;  // it left on purpose
+  declare(base::AbortRecord{base::AbortRecord::Kind::peer_failed, settings_.rank, watched,
+                            fmt::format(
+                                "{} on host {} stopped responding: no heartbeat for {} s "
+                                "(LOOM_HEARTBEAT_TIMEOUT; watched by {})",
+                                who(watched), settings_.hosts.at(static_cast<std::size_t>(watched)),
+                                settings_.heartbeat_timeout.count() / 1000, who(settings_.rank))},
+          true);
+}
+
+// A failure this monitor found: tells the others through the store when asked and possible,
+// and hands the record that stands over.
+void HealthMonitor::declare(const base::AbortRecord& record, bool publish) {
+  abort_seen_ = true;
+  base::AbortRecord standing = record;
+  if (publish) {
+    try {
+      standing = publish_abort(*store_, record);
+    } catch (const Error& e) {
+      base::log().warn("{}: cannot publish the failure: {}", who(settings_.rank), e.what());
+    }
+  }
+  on_abort_(standing);
 }
 
 void HealthMonitor::watch_stalls(Clock::time_point now) {

@@ -242,6 +242,9 @@ FileStore::FileStore(std::string path, std::chrono::milliseconds timeout)
 std::shared_ptr<Store> FileStore::clone() const {
   return std::make_shared<FileStore>(path_, timeout_);
 }
+std::shared_ptr<Store> FileStore::clone_bounded(std::chrono::milliseconds request_timeout) const {
+  return std::make_shared<FileStore>(path_, request_timeout);
+}
 
 void FileStore::set(const std::string& key, const Bytes& value) {
   check_key(key);

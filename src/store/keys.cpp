@@ -69,6 +69,9 @@ std::string progress(int rank) {
 std::string stalls() {
   return key(Space::health, "stalls");
 }
+std::string departed(int rank) {
+  return key(Space::health, "departed", rank);
+}
 std::string tcp_address(int rank) {
   return key(Space::tcp, "address", rank);
 }

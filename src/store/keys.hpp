@@ -40,6 +40,8 @@ std::string abort_record();
 std::string heartbeat(int rank);
 std::string progress(int rank);
 std::string stalls();
+// A rank that destroyed its communicator on purpose: its watcher stops expecting heartbeats.
+std::string departed(int rank);
 std::string tcp_address(int rank);
 // A shared-memory segment's name for the pair (low, high); `space` is shm or cudaipc_control.
 std::string shm_segment(Space space, int low, int high);

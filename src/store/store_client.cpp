@@ -26,8 +26,6 @@ using base::WireReader;
 using base::WireWriter;
 
 namespace {
-// Requests that do not wait still get a bound, so a hung server cannot hang a rank.
-constexpr std::chrono::milliseconds kRequestTimeout = std::chrono::seconds(60);
 // Server-side waits answer before the client gives up on the connection.
 constexpr std::chrono::milliseconds kReplyGrace = std::chrono::seconds(10);
 // Idle connections kept for later calls; more concurrent calls open more, then close them.
@@ -55,8 +53,12 @@ auto decoded(const Context& context, Decode&& decode) -> decltype(decode()) {
 
 class TcpStore::Impl {
  public:
-  Impl(std::string host, std::uint16_t port, std::chrono::milliseconds timeout, std::string secret)
-      : host_(std::move(host)), port_(port), secret_(std::move(secret)) {
+  Impl(std::string host, std::uint16_t port, std::chrono::milliseconds timeout, std::string secret,
+       std::chrono::milliseconds request_timeout)
+      : host_(std::move(host)),
+        port_(port),
+        secret_(std::move(secret)),
+        request_timeout_(request_timeout) {
     idle_.push_back(connect(Deadline(timeout)));
   }
   ~Impl() {
@@ -65,6 +67,8 @@ class TcpStore::Impl {
   const std::string& host() const { return host_; }
   std::uint16_t port() const { return port_; }
   const std::string& secret() const { return secret_; }
+  // Requests that do not wait still get a bound, so a hung server cannot hang a rank.
+  std::chrono::milliseconds request_timeout() const { return request_timeout_; }
 
   // Sends one request and returns the server's OK reply; raises TimeoutError on a timeout status.
   Reply call(const char* what, const std::string& key, const std::vector<std::uint8_t>& body,
@@ -132,7 +136,7 @@ class TcpStore::Impl {
       if (::poll(&p, 1, 0) == 0) return fd;  // nothing pending: neither EOF nor stray bytes
       ::close(fd);
     }
-    return connect(Deadline(kRequestTimeout));
+    return connect(Deadline(request_timeout_));
   }
   void release(int fd) {
     std::lock_guard lock(mu_);
@@ -174,7 +178,7 @@ class TcpStore::Impl {
   // The server's challenge, this client's response, the server's proof: see base/auth.hpp.
   // False when the server closed the connection before its challenge.
   bool authenticate(int fd) {
-    const Deadline deadline(kRequestTimeout);
+    const Deadline deadline(request_timeout_);
     auto fail = [&](const std::string& why) {
       return StoreError(fmt::format("store: {}:{}: authentication failed: {}", host_, port_, why));
     };
@@ -204,6 +208,7 @@ class TcpStore::Impl {
   std::string host_;
   std::uint16_t port_;
   std::string secret_;
+  std::chrono::milliseconds request_timeout_;
 };
 
 namespace {
@@ -219,8 +224,9 @@ std::string context_of(const char* what, const std::string& key, const TcpStore&
 }  // namespace
 
 TcpStore::TcpStore(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout,
-                   std::optional<std::string> secret)
-    : impl_(std::make_unique<Impl>(host, port, timeout, secret ? *secret : base::job_secret())) {}
+                   std::optional<std::string> secret, std::chrono::milliseconds request_timeout)
+    : impl_(std::make_unique<Impl>(host, port, timeout, secret ? *secret : base::job_secret(),
+                                   request_timeout)) {}
 TcpStore::~TcpStore() = default;
 const std::string& TcpStore::host() const {
   return impl_->host();
@@ -234,7 +240,7 @@ void TcpStore::set(const std::string& key, const Bytes& value) {
   w.u8(static_cast<std::uint8_t>(Op::set));
   put_key(w, key);
   w.blob(value);
-  auto reply = impl_->call("set", key, w.buffer(), kRequestTimeout);
+  auto reply = impl_->call("set", key, w.buffer(), impl_->request_timeout());
   decoded([&] { return context_of("set", key, *this); }, [&] { return reply_empty(reply); });
 }
 
@@ -252,7 +258,7 @@ std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
   w.u8(static_cast<std::uint8_t>(Op::add));
   put_key(w, key);
   w.i64(delta);
-  auto reply = impl_->call("add", key, w.buffer(), kRequestTimeout);
+  auto reply = impl_->call("add", key, w.buffer(), impl_->request_timeout());
   return decoded([&] { return context_of("add", key, *this); },
                  [&] { return reply_integer(reply); });
 }
@@ -263,7 +269,7 @@ Bytes TcpStore::compare_set(const std::string& key, const Bytes& expected, const
   put_key(w, key);
   w.blob(expected);
   w.blob(desired);
-  auto reply = impl_->call("compare_set", key, w.buffer(), kRequestTimeout);
+  auto reply = impl_->call("compare_set", key, w.buffer(), impl_->request_timeout());
   return decoded([&] { return context_of("compare_set", key, *this); },
                  [&] { return reply_value(reply); });
 }
@@ -272,7 +278,7 @@ bool TcpStore::remove(const std::string& key) {
   WireWriter w;
   w.u8(static_cast<std::uint8_t>(Op::remove));
   put_key(w, key);
-  auto reply = impl_->call("remove", key, w.buffer(), kRequestTimeout);
+  auto reply = impl_->call("remove", key, w.buffer(), impl_->request_timeout());
   return decoded([&] { return context_of("remove", key, *this); },
                  [&] { return reply_flag(reply); });
 }
@@ -294,7 +300,7 @@ std::vector<bool> TcpStore::check(const std::vector<std::string>& keys) {
   w.u32(static_cast<std::uint32_t>(keys.size()));
   for (const auto& k : keys) put_key(w, k);
   const std::string first = keys.empty() ? "" : keys[0];
-  auto reply = impl_->call("check", first, w.buffer(), kRequestTimeout);
+  auto reply = impl_->call("check", first, w.buffer(), impl_->request_timeout());
   return decoded([&] { return context_of("check", first, *this); },
                  [&] { return reply_flags(reply, keys.size()); });
 }
@@ -302,11 +308,20 @@ std::vector<bool> TcpStore::check(const std::vector<std::string>& keys) {
 // ---- PrefixStore --------------------------------------------------------------------------------
 
 std::shared_ptr<Store> TcpStore::clone() const {
-  return std::make_shared<TcpStore>(impl_->host(), impl_->port(), kRequestTimeout, impl_->secret());
+  return std::make_shared<TcpStore>(impl_->host(), impl_->port(), impl_->request_timeout(),
+                                    impl_->secret(), impl_->request_timeout());
+}
+std::shared_ptr<Store> TcpStore::clone_bounded(std::chrono::milliseconds request_timeout) const {
+  return std::make_shared<TcpStore>(impl_->host(), impl_->port(), request_timeout, impl_->secret(),
+                                    request_timeout);
 }
 
 std::shared_ptr<Store> PrefixStore::clone() const {
   auto base = base_->clone();
+  return base ? std::make_shared<PrefixStore>(prefix_, std::move(base)) : nullptr;
+}
+std::shared_ptr<Store> PrefixStore::clone_bounded(std::chrono::milliseconds request_timeout) const {
+  auto base = base_->clone_bounded(request_timeout);
   return base ? std::make_shared<PrefixStore>(prefix_, std::move(base)) : nullptr;
 }
 

@@ -1,6 +1,7 @@
 // The health monitor against a real store server: the stall report names who has and has not
 // entered the stalled collective; an abort record reaches every rank; a rank whose heartbeat
-// stops is declared failed by rank 0.
+// stops is declared failed by the rank that watches it; a store that stops answering names the
+// rank hosting it.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -28,7 +29,34 @@ transport::Tag tag_of(algorithms::Kind kind, std::uint64_t seq, std::size_t coun
   return c.tag();
 }
 
+// A store that stops answering when frozen, as a stopped process's requests stop reaching it.
+class FreezableStore final : public Store {
+ public:
+  explicit FreezableStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  std::atomic<bool> frozen{false};
+  void set(const std::string& k, const Bytes& v) override { live().set(k, v); }
+  Bytes get(const std::string& k, std::chrono::milliseconds t) override { return live().get(k, t); }
+  std::int64_t add(const std::string& k, std::int64_t d) override { return live().add(k, d); }
+  Bytes compare_set(const std::string& k, const Bytes& e, const Bytes& d) override {
+    return live().compare_set(k, e, d);
+  }
+  bool remove(const std::string& k) override { return live().remove(k); }
+  void wait(const std::vector<std::string>& k, std::chrono::milliseconds t) override {
+    live().wait(k, t);
+  }
+  std::vector<bool> check(const std::vector<std::string>& k) override { return live().check(k); }
+  using Store::set;
+
+ private:
+  Store& live() {
+    if (frozen.load()) throw TimeoutError("store: test: no answer");
+    return *inner_;
+  }
+  std::shared_ptr<Store> inner_;
+};
+
 struct Rank {
+  std::shared_ptr<FreezableStore> store;
   Progress progress;
   std::atomic<int> aborts{0};
   base::AbortRecord last;
@@ -55,16 +83,42 @@ class Monitors : public ::testing::Test {
         reports_.push_back(text);
       };
       Rank& rank = *ranks_[static_cast<std::size_t>(r)];
-      rank.monitor = std::make_unique<HealthMonitor>(
-          std::make_shared<TcpStore>("127.0.0.1", server_.port(), 5s, std::string()), s,
-          rank.progress, [&rank](const base::AbortRecord& record) {
-            std::lock_guard lock(rank.mu);
-            rank.last = record;
-            ++rank.aborts;
-          });
+      rank.store = std::make_shared<FreezableStore>(
+          std::make_shared<TcpStore>("127.0.0.1", server_.port(), 5s, std::string()));
+      rank.monitor = std::make_unique<HealthMonitor>(rank.store, s, rank.progress,
+                                                     [&rank](const base::AbortRecord& record) {
+                                                       std::lock_guard lock(rank.mu);
+                                                       rank.last = record;
+                                                       ++rank.aborts;
+                                                     });
     }
   }
   void stop_rank(int r) { ranks_[static_cast<std::size_t>(r)]->monitor.reset(); }
+  void freeze_rank(int r) { ranks_[static_cast<std::size_t>(r)]->store->frozen = true; }
+  void expect_frozen_found(int frozen) {
+    HealthMonitor::Settings s;
+    s.heartbeat_timeout = 3s;
+    start(3, s);
+    std::this_thread::sleep_for(1500ms);
+    const auto start = std::chrono::steady_clock::now();
+    freeze_rank(frozen);  // its heartbeats stop, as a frozen process's would
+    const int watcher = (frozen + 2) % 3;
+    ASSERT_TRUE(failure_seen_by(watcher)) << "rank " << frozen << "'s silence went unnoticed";
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 3s + 2s);
+    std::lock_guard lock(ranks_[static_cast<std::size_t>(watcher)]->mu);
+    const auto& last = ranks_[static_cast<std::size_t>(watcher)]->last;
+    EXPECT_EQ(last.failed, frozen);
+    EXPECT_NE(
+        last.cause.find("rank " + std::to_string(frozen) + " on host testhost stopped responding"),
+        std::string::npos)
+        << last.cause;
+  }
+  // Waits (up to 10 s) until rank r has seen a failure; true if it has.
+  bool failure_seen_by(int r) {
+    for (int i = 0; i < 200 && ranks_[static_cast<std::size_t>(r)]->aborts.load() == 0; ++i)
+      std::this_thread::sleep_for(50ms);
+    return ranks_[static_cast<std::size_t>(r)]->aborts.load() > 0;
+  }
   std::vector<std::string> reports() {
     std::lock_guard lock(mu_);
     return reports_;
@@ -119,19 +173,63 @@ TEST_F(Monitors, AnAbortRecordReachesEveryRank) {
   }
 }
 
-TEST_F(Monitors, RankZeroDeclaresARankWithoutHeartbeatFailed) {
+// Every rank is watched by the next one, rank 0 by the last: a frozen rank 0 is found too.
+TEST_F(Monitors, AFrozenRankZeroIsDeclaredFailedByTheLastRank) {
+  expect_frozen_found(0);
+}
+TEST_F(Monitors, AFrozenMiddleRankIsDeclaredFailedByTheRankBeforeIt) {
+  expect_frozen_found(1);
+}
+
+TEST_F(Monitors, ARankThatLeavesOnPurposeIsNotDeclaredFailed) {
+  HealthMonitor::Settings s;
+  s.heartbeat_timeout = 2s;
+  start(3, s);
+  std::this_thread::sleep_for(1s);
+  stop_rank(2);  // its communicator was destroyed
+  std::this_thread::sleep_for(4s);
+  EXPECT_EQ(ranks_[1]->aborts.load(), 0);
+  EXPECT_EQ(ranks_[0]->aborts.load(), 0);
+}
+
+// The store stops answering everyone, and rank 0 hosts it: every other rank finds rank 0 failed
+// on its own (no store to tell them) within the heartbeat timeout and a tick or two.
+TEST_F(Monitors, AStoreThatStopsAnsweringNamesTheRankThatHostsIt) {
   HealthMonitor::Settings s;
   s.heartbeat_timeout = 3s;
   start(3, s);
-  std::this_thread::sleep_for(1500ms);
-  stop_rank(2);  // its heartbeats stop, as a frozen process's would
-  for (int i = 0; i < 200 && ranks_[0]->aborts.load() == 0; ++i) std::this_thread::sleep_for(50ms);
-  ASSERT_EQ(ranks_[0]->aborts.load(), 1) << "rank 2's silence went unnoticed";
-  std::lock_guard lock(ranks_[0]->mu);
-  EXPECT_EQ(ranks_[0]->last.failed, 2);
-  EXPECT_NE(ranks_[0]->last.cause.find("rank 2 on host testhost stopped responding"),
-            std::string::npos)
-      << ranks_[0]->last.cause;
+  for (auto& r : ranks_) r->monitor->set_store_host(0, "127.0.0.1:1");
+  std::this_thread::sleep_for(1s);
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < 3; ++r) freeze_rank(r);
+  for (int r : {1, 2}) {
+    ASSERT_TRUE(failure_seen_by(r)) << "rank " << r;
+    std::lock_guard lock(ranks_[static_cast<std::size_t>(r)]->mu);
+    const auto& last = ranks_[static_cast<std::size_t>(r)]->last;
+    EXPECT_EQ(last.failed, 0);
+    EXPECT_NE(last.cause.find("which hosts the rendezvous store at 127.0.0.1:1"), std::string::npos)
+        << last.cause;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s + 2s);
+  EXPECT_EQ(ranks_[0]->aborts.load(), 0) << "rank 0 hosts the store: it does not blame itself";
+}
+
+// A failure record goes through the monitor's own connection, within the caller's deadline,
+// also when the store does not answer.
+TEST_F(Monitors, PublishingAFailureHonoursItsDeadline) {
+  HealthMonitor::Settings s;
+  s.heartbeat_timeout = 0s;
+  start(2, s);
+  const base::AbortRecord mine{base::AbortRecord::Kind::peer_failed, 1, 1, "rank 1 failed: test"};
+  auto standing = ranks_[1]->monitor->publish(mine, 2s, 0ms);
+  ASSERT_TRUE(standing.has_value());
+  EXPECT_EQ(standing->cause, mine.cause);
+  freeze_rank(0);
+  const auto start = std::chrono::steady_clock::now();
+  const base::AbortRecord other{base::AbortRecord::Kind::peer_failed, 0, 0, "rank 0: test"};
+  auto none = ranks_[0]->monitor->publish(other, 300ms, 0ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1500ms);
+  EXPECT_FALSE(none.has_value());
 }
 
 TEST(AbortRecords, EncodeDecodeAndRejectMalformed) {
