@@ -41,6 +41,12 @@ class Halt {
     if (record_.kind == AbortRecord::Kind::mismatch) throw CollectiveMismatch(what, record_.cause);
     throw PeerError(what, record_.failed);
   }
+  // The record that stopped this rank, whatever its source; nullopt while it runs.
+  std::optional<AbortRecord> record() const {
+    std::lock_guard lock(mu_);
+    if (!flag_.load(std::memory_order_relaxed)) return std::nullopt;
+    return record_;
+  }
   // The record that stopped this rank, when it came from elsewhere (the health monitor, another
   // rank's record): it stands already, nothing to publish.
   std::optional<AbortRecord> record_from_elsewhere() const {

@@ -217,6 +217,11 @@ std::optional<Communicator> Communicator::split(int color, int key) {
   return Communicator(std::move(child));
 }
 
+Communicator Communicator::shrink(std::chrono::milliseconds timeout) {
+  LOOM_REQUIRE_IMPL("shrink");
+  return Communicator(impl_->shrink(timeout));
+}
+
 void Communicator::destroy() {
   if (impl_) impl_->shutdown();
 }

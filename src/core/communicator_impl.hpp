@@ -58,6 +58,8 @@ class Communicator::Impl {
   void shutdown();
   // Communicator::split: the child this rank joins, or null for a negative color.
   std::shared_ptr<Impl> split(int color, int key);
+  // Communicator::shrink (shrink.cpp): the survivors' communicator.
+  std::shared_ptr<Impl> shrink(std::chrono::milliseconds timeout);
   // Which rank hosts the store (-1: none, a launcher does) and where it is, for the failure
   // path and the monitor to name a store that stopped answering.
   void set_store_host(int rank, std::string where);
@@ -116,6 +118,7 @@ class Communicator::Impl {
   std::uint64_t token_ = 0;        // the job token: names this communicator's connections
   std::vector<int> parent_ranks_;  // by rank, its rank in the parent (split() only)
   std::uint64_t splits_ = 0;       // split() calls so far: each gets a key space of its own
+  std::uint64_t shrinks_ = 0;      // shrink() calls so far: likewise
   std::string listen_address_;
   std::string transport_summary_;
   std::unique_ptr<transport::TransportTable> transport_;

@@ -39,6 +39,8 @@ std::string_view name(Space space) {
       return "ibverbs";
     case Space::split:
       return "split";
+    case Space::shrink:
+      return "shrink";
   }
   return "unknown";
 }
@@ -92,6 +94,15 @@ std::string split_request(std::uint64_t split, int rank) {
 }
 std::string split_space(std::uint64_t split, int color) {
   return key(Space::split, "space", split, color);
+}
+std::string shrink_joined(std::uint64_t round, int rank) {
+  return key(Space::shrink, "joined", round, rank);
+}
+std::string shrink_members(std::uint64_t round) {
+  return key(Space::shrink, "members", round);
+}
+std::string shrink_space(std::uint64_t round) {
+  return key(Space::shrink, "space", round);
 }
 
 }  // namespace loom::store::keys

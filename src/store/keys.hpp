@@ -24,6 +24,7 @@ enum class Space : std::uint8_t {
   cudaipc,          // CUDA IPC memory handles
   ibverbs,          // RDMA connection records
   split,            // sub-communicators: the colors and keys of a split
+  shrink,           // communicators of the survivors: who joined, who was admitted
 };
 // The space's name: the first part of each of its keys.
 std::string_view name(Space space);
@@ -52,5 +53,10 @@ std::string ib_ready(int from, int to);
 // key space of one child.
 std::string split_request(std::uint64_t split, int rank);
 std::string split_space(std::uint64_t split, int color);
+// Shrinking after a failure: rank `rank` joined shrink number `round`; the members admitted
+// (the first proposal stands); the key space of the survivors' communicator.
+std::string shrink_joined(std::uint64_t round, int rank);
+std::string shrink_members(std::uint64_t round);
+std::string shrink_space(std::uint64_t round);
 
 }  // namespace loom::store::keys

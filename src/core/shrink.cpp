@@ -1,0 +1,90 @@
+// Communicator::shrink: the survivors of a failure agree, through the store, on who goes on.
+#include <algorithm>
+#include <charconv>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "base/logging.hpp"
+#include "core/communicator_impl.hpp"
+#include "store/keys.hpp"
+
+namespace loom {
+namespace {
+
+Bytes encode(const std::vector<int>& members) {
+  const std::string text = fmt::format("{}", fmt::join(members, ","));
+  return Bytes(text.begin(), text.end());
+}
+
+std::vector<int> decode(const Bytes& bytes, int size) {
+  std::vector<int> members;
+  const char* p = reinterpret_cast<const char*>(bytes.data());
+  const char* end = p + bytes.size();
+  while (p < end) {
+    int r = -1;
+    auto [next, ec] = std::from_chars(p, end, r);
+    if (ec != std::errc() || r < 0 || r >= size || (!members.empty() && r <= members.back()))
+      throw StoreError("shrink: the members recorded in the store are malformed");
+    members.push_back(r);
+    p = next == end ? end : next + 1;
+  }
+  return members;
+}
+
+}  // namespace
+
+std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0)
+    throw InvalidArgument(fmt::format("shrink: {}: the timeout must be positive", who(rank_)));
+  const std::uint64_t round = shrinks_++;  // the same on every survivor: shrinks are collective
+  int known_failed = -1;
+  if (auto record = halt_.record(); record && record->failed >= 0 && record->failed < size_)
+    known_failed = record->failed;
+
+  store_->set(store::keys::shrink_joined(round, rank_), Bytes{1});
+  std::vector<std::string> joined_keys;
+  for (int r = 0; r < size_; ++r) joined_keys.push_back(store::keys::shrink_joined(round, r));
+  const std::string members_key = store::keys::shrink_members(round);
+
+  // Wait until every rank not known to have failed has joined, or the deadline; whoever decides
+  // first fixes the members for all.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<int> present;
+  auto pause = std::chrono::milliseconds(2);
+  for (;;) {
+    const auto seen = store_->check(joined_keys);
+    present.clear();
+    bool all_expected = true;
+    for (int r = 0; r < size_; ++r) {
+      if (seen[static_cast<std::size_t>(r)])
+        present.push_back(r);
+      else if (r != known_failed)
+        all_expected = false;
+    }
+    if (all_expected || std::chrono::steady_clock::now() >= deadline) break;
+    if (store_->check({members_key})[0]) break;  // decided elsewhere already
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+  const std::vector<int> members =
+      decode(store_->compare_set(members_key, {}, encode(present)), size_);
+
+  const auto me = std::find(members.begin(), members.end(), rank_);
+  if (me == members.end())
+    throw PeerError(fmt::format("shrink: {}: joined after the survivors were fixed without it "
+                                "(ranks {}; {} ms allowed)",
+                                who(rank_), fmt::join(members, ","), timeout.count()),
+                    -1);
+  base::log().info("shrink: {} goes on as rank {} of {} (ranks {} here)", who(rank_),
+                   me - members.begin(), members.size(), fmt::join(members, ","));
+  // Every member derives the same token: no store round trip, and no two communicators share one.
+  const std::uint64_t token =
+      std::hash<std::string>{}(fmt::format("{:x}/shrink/{}", token_, round)) | 1;
+  auto store = std::make_shared<PrefixStore>(store::keys::shrink_space(round), store_);
+  return std::make_shared<Impl>(*this, std::move(store), members,
+                                static_cast<int>(me - members.begin()), token);
+}
+
+}  // namespace loom

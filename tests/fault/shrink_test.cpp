@@ -1,0 +1,138 @@
+// Communicator::shrink: after a rank dies, the survivors build a communicator of themselves and
+// go on, without a restart.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../support/ranks.hpp"
+
+namespace loom {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::RankContext;
+
+std::int64_t sum_of_ranks_plus_one(Communicator& comm, std::int64_t mine) {
+  std::int64_t v = mine;
+  comm.all_reduce(&v, 1, DataType::i64, ReduceOp::sum);
+  return v;
+}
+
+// Runs collectives until the victim's death reaches this rank.
+void run_until_peer_error(Communicator& comm, int victim) {
+  std::vector<std::int32_t> buf(1 << 16, 1);
+  try {
+    for (;;) comm.all_reduce(buf.data(), buf.size(), DataType::i32, ReduceOp::sum);
+  } catch (const PeerError& e) {
+    EXPECT_EQ(e.peer(), victim) << e.what();
+  }
+}
+
+class Shrink : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Shrink, SurvivorsOfAKilledRankGoOnRenumberedInTheirOrder) {
+  const std::string transport = GetParam();
+  constexpr int kVictim = 2;
+  testing::RunOptions opts;
+  opts.may_die = {kVictim};
+  testing::run_ranks_raw(
+      4,
+      [&](RankContext& ctx) {
+        Options o;
+        o.timeout = 60s;
+        o.transport.emplace(transport);
+        Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+        EXPECT_EQ(sum_of_ranks_plus_one(comm, ctx.rank + 1), 10);
+        if (ctx.rank == kVictim) {
+          std::thread([&ctx] {
+            std::this_thread::sleep_for(20ms);
+            ctx.store->add("done", 1);  // the harness's count of finished ranks
+            ::kill(::getpid(), SIGKILL);
+          }).detach();
+          std::vector<std::int32_t> buf(1 << 16, 1);
+          for (;;) comm.all_reduce(buf.data(), buf.size(), DataType::i32, ReduceOp::sum);
+        }
+        run_until_peer_error(comm, kVictim);
+
+        const auto started = std::chrono::steady_clock::now();
+        Communicator survivors = comm.shrink(30s);
+        // Every rank not known to have failed joined: no waiting for the timeout.
+        EXPECT_LT(std::chrono::steady_clock::now() - started, 10s);
+        ASSERT_EQ(survivors.size(), 3);
+        EXPECT_EQ(survivors.rank(), ctx.rank < kVictim ? ctx.rank : ctx.rank - 1);
+        // Exact: 1 + 2 + 4, the survivors' old ranks plus one.
+        EXPECT_EQ(sum_of_ranks_plus_one(survivors, ctx.rank + 1), 7);
+        std::vector<std::int64_t> gathered(3);
+        const std::int64_t mine = ctx.rank;
+        survivors.all_gather(&mine, gathered.data(), 1, DataType::i64);
+        EXPECT_EQ(gathered, (std::vector<std::int64_t>{0, 1, 3}));
+        survivors.barrier();
+        // The old communicator stays unusable, naming the dead rank.
+        EXPECT_THROW(comm.barrier(), PeerError);
+        survivors.destroy();
+      },
+      opts);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Shrink, ::testing::Values("tcp", "shm"));
+
+TEST(ShrinkMembership, ARankJoiningAfterTheTimeoutIsLeftOutAndTold) {
+  constexpr int kVictim = 2, kLate = 3;
+  testing::RunOptions opts;
+  opts.may_die = {kVictim};
+  testing::run_ranks_raw(
+      4,
+      [&](RankContext& ctx) {
+        Options o;
+        o.timeout = 60s;
+        Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+        comm.barrier();
+        if (ctx.rank == kVictim) {
+          ctx.store->add("done", 1);  // the harness's count of finished ranks
+          ::kill(::getpid(), SIGKILL);
+        }
+        run_until_peer_error(comm, kVictim);
+        if (ctx.rank == kLate) {
+          ctx.store->get("shrunk", 60s);  // the others have fixed their members by now
+          try {
+            comm.shrink(30s);
+            ADD_FAILURE() << "a rank joining after the members were fixed was admitted";
+          } catch (const PeerError& e) {
+            EXPECT_NE(std::string(e.what()).find("joined after the survivors were fixed"),
+                      std::string::npos)
+                << e.what();
+          }
+          return;
+        }
+        const auto started = std::chrono::steady_clock::now();
+        Communicator survivors = comm.shrink(1s);
+        EXPECT_GE(std::chrono::steady_clock::now() - started, 900ms);  // waited for rank 3
+        ASSERT_EQ(survivors.size(), 2);
+        EXPECT_EQ(sum_of_ranks_plus_one(survivors, ctx.rank + 1), 3);
+        if (ctx.rank == 0) ctx.store->set("shrunk", Bytes{1});
+        survivors.destroy();
+      },
+      opts);
+}
+
+TEST(ShrinkMembership, OnAHealthyCommunicatorEveryRankGoesOnAndBothWork) {
+  testing::run_ranks(3, [](Communicator& comm) {
+    Communicator copy = comm.shrink();
+    EXPECT_EQ(copy.size(), 3);
+    EXPECT_EQ(copy.rank(), comm.rank());
+    EXPECT_EQ(sum_of_ranks_plus_one(copy, comm.rank() + 1), 6);
+    EXPECT_EQ(sum_of_ranks_plus_one(comm, comm.rank() + 1), 6);
+    EXPECT_THROW(comm.shrink(0ms), InvalidArgument);
+    EXPECT_EQ(sum_of_ranks_plus_one(comm, 1), 3);  // the refused call damaged nothing
+    copy.destroy();
+  });
+}
+
+}  // namespace
+}  // namespace loom
