@@ -228,9 +228,9 @@ bool takes_value(const std::string& flag) {
 }
 
 bool valid_run_id(const std::string& id) {
-  if (id.empty() || id.size() > 128) return false;
+  if (id.empty() || id.size() > 64) return false;
   for (char c : id)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'))
       return false;
   return true;
 }
@@ -325,7 +325,7 @@ Args parse(int argc, char** argv) {
                  "node ranks\n",
                  a.rdzv_host.c_str());
   if (!valid_run_id(a.rdzv_id))
-    bad("--rdzv-id '" + a.rdzv_id + "': 1-128 letters, digits, '-', '_' or '.'");
+    bad("--rdzv-id '" + a.rdzv_id + "': 1-64 letters, digits, '-' or '_' (it names snapshots)");
   return a;
 }
 
