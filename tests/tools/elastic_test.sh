@@ -47,8 +47,8 @@ start() {
 finishes() {  # finishes I WHAT: node I's loomrun exits 0
   wait "${pid[$1]}" || fail "$2: node $1 exited with code $?"
 }
-train_args() {  # a run of a few hundred steps with a snapshot every 10 (shared /tmp)
-  echo "$train" --layers 32,512,512,4 --samples 12288 --batch-size 16 --epochs 1 \
+train_args() {  # ID [SAMPLES]: hundreds of steps with a snapshot every 10 (in the shared /tmp)
+  echo "$train" --layers 32,512,512,4 --samples "${2:-12288}" --batch-size 16 --epochs 1 \
     --calibrate-steps 0 --snapshot "$dir/snap-$1" --save-every 10
 }
 
@@ -66,10 +66,11 @@ echo "2 nodes joined with only --rdzv-endpoint: ranks assigned, results correct"
 
 # --nnodes 1:3: two nodes start; the third joins once they train, and is let in.
 rm -f "$dir"/node*.log
-for i in 1 2; do start "$i" 1:3 late $(train_args late); done
+# (a run long enough to be still training when the third node has started and joined)
+for i in 1 2; do start "$i" 1:3 late $(train_args late 49152); done
 wait_for 60 '[ -n "$(ls "$dir"/snap-late/snapshot-late-*.loom 2>/dev/null)" ]' || fail "1:3: no snapshot"
 grep -q "group_world_size=2" "$dir/node1.log" || fail "1:3: the first round is not of the 2 nodes started"
-start 3 1:3 late $(train_args late)
+start 3 1:3 late $(train_args late 49152)
 for i in 1 2 3; do finishes "$i" "1:3 with a late node"; done
 for i in 1 2 3; do
   grep -q "group_world_size=3" "$dir/node$i.log" || fail "1:3: node $i never ran in a round of 3"

@@ -230,8 +230,7 @@ bool takes_value(const std::string& flag) {
 bool valid_run_id(const std::string& id) {
   if (id.empty() || id.size() > 64) return false;
   for (char c : id)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'))
-      return false;
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) return false;
   return true;
 }
 
