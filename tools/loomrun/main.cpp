@@ -160,10 +160,16 @@ int run_dynamic(const Args& args, const std::vector<std::string>& base_env) {
       rdzv->finish(round);
       return 0;
     }
+    if (!rdzv->record_failure(
+            round, fmt::format("rank {} on node {} ({}) exited with code {}", outcome.failed_rank,
+                               round.group_rank, rdzv->local_addr(), outcome.code))) {
+      std::fprintf(stderr,
+                   "loomrun: round %lld ended (nodes are waiting to join); its workers stopped, "
+                   "joining the next round\n",
+                   static_cast<long long>(round.number));
+      continue;
+    }
     exit_code = outcome.code;
-    rdzv->record_failure(
-        round, fmt::format("rank {} on node {} ({}) exited with code {}", outcome.failed_rank,
-                           round.group_rank, rdzv->local_addr(), outcome.code));
     std::fprintf(stderr,
                  "loomrun: round %lld failed; joining the next round (restarts so far: "
                  "%d of %d)\n",

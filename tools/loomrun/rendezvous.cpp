@@ -496,14 +496,16 @@ RoundEnd Rendezvous::poll(const Round& round) {
   }
 }
 
-void Rendezvous::record_failure(const Round& round, const std::string& why) {
+bool Rendezvous::record_failure(const Round& round, const std::string& why) {
   last_failed_ = true;
   try {
-    guarded([&](loom::Store& s) {
-      settle(s, keys::rendezvous_outcome(config_.run_id, round.number), "failed: " + why);
+    const std::string outcome = guarded([&](loom::Store& s) {
+      return settle(s, keys::rendezvous_outcome(config_.run_id, round.number), "failed: " + why);
     });
+    last_failed_ = outcome.rfind("failed", 0) == 0;
   } catch (const StoreLost&) {
   }
+  return last_failed_;
 }
 
 void Rendezvous::finish(const Round& round) {

@@ -75,8 +75,9 @@ class Rendezvous {
   // One monitoring step while the round's workers run: heartbeats, and whether the round ended
   // (its outcome recorded by any node, nodes waiting, a node silent too long, the store lost).
   RoundEnd poll(const Round& round);
-  // Records that this node's workers failed (or it was stopped): the others restart.
-  void record_failure(const Round& round, const std::string& why);
+  // Records that this node's workers failed (or it was stopped): the others restart. False when
+  // the round had already ended to let waiting nodes in (the workers failed as it was stopped).
+  bool record_failure(const Round& round, const std::string& why);
   // This node's workers finished: waits (bounded) for the others to finish too, keeping up its
   // heartbeat and the store it may host.
   void finish(const Round& round);
