@@ -33,6 +33,14 @@ for bad in "--nnodes 3:2 --rdzv-endpoint 127.0.0.1" "--nnodes 1:2" "--rdzv_backe
   [ $? = 2 ] || fail "'$bad' was not refused with code 2: $(cat "$dir/refused")"
 done
 
+# torchrun's options loomrun does not take are refused by name, with the reason.
+for opt in "--log-dir /tmp" "--redirects 3" "--tee=3" "--local-ranks-filter 0" "-m pkg" "--run-path x.py" \
+           "--start-method spawn"; do
+  "$loomrun" $opt --nproc-per-node 1 true > "$dir/refused" 2>&1
+  [ $? = 2 ] && grep -q "torchrun's ${opt%%[ =]*} is not supported: " "$dir/refused" ||
+    fail "'$opt' was not refused by name: $(cat "$dir/refused")"
+done
+
 # Two nodes of 1 and 2 workers meet at one endpoint, no node ranks given.
 port=$(free_port)
 for n in 1 2; do

@@ -57,7 +57,9 @@ namespace {
       "TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, ...) and\n"
       "Loom's (NODE_RANK, LOOM_RESTART_COUNT). When a worker fails the others are stopped; once\n"
       "restarts are spent loomrun exits with the failing worker's code. SIGINT, SIGTERM and\n"
-      "SIGHUP stop the workers; if loomrun itself is killed, its workers are killed too.\n");
+      "SIGHUP stop the workers; if loomrun itself is killed, its workers are killed too.\n"
+      "torchrun's -m, --run-path, --start-method, --log-dir, --redirects, --tee,\n"
+      "--local-ranks-filter and the like are refused, each with its reason.\n");
   std::exit(code);
 }
 
@@ -222,6 +224,33 @@ void apply(Args& a, Seen& seen, const std::string& flag, const std::string& v) {
   }
 }
 
+// torchrun's options loomrun does not take, each with the reason it is refused.
+std::string_view unsupported_torchrun_option(const std::string& flag) {
+  struct Refused {
+    std::string_view flag, why;
+  };
+  static constexpr Refused kRefused[] = {
+      {"-m", "loomrun runs programs; run the module with: loomrun ... python -m MODULE"},
+      {"--module", "loomrun runs programs; run the module with: loomrun ... python -m MODULE"},
+      {"--run-path", "loomrun runs programs; run the script with: loomrun ... python SCRIPT"},
+      {"--start-method", "workers are always separate processes started with fork and exec"},
+      {"--log-dir", "worker output goes to loomrun's, each line prefixed with its rank"},
+      {"--logs-specs", "worker output goes to loomrun's, each line prefixed with its rank"},
+      {"-r", "worker output goes to loomrun's, each line prefixed with its rank"},
+      {"--redirects", "worker output goes to loomrun's, each line prefixed with its rank"},
+      {"-t", "worker output goes to loomrun's, each line prefixed with its rank"},
+      {"--tee", "worker output goes to loomrun's, each line prefixed with its rank"},
+      {"--local-ranks-filter", "worker output goes to loomrun's, each line prefixed with its rank"},
+      {"--event-log-handler", "loomrun records no torchelastic events"},
+      {"--numa-binding", "loomrun does not place workers; bind them in the program"},
+      {"--signals-to-handle", "loomrun always handles SIGINT, SIGTERM and SIGHUP"},
+      {"--virtual-local-rank", "each worker's LOCAL_RANK is its own"},
+  };
+  for (const auto& r : kRefused)
+    if (flag == r.flag) return r.why;
+  return {};
+}
+
 bool takes_value(const std::string& flag) {
   for (const auto& o : kValueOptions)
     if (flag == o.flag) return true;
@@ -278,6 +307,8 @@ Args parse(int argc, char** argv) {
       a.insecure = true;
     } else if (flag == "--no-python") {
       // loomrun always runs the program as given.
+    } else if (auto why = unsupported_torchrun_option(flag); !why.empty()) {
+      bad("torchrun's " + flag + " is not supported: " + std::string(why));
     } else {
       std::fprintf(stderr, "loomrun: unknown option %s\n", arg.c_str());
       usage(2);
