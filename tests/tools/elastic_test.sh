@@ -88,9 +88,14 @@ kill_mid_training() {
   wait_for 90 '[ "$(ls "$dir"/snap-"$id"/snapshot-"$id"-*.loom 2>/dev/null | wc -l)" -ge 2 ]' ||
     fail "$id: no snapshot"
   grep -q "group_world_size=3" "$dir/node$victim.log" || fail "$id: not started on 3 nodes"
+  local killed_at; killed_at=$(date +%s.%N)
   "$cluster" kill "$victim"
   { wait "${pid[$victim]}"; } 2>/dev/null
   for i in 1 2 3; do [ "$i" = "$victim" ] || survivors+=("$i"); done
+  # Recovery time: the kill until both survivors' workers are restarted in a round of 2.
+  wait_for 120 "grep -q group_world_size=2 $dir/node${survivors[0]}.log && grep -q group_world_size=2 $dir/node${survivors[1]}.log" ||
+    fail "$id: the survivors did not form a round of 2 within 120 s"
+  echo "$id: node $victim killed; workers restarted at 2 nodes after $(echo "$(date +%s.%N) - $killed_at" | bc | cut -c1-5) s"
   for i in "${survivors[@]}"; do
     finishes "$i" "$id"
     grep -q "group_world_size=2" "$dir/node$i.log" || fail "$id: node $i did not go on at 2 nodes"
