@@ -148,6 +148,17 @@ Rendezvous::Rendezvous(RendezvousConfig config)
 
 Rendezvous::~Rendezvous() = default;
 
+// A store that no longer accepts connections is lost: a call on it would first try to reconnect
+// for the store client's minute.
+void Rendezvous::require_store_reachable() const {
+  if (server_) return;
+  try {
+    loom::TcpStore probe(store_host_, static_cast<std::uint16_t>(store_port_), kProbeTimeout);
+  } catch (const loom::Error&) {
+    throw StoreLost{};
+  }
+}
+
 template <typename F>
 auto Rendezvous::guarded(F&& f) -> decltype(f(std::declval<loom::Store&>())) {
   if (!store_) throw StoreLost{};
@@ -268,17 +279,7 @@ Round Rendezvous::next_round(int max_restarts) {
           config_.run_id, config_.join_timeout.count() / 1000, config_.min_nodes,
           config_.max_nodes));
     try {
-      // A store that no longer accepts connections is lost: waiting on it would take minutes.
-      if (!server_ && store_ && ![&] {
-            try {
-              loom::TcpStore probe(store_host_, static_cast<std::uint16_t>(store_port_),
-                                   kProbeTimeout);
-              return true;
-            } catch (const loom::Error&) {
-              return false;
-            }
-          }())
-        throw StoreLost{};
+      if (store_) require_store_reachable();
       std::int64_t round = current_round();
       if (last_round_ >= round) {
         guarded([&](loom::Store& s) {
@@ -446,15 +447,10 @@ RoundEnd Rendezvous::poll(const Round& round) {
   const std::string& run = config_.run_id;
   try {
     const auto now = Clock::now();
+    // Before every look: the store's host may be gone, which a connection tells within seconds.
+    require_store_reachable();
     if (now >= next_beat_) {
       next_beat_ = now + kHeartbeatEvery;
-      if (!server_) {  // the store's host may be gone: a connection tells within seconds
-        try {
-          loom::TcpStore probe(store_host_, static_cast<std::uint16_t>(store_port_), kProbeTimeout);
-        } catch (const loom::Error&) {
-          throw StoreLost{};
-        }
-      }
       guarded([&](loom::Store& s) {
         s.add(keys::rendezvous_heartbeat(run, round.number, round.group_rank), 1);
       });
@@ -499,6 +495,7 @@ RoundEnd Rendezvous::poll(const Round& round) {
 bool Rendezvous::record_failure(const Round& round, const std::string& why) {
   last_failed_ = true;
   try {
+    require_store_reachable();
     const std::string outcome = guarded([&](loom::Store& s) {
       return settle(s, keys::rendezvous_outcome(config_.run_id, round.number), "failed: " + why);
     });

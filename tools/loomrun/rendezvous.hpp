@@ -91,6 +91,7 @@ class Rendezvous {
   struct StoreLost {};
   template <typename F>
   auto guarded(F&& f) -> decltype(f(std::declval<loom::Store&>()));
+  void require_store_reachable() const;
   void connect_initial();
   void take_over();
   bool try_host(const std::string& addr, int port);
