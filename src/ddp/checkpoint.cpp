@@ -393,6 +393,10 @@ std::optional<std::vector<unsigned char>> newest_valid(const std::string& dir,
 
 std::string default_run_id() {
   if (const char* id = std::getenv("LOOM_RUN_ID"); id && *id) return id;
+  // loomrun's and torchrun's run id (--rdzv-id); "none" is their default, no name.
+  if (const char* id = std::getenv("TORCHELASTIC_RUN_ID");
+      id && *id && std::string_view(id) != "none")
+    return id;
   if (const char* job = std::getenv("SLURM_JOB_ID"); job && *job)
     return fmt::format("slurm-{}", job);
   return "";

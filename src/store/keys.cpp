@@ -41,6 +41,8 @@ std::string_view name(Space space) {
       return "split";
     case Space::shrink:
       return "shrink";
+    case Space::rendezvous:
+      return "rendezvous";
   }
   return "unknown";
 }
@@ -103,6 +105,40 @@ std::string shrink_members(std::uint64_t round) {
 }
 std::string shrink_space(std::uint64_t round) {
   return key(Space::shrink, "space", round);
+}
+
+std::string rendezvous_seeded(std::string_view run) {
+  return key(Space::rendezvous, run, "seeded");
+}
+std::string rendezvous_round(std::string_view run) {
+  return key(Space::rendezvous, run, "round");
+}
+std::string rendezvous_joined(std::string_view run, std::int64_t round) {
+  return key(Space::rendezvous, run, "joined", round);
+}
+std::string rendezvous_node(std::string_view run, std::int64_t round, int arrival) {
+  return key(Space::rendezvous, run, "node", round, arrival);
+}
+std::string rendezvous_closed(std::string_view run, std::int64_t round) {
+  return key(Space::rendezvous, run, "closed", round);
+}
+std::string rendezvous_outcome(std::string_view run, std::int64_t round) {
+  return key(Space::rendezvous, run, "outcome", round);
+}
+std::string rendezvous_restarts(std::string_view run, std::int64_t round) {
+  return key(Space::rendezvous, run, "restarts", round);
+}
+std::string rendezvous_master(std::string_view run, std::int64_t round) {
+  return key(Space::rendezvous, run, "master", round);
+}
+std::string rendezvous_heartbeat(std::string_view run, std::int64_t round, int group_rank) {
+  return key(Space::rendezvous, run, "heartbeat", round, group_rank);
+}
+std::string rendezvous_done(std::string_view run, std::int64_t round, int group_rank) {
+  return key(Space::rendezvous, run, "done", round, group_rank);
+}
+std::string rendezvous_left(std::string_view run, std::int64_t round) {
+  return key(Space::rendezvous, run, "left", round);
 }
 
 }  // namespace loom::store::keys

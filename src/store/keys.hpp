@@ -25,6 +25,7 @@ enum class Space : std::uint8_t {
   ibverbs,          // RDMA connection records
   split,            // sub-communicators: the colors and keys of a split
   shrink,           // communicators of the survivors: who joined, who was admitted
+  rendezvous,       // loomrun's elastic rendezvous: rounds, their members and outcomes
 };
 // The space's name: the first part of each of its keys.
 std::string_view name(Space space);
@@ -58,5 +59,19 @@ std::string split_space(std::uint64_t split, int color);
 std::string shrink_joined(std::uint64_t round, int rank);
 std::string shrink_members(std::uint64_t round);
 std::string shrink_space(std::uint64_t round);
+
+// loomrun's elastic rendezvous of run `run` (outside any generation). A round is one
+// membership of the job: nodes join it, it closes, their workers run until it ends.
+std::string rendezvous_seeded(std::string_view run);  // the store is ready (after a takeover)
+std::string rendezvous_round(std::string_view run);   // the round nodes join now
+std::string rendezvous_joined(std::string_view run, std::int64_t round);  // arrival counter
+std::string rendezvous_node(std::string_view run, std::int64_t round, int arrival);
+std::string rendezvous_closed(std::string_view run, std::int64_t round);    // its node count
+std::string rendezvous_outcome(std::string_view run, std::int64_t round);   // why it ended
+std::string rendezvous_restarts(std::string_view run, std::int64_t round);  // restart count
+std::string rendezvous_master(std::string_view run, std::int64_t round);    // workers' store
+std::string rendezvous_heartbeat(std::string_view run, std::int64_t round, int group_rank);
+std::string rendezvous_done(std::string_view run, std::int64_t round, int group_rank);
+std::string rendezvous_left(std::string_view run, std::int64_t round);  // saw every node done
 
 }  // namespace loom::store::keys

@@ -44,13 +44,32 @@ TEST(StoreKeys, NoTwoBuildersOrIndicesGiveTheSameKey) {
       add(keys::split_request(split, r), "split_request");
       add(keys::split_space(split, r), "split_space");
     }
+    for (const std::string run : {"a", "b"})
+      for (std::int64_t round = 1; round < 3; ++round) {
+        add(keys::rendezvous_node(run, round, r), "rendezvous_node");
+        add(keys::rendezvous_heartbeat(run, round, r), "rendezvous_heartbeat");
+        add(keys::rendezvous_done(run, round, r), "rendezvous_done");
+      }
+  }
+  for (const std::string run : {"a", "b"}) {
+    add(keys::rendezvous_seeded(run), "rendezvous_seeded");
+    add(keys::rendezvous_round(run), "rendezvous_round");
+    for (std::int64_t round = 1; round < 3; ++round) {
+      add(keys::rendezvous_joined(run, round), "rendezvous_joined");
+      add(keys::rendezvous_closed(run, round), "rendezvous_closed");
+      add(keys::rendezvous_outcome(run, round), "rendezvous_outcome");
+      add(keys::rendezvous_restarts(run, round), "rendezvous_restarts");
+      add(keys::rendezvous_master(run, round), "rendezvous_master");
+      add(keys::rendezvous_left(run, round), "rendezvous_left");
+    }
   }
 }
 
 TEST(StoreKeys, EveryKeyStartsWithItsComponentsSpaceAndSpacesAreDistinct) {
   std::set<std::string> names;
-  for (Space s : {Space::communicator, Space::topology, Space::failure, Space::health, Space::tcp,
-                  Space::shm, Space::cudaipc_control, Space::cudaipc, Space::ibverbs, Space::split})
+  for (Space s :
+       {Space::communicator, Space::topology, Space::failure, Space::health, Space::tcp, Space::shm,
+        Space::cudaipc_control, Space::cudaipc, Space::ibverbs, Space::split, Space::rendezvous})
     EXPECT_TRUE(names.insert(std::string(keys::name(s))).second) << keys::name(s);
   auto starts = [](const std::string& key, Space s) {
     return key.rfind(std::string(keys::name(s)) + "/", 0) == 0;

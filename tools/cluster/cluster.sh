@@ -9,6 +9,8 @@
 #                                                  1gbit, on both sides of every veth)
 #   cluster.sh exec I CMD [ARG...]                 run CMD on node I (1-based), in the caller's
 #                                                  directory, with the caller's environment
+#   cluster.sh kill I                              SIGKILL everything running on node I, as if it
+#                                                  lost power (its address stays, refusing)
 #   cluster.sh addr I                              node I's address
 #   cluster.sh hosts                               the node names, one per line
 #   cluster.sh down                                stop everything on the nodes, remove them and
@@ -98,6 +100,15 @@ run_on() {
   exec nsenter --target "$(cat "$state/pid$i")" --net --uts --mount --wd="$PWD" -- "$@"
 }
 
+# Everything on node I but the process that holds its namespaces.
+kill_node() {
+  local i=$1 holder pids
+  holder=$(cat "$state/pid$i")
+  pids=$(ip netns pids "$(node_ns "$i")" | grep -vx "$holder" || true)
+  [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+  return 0
+}
+
 down() {
   local n; n=$(count)
   for i in $(seq 1 8); do
@@ -139,8 +150,9 @@ case "$cmd" in
   up) [ $# -ge 1 ] || die "usage: cluster.sh up N [--rate RATE] [--mtu BYTES]"; up "$@" ;;
   exec) [ $# -ge 2 ] || die "usage: cluster.sh exec I CMD [ARG...]"; run_on "$@" ;;
   addr) node_addr "$1" ;;
+  kill) [ $# -ge 1 ] || die "usage: cluster.sh kill I"; kill_node "$1" ;;
   hosts) for i in $(seq 1 "$(count)"); do node_host "$i"; done ;;
   down) down ;;
   status) status ;;
-  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

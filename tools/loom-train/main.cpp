@@ -49,6 +49,8 @@ struct Args {
   std::size_t calibrate_steps = 10;
   std::size_t warmup_steps = 2;
   std::string save_params;
+  std::size_t eval_every = 0;  // 0: no validation
+  double eval_fraction = 0.1;
 };
 
 [[noreturn]] void usage(int code) {
@@ -78,7 +80,11 @@ struct Args {
       "  --calibrate-steps N     steps rank 0 times alone, without communication, to\n"
       "                          report scaling efficiency (default 10, 0: skip)\n"
       "  --warmup-steps N        steps left out of the timing summary (default 2)\n"
-      "  --save-params FILE      write the final parameters (raw float32) to FILE\n");
+      "  --save-params FILE      write the final parameters (raw float32) to FILE\n"
+      "  --eval-every N          every N steps, loss and accuracy on a held-out split (the\n"
+      "                          last --eval-fraction of the data, never trained on)\n"
+      "  --eval-fraction X       the share held out with --eval-every (default 0.1)\n"
+      "Loss and accuracy are averaged over every rank's batches.\n");
   std::exit(code);
 }
 
@@ -192,6 +198,10 @@ Args parse(int argc, char** argv) {
       a.warmup_steps = count(i);
     else if (f == "--save-params")
       a.save_params = value(i);
+    else if (f == "--eval-every")
+      a.eval_every = count(i);
+    else if (f == "--eval-fraction")
+      a.eval_fraction = number(i);
     else {
       std::fprintf(stderr, "loom-train: unknown option %s\n", f.c_str());
       usage(2);
@@ -200,6 +210,10 @@ Args parse(int argc, char** argv) {
   if (a.optimizer != "sgd" && a.optimizer != "adamw") {
     std::fprintf(stderr, "loom-train: --optimizer: '%s' is not sgd or adamw\n",
                  a.optimizer.c_str());
+    usage(2);
+  }
+  if (a.eval_fraction <= 0 || a.eval_fraction >= 1) {
+    std::fprintf(stderr, "loom-train: --eval-fraction must be above 0 and below 1\n");
     usage(2);
   }
   if (a.batch_size == 0) {
@@ -259,9 +273,18 @@ class Trainer {
         rank_(comm ? comm->rank() : 0),
         world_(comm ? comm->size() : 1),
         data_(load_data(args)),
+        held_out_(args.eval_every ? std::max<std::size_t>(1, static_cast<std::size_t>(
+                                                                 static_cast<double>(data_.size()) *
+                                                                 args.eval_fraction))
+                                  : 0),
         model_(make_mlp(args.layers, args.seed)),
         optimizer_(make_optimizer(args, model_)),
-        sampler_(data_.size(), world_, rank_, true, args.seed, false) {
+        sampler_(data_.size() - std::min(held_out_, data_.size()), world_, rank_, true, args.seed,
+                 false) {
+    if (held_out_ >= data_.size())
+      throw loom::InvalidArgument(fmt::format(
+          "loom-train: --eval-every holds out {} of {} samples, leaving none to train on",
+          held_out_, data_.size()));
     if (data_.features() != a_.layers.front() || data_.classes() > a_.layers.back())
       throw loom::InvalidArgument(fmt::format(
           "loom-train: the data has {} features and {} classes; --layers starts with {} and ends "
@@ -310,13 +333,17 @@ class Trainer {
         if (a_.save_every && !a_.snapshot.empty() && state_.global_step % a_.save_every == 0 &&
             rank_ == 0)
           save_snapshot(a_.snapshot, model_, *optimizer_, state_);
+        if (a_.eval_every && state_.global_step % a_.eval_every == 0) evaluate();
         if (state_.global_step >= total_steps) {
           done = true;
           break;
         }
       }
       if (loss_count == 0) continue;
-      epoch_loss.push_back(loss_sum / static_cast<double>(loss_count));
+      // Every rank's batches count: the sums and counts of all ranks, not rank 0's alone.
+      double totals[3] = {loss_sum, acc_sum, static_cast<double>(loss_count)};
+      if (comm_) comm_->all_reduce(totals, 3, loom::DataType::f64, loom::ReduceOp::sum);
+      epoch_loss.push_back(totals[0] / totals[2]);
       const double elapsed = seconds(Clock::now() - start);
       const double rate =
           static_cast<double>(steps_done_here * a_.batch_size * a_.accumulate * world_) /
@@ -329,7 +356,7 @@ class Trainer {
             "epoch %zu/%zu  step %llu  loss %.4f  acc %.3f  %.0f samples/s  ETA %s\n",
             static_cast<std::size_t>(state_.step_in_epoch ? state_.epoch + 1 : state_.epoch),
             a_.epochs, static_cast<unsigned long long>(state_.global_step), epoch_loss.back(),
-            acc_sum / static_cast<double>(loss_count), rate, clock_text(eta).c_str());
+            totals[1] / totals[2], rate, clock_text(eta).c_str());
       std::fflush(stdout);
     }
     if (!a_.snapshot.empty() && a_.save_every && rank_ == 0 && steps_done_here > 0)
@@ -354,6 +381,33 @@ class Trainer {
                            to_string(a_.hook))
                    .c_str()
              : "no communication");
+    std::fflush(stdout);
+  }
+
+  // Loss and accuracy over the held-out samples (the last held_out_ of the data), each rank
+  // taking every world-th one; rank 0 prints them.
+  void evaluate() {
+    const std::size_t first = data_.size() - held_out_;
+    std::vector<std::size_t> mine;
+    for (std::size_t i = first + static_cast<std::size_t>(rank_); i < data_.size();
+         i += static_cast<std::size_t>(world_))
+      mine.push_back(i);
+    double totals[3] = {0, 0, 0};  // loss x samples, correct, samples
+    Tensor x;
+    std::vector<int> labels;
+    for (std::size_t begin = 0; begin < mine.size(); begin += a_.batch_size) {
+      const std::size_t n = std::min(a_.batch_size, mine.size() - begin);
+      data_.batch(mine, begin, n, x, labels);
+      totals[0] += static_cast<double>(criterion_.forward(model_.forward(x), labels)) *
+                   static_cast<double>(n);
+      totals[1] += criterion_.accuracy() * static_cast<double>(n);
+      totals[2] += static_cast<double>(n);
+    }
+    if (comm_) comm_->all_reduce(totals, 3, loom::DataType::f64, loom::ReduceOp::sum);
+    if (rank_ == 0)
+      std::printf("eval  step %llu  loss %.4f  acc %.3f  (%zu held-out samples)\n",
+                  static_cast<unsigned long long>(state_.global_step), totals[0] / totals[2],
+                  totals[1] / totals[2], held_out_);
     std::fflush(stdout);
   }
 
@@ -472,6 +526,7 @@ class Trainer {
   loom::Communicator* comm_;
   int rank_, world_;
   Dataset data_;
+  std::size_t held_out_;  // the last samples of data_, for --eval-every only
   Sequential model_;
   std::unique_ptr<Optimizer> optimizer_;
   DistributedSampler sampler_;

@@ -22,8 +22,9 @@ struct TrainingState {
   std::uint64_t seed = 0;           // the run's seed: initialisation, data, shuffling
 };
 
-// The run's name: LOOM_RUN_ID, else "slurm-<SLURM_JOB_ID>" (a requeued Slurm job keeps it), else
-// "" (the unnamed run). Letters, digits, '_' and '-', at most 64.
+// The run's name: LOOM_RUN_ID, else TORCHELASTIC_RUN_ID (loomrun's or torchrun's --rdzv-id,
+// unless "none"), else "slurm-<SLURM_JOB_ID>" (a requeued Slurm job keeps it), else "" (the
+// unnamed run). Letters, digits, '_' and '-', at most 64.
 std::string default_run_id();
 
 // Writes dir/snapshot-<run_id>-<global_step>.loom (dir/snapshot-<global_step>.loom for the unnamed

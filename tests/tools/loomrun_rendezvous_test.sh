@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# loomrun's torchrun options and dynamic rendezvous on one machine (several loomruns, one
+# endpoint): underscore spellings, PET_* defaults, --standalone, node ranks and global ranks
+# assigned at the rendezvous (nodes of different sizes), refused combinations, and a restart
+# count agreed by every node: a node that joins after a failure restart starts at the job's
+# count, not at its own 0.
+set -u
+loomrun=$1
+dir=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$dir"; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do [ -e "$f" ] && { echo "--- $f"; tail -20 "$f"; }; done; exit 1; }
+source "$(dirname "$0")/free_port.sh"
+export LOOM_SECRET=rendezvous-test-$$
+wait_for() {  # SECONDS CONDITION
+  local deadline=$((SECONDS + $1))
+  until eval "$2"; do [ "$SECONDS" -lt "$deadline" ] || return 1; sleep 0.05; done
+}
+
+# --standalone with torchrun's spellings and a PET_* default.
+out=$(PET_NPROC_PER_NODE=3 "$loomrun" --standalone --no-prefix \
+  sh -c 'echo "$RANK/$WORLD_SIZE $GROUP_RANK/$GROUP_WORLD_SIZE $TORCHELASTIC_RUN_ID"' 2>/dev/null) ||
+  fail "--standalone failed"
+[ "$(echo "$out" | sort | cut -d' ' -f1,2 | tr '\n' ' ')" = "0/3 0/1 1/3 0/1 2/3 0/1 " ] ||
+  fail "--standalone with PET_NPROC_PER_NODE=3: $out"
+echo "$out" | grep -q " standalone-[0-9a-f]\{16\}$" || fail "--standalone made up no run id: $out"
+
+# Refused: MIN above MAX, MIN:MAX without an endpoint, unknown backends, standalone on 2 nodes.
+for bad in "--nnodes 3:2 --rdzv-endpoint 127.0.0.1" "--nnodes 1:2" "--rdzv_backend etcd --rdzv_endpoint 127.0.0.1" \
+           "--standalone --nnodes 2" "--nnodes 2 --rdzv-endpoint 127.0.0.1 --rdzv-id bad/id"; do
+  "$loomrun" $bad true > "$dir/refused" 2>&1
+  [ $? = 2 ] || fail "'$bad' was not refused with code 2: $(cat "$dir/refused")"
+done
+
+# torchrun's options loomrun does not take are refused by name, with the reason.
+for opt in "--log-dir /tmp" "--redirects 3" "--tee=3" "--local-ranks-filter 0" "-m pkg" "--run-path x.py" \
+           "--start-method spawn"; do
+  "$loomrun" $opt --nproc-per-node 1 true > "$dir/refused" 2>&1
+  [ $? = 2 ] && grep -q "torchrun's ${opt%%[ =]*} is not supported: " "$dir/refused" ||
+    fail "'$opt' was not refused by name: $(cat "$dir/refused")"
+done
+
+# Two nodes of 1 and 2 workers meet at one endpoint, no node ranks given.
+port=$(free_port)
+for n in 1 2; do
+  "$loomrun" --nnodes=2 --nproc_per_node=$n --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:$port \
+    --rdzv_id=sizes --no-prefix sh -c 'echo "$RANK $LOCAL_RANK $GROUP_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE"' \
+    > "$dir/sizes$n.log" 2>&1 &
+  pids+=($!)
+done
+wait "${pids[0]}" && wait "${pids[1]}" || fail "two nodes of 1 and 2 workers failed"
+lines=$(cat "$dir"/sizes*.log | grep -E '^[0-9]+ [0-9]+ [0-9]+ [0-9]+ [0-9]+$' | sort)
+[ "$(echo "$lines" | cut -d' ' -f1 | tr '\n' ' ')" = "0 1 2 " ] || fail "global ranks are not 0 1 2: $lines"
+[ "$(echo "$lines" | cut -d' ' -f4 | sort -u)" = 3 ] || fail "not every worker sees a world of 3: $lines"
+first=$(grep -c "" <<< "$(grep -E '^[0-9]+ [0-9]+ 0 ' <<< "$lines")")
+second=$(grep -c "" <<< "$(grep -E '^[0-9]+ [0-9]+ 1 ' <<< "$lines")")
+[ $((first + second)) = 3 ] && [ "$first" != "$second" ] || fail "group ranks 0 and 1 do not hold the two nodes: $lines"
+while read -r rank local group _ lws; do  # node 0's ranks come first
+  [ "$group" = 0 ] && expected=$local || expected=$((first + local))
+  [ "$rank" = "$expected" ] || fail "rank $rank (local $local on node $group) out of order: $lines"
+done <<< "$lines"
+pids=()
+
+# The restart count is the job's: A and B start; node rank 1's worker fails in the first round;
+# C joins the round after that restart and must see restart count 1.
+port=$(free_port)
+cat > "$dir/worker.sh" <<WORKER
+echo "\$TORCHELASTIC_RESTART_COUNT \$LOOM_RESTART_COUNT \$WORLD_SIZE" >> "$dir/seen.\$1"
+if [ "\$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "\$GROUP_RANK" = 1 ]; then sleep 0.5; exit 3; fi
+until [ -e "$dir/release" ]; do sleep 0.05; done
+WORKER
+node() {
+  "$loomrun" --nnodes 2:3 --rdzv-endpoint "127.0.0.1:$port" --rdzv-id agreed --max-restarts 1 \
+    --rdzv-conf last_call_timeout=1 --grace 1 sh "$dir/worker.sh" "$1" > "$dir/node$1.log" 2>&1 &
+  pids+=($!)
+}
+node A; node B
+wait_for 60 'grep -q "^1 " "$dir/seen.A" 2>/dev/null && grep -q "^1 " "$dir/seen.B" 2>/dev/null' ||
+  fail "A and B did not restart after the failure"
+node C
+wait_for 60 '[ -s "$dir/seen.C" ] && grep -q " 3$" "$dir/seen.A"' || fail "C was not let in"
+touch "$dir/release"
+for p in "${pids[@]}"; do wait "$p" || fail "a node exited with code $?"; done
+pids=()
+[ "$(cat "$dir/seen.C")" = "1 1 3" ] || fail "C's workers saw '$(cat "$dir/seen.C")', not restart count 1 in a world of 3"
+[ "$(cat "$dir/seen.A" | tr '\n' ',')" = "0 0 2,1 1 2,1 1 3," ] ||
+  fail "A saw '$(cat "$dir/seen.A" | tr '\n' ',')': a failure restart then letting C in (not counted)"
+echo "loomrun rendezvous: torchrun options, ranks assigned, restart count agreed by every node"

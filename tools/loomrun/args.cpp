@@ -1,0 +1,363 @@
+#include "args.hpp"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+
+namespace loomrun {
+namespace {
+
+[[noreturn]] void usage(int code) {
+  std::fprintf(
+      code ? stderr : stdout, "%s",
+      "usage: loomrun [options] [--] program [args...]\n"
+      "Workers and nodes:\n"
+      "  --nproc-per-node N    workers on this node (default 1)\n"
+      "  --nnodes N|MIN:MAX    nodes in the job; MIN:MAX starts once MIN nodes have joined and\n"
+      "                        keeps going while at least MIN remain (default 1)\n"
+      "Rendezvous (nodes find each other; their ranks are assigned there):\n"
+      "  --rdzv-endpoint HOST[:PORT]  where the rendezvous store is (port default 29400); the\n"
+      "                        node whose address HOST is hosts it, and if that node is lost a\n"
+      "                        surviving node takes it over\n"
+      "  --rdzv-id ID          the job's name, the same on every node (default none)\n"
+      "  --rdzv-backend NAME   loom (c10d is a synonym) for the rendezvous above, or static\n"
+      "                        (default: loom with --rdzv-endpoint or MIN:MAX, else static)\n"
+      "  --rdzv-conf K=V,...   join_timeout (s, default 600), last_call_timeout (s, after MIN\n"
+      "                        nodes joined, default 30), keep_alive_timeout (s, a node silent\n"
+      "                        that long is lost, default 30), read_timeout (s, default 30),\n"
+      "                        exit_barrier_timeout (s, waiting for the others to finish, 300)\n"
+      "  --standalone          one node, a rendezvous on a free local port and a fresh run id\n"
+      "  --local-addr ADDR     the address other nodes reach this one at (default: the one\n"
+      "                        facing the rendezvous endpoint)\n"
+      "Static rendezvous (every node is given its rank):\n"
+      "  --node-rank R         this node's index, 0..nnodes-1 (default 0)\n"
+      "  --master-addr HOST    node 0's address (default 127.0.0.1)\n"
+      "  --master-port PORT    store port on node 0 (default: free port on one node, 29500\n"
+      "                        otherwise)\n"
+      "Failures:\n"
+      "  --max-restarts N      when a worker fails or a node is lost, stop the workers and start\n"
+      "                        them all again (at the new node count), up to N times (default 0)\n"
+      "  --monitor-interval S  seconds between looks at the rendezvous (default 0.1)\n"
+      "  --grace SECONDS       wait after SIGTERM before SIGKILL when stopping workers (default "
+      "5)\n"
+      "Output and security:\n"
+      "  --no-prefix           do not prefix output lines with the rank\n"
+      "  --role NAME           the workers' role (ROLE_NAME; default 'default')\n"
+      "  --secret-file PATH    file holding the job secret (else LOOM_SECRET_FILE or "
+      "LOOM_SECRET);\n"
+      "                        required across nodes, made up on one node\n"
+      "  --insecure            across nodes, run without a secret: anyone who can reach the store\n"
+      "                        can read and write it\n"
+      "Dashes and underscores are alike in option names (--nproc_per_node), and torchrun's PET_*\n"
+      "variables (PET_NNODES, PET_RDZV_ENDPOINT, ...) give defaults. Each worker gets torchrun's\n"
+      "variables (RANK, LOCAL_RANK, GROUP_RANK, ROLE_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE,\n"
+      "GROUP_WORLD_SIZE, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT,\n"
+      "TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, ...) and\n"
+      "Loom's (NODE_RANK, LOOM_RESTART_COUNT). When a worker fails the others are stopped; once\n"
+      "restarts are spent loomrun exits with the failing worker's code. SIGINT, SIGTERM and\n"
+      "SIGHUP stop the workers; if loomrun itself is killed, its workers are killed too.\n"
+      "torchrun's -m, --run-path, --start-method, --log-dir, --redirects, --tee,\n"
+      "--local-ranks-filter and the like are refused, each with its reason.\n");
+  std::exit(code);
+}
+
+[[noreturn]] void bad(const std::string& message) {
+  std::fprintf(stderr, "loomrun: %s\n", message.c_str());
+  std::exit(2);
+}
+
+int parse_int(const std::string& flag, const std::string& v, int lo, int hi) {
+  try {
+    std::size_t pos = 0;
+    long long x = std::stoll(v, &pos);
+    if (pos == v.size() && x >= lo && x <= hi) return static_cast<int>(x);
+  } catch (const std::exception&) {
+  }
+  bad(flag + " expects an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+      "], got '" + v + "'");
+}
+
+double parse_seconds(const std::string& flag, const std::string& v, double lo, double hi) {
+  try {
+    std::size_t pos = 0;
+    double x = std::stod(v, &pos);
+    if (pos == v.size() && std::isfinite(x) && x >= lo && x <= hi) return x;
+  } catch (const std::exception&) {
+  }
+  bad(flag + " expects seconds in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" +
+      v + "'");
+}
+
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<long long>(std::llround(seconds * 1000)));
+}
+
+// "--nproc_per_node" and "--nproc-per-node" alike.
+std::string canonical(std::string flag) {
+  for (std::size_t i = 2; i < flag.size(); ++i)
+    if (flag[i] == '_') flag[i] = '-';
+  return flag;
+}
+
+void parse_nnodes(Args& a, const std::string& v) {
+  const auto colon = v.find(':');
+  if (colon == std::string::npos) {
+    a.min_nodes = a.max_nodes = parse_int("--nnodes", v, 1, 1 << 20);
+    return;
+  }
+  a.min_nodes = parse_int("--nnodes (MIN)", v.substr(0, colon), 1, 1 << 20);
+  a.max_nodes = parse_int("--nnodes (MAX)", v.substr(colon + 1), 1, 1 << 20);
+  if (a.min_nodes > a.max_nodes) bad("--nnodes " + v + ": MIN must not be above MAX");
+}
+
+void parse_endpoint(Args& a, const std::string& v) {
+  std::string host = v;
+  if (!v.empty() && v.front() == '[') {  // [IPv6]:port
+    const auto close = v.find(']');
+    if (close == std::string::npos) bad("--rdzv-endpoint " + v + ": no ']'");
+    host = v.substr(1, close - 1);
+    if (close + 1 < v.size()) {
+      if (v[close + 1] != ':') bad("--rdzv-endpoint " + v + ": expected ':' after ']'");
+      a.rdzv_port = parse_int("--rdzv-endpoint (port)", v.substr(close + 2), 0, 65535);
+    }
+  } else if (const auto colon = v.rfind(':'); colon != std::string::npos && v.find(':') == colon) {
+    host = v.substr(0, colon);
+    a.rdzv_port = parse_int("--rdzv-endpoint (port)", v.substr(colon + 1), 0, 65535);
+  }
+  if (host.empty()) bad("--rdzv-endpoint '" + v + "' names no host");
+  a.rdzv_host = host;
+}
+
+void parse_conf(Args& a, const std::string& v) {
+  std::size_t from = 0;
+  while (from < v.size()) {
+    auto comma = v.find(',', from);
+    const std::string item = v.substr(from, comma == std::string::npos ? comma : comma - from);
+    from = comma == std::string::npos ? v.size() : comma + 1;
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) bad("--rdzv-conf: '" + item + "' is not KEY=VALUE");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    const std::string flag = "--rdzv-conf " + key;
+    if (key == "join_timeout")
+      a.join_timeout = millis(parse_seconds(flag, value, 1, 86400));
+    else if (key == "last_call_timeout")
+      a.last_call_timeout = millis(parse_seconds(flag, value, 0, 86400));
+    else if (key == "keep_alive_timeout")
+      a.keep_alive_timeout = millis(parse_seconds(flag, value, 1, 86400));
+    else if (key == "read_timeout")
+      a.read_timeout = millis(parse_seconds(flag, value, 1, 86400));
+    else if (key == "exit_barrier_timeout")
+      a.exit_barrier_timeout = millis(parse_seconds(flag, value, 0, 86400));
+    else
+      bad("--rdzv-conf: unknown key '" + key +
+          "' (join_timeout, last_call_timeout, keep_alive_timeout, read_timeout, "
+          "exit_barrier_timeout)");
+  }
+}
+
+// torchrun's options that take a value, and the PET_* variable of each.
+struct ValueOption {
+  std::string_view flag, env;
+};
+constexpr ValueOption kValueOptions[] = {
+    {"--nproc-per-node", "PET_NPROC_PER_NODE"},
+    {"--nnodes", "PET_NNODES"},
+    {"--node-rank", "PET_NODE_RANK"},
+    {"--master-addr", "PET_MASTER_ADDR"},
+    {"--master-port", "PET_MASTER_PORT"},
+    {"--rdzv-backend", "PET_RDZV_BACKEND"},
+    {"--rdzv-endpoint", "PET_RDZV_ENDPOINT"},
+    {"--rdzv-id", "PET_RDZV_ID"},
+    {"--rdzv-conf", "PET_RDZV_CONF"},
+    {"--max-restarts", "PET_MAX_RESTARTS"},
+    {"--monitor-interval", "PET_MONITOR_INTERVAL"},
+    {"--role", "PET_ROLE"},
+    {"--local-addr", "PET_LOCAL_ADDR"},
+};
+
+struct Seen {
+  bool backend = false, endpoint = false, node_rank = false, master_port = false;
+};
+
+void apply(Args& a, Seen& seen, const std::string& flag, const std::string& v) {
+  if (flag == "--nproc-per-node") {
+    a.nproc_per_node = parse_int(flag, v, 1, 4096);
+  } else if (flag == "--nnodes") {
+    parse_nnodes(a, v);
+  } else if (flag == "--node-rank") {
+    a.node_rank = parse_int(flag, v, 0, 1 << 20);
+    seen.node_rank = true;
+  } else if (flag == "--master-addr") {
+    a.master_addr = v;
+  } else if (flag == "--master-port") {
+    a.master_port = parse_int(flag, v, 0, 65535);
+    seen.master_port = true;
+  } else if (flag == "--rdzv-backend") {
+    if (v != "static" && v != "c10d" && v != "loom")
+      bad("--rdzv-backend " + v + ": loomrun knows static, and loom (or its synonym c10d)");
+    a.rdzv_backend = v;
+    seen.backend = true;
+  } else if (flag == "--rdzv-endpoint") {
+    if (!v.empty()) {
+      parse_endpoint(a, v);
+      seen.endpoint = true;
+    }
+  } else if (flag == "--rdzv-id") {
+    a.rdzv_id = v;
+  } else if (flag == "--rdzv-conf") {
+    parse_conf(a, v);
+  } else if (flag == "--max-restarts") {
+    a.max_restarts = parse_int(flag, v, 0, 1 << 20);
+  } else if (flag == "--monitor-interval") {
+    a.monitor_interval = millis(parse_seconds(flag, v, 0.01, 3600));
+  } else if (flag == "--role") {
+    a.role = v;
+  } else if (flag == "--local-addr") {
+    a.local_addr = v;
+  } else if (flag == "--grace") {
+    a.grace_s = parse_seconds(flag, v, 0, 3600);
+  } else if (flag == "--secret-file") {
+    a.secret_file = v;
+  }
+}
+
+// torchrun's options loomrun does not take, each with the reason it is refused.
+std::string_view unsupported_torchrun_option(const std::string& flag) {
+  struct Refused {
+    std::string_view flag, why;
+  };
+  static constexpr Refused kRefused[] = {
+      {"-m", "loomrun runs programs; run the module with: loomrun ... python -m MODULE"},
+      {"--module", "loomrun runs programs; run the module with: loomrun ... python -m MODULE"},
+      {"--run-path", "loomrun runs programs; run the script with: loomrun ... python SCRIPT"},
+      {"--start-method", "workers are always separate processes started with fork and exec"},
+      {"--log-dir", "worker output goes to loomrun's, each line prefixed with its rank"},
+      {"--logs-specs", "worker output goes to loomrun's, each line prefixed with its rank"},
+      {"-r", "worker output goes to loomrun's, each line prefixed with its rank"},
+      {"--redirects", "worker output goes to loomrun's, each line prefixed with its rank"},
+      {"-t", "worker output goes to loomrun's, each line prefixed with its rank"},
+      {"--tee", "worker output goes to loomrun's, each line prefixed with its rank"},
+      {"--local-ranks-filter", "worker output goes to loomrun's, each line prefixed with its rank"},
+      {"--event-log-handler", "loomrun records no torchelastic events"},
+      {"--numa-binding", "loomrun does not place workers; bind them in the program"},
+      {"--signals-to-handle", "loomrun always handles SIGINT, SIGTERM and SIGHUP"},
+      {"--virtual-local-rank", "each worker's LOCAL_RANK is its own"},
+  };
+  for (const auto& r : kRefused)
+    if (flag == r.flag) return r.why;
+  return {};
+}
+
+bool takes_value(const std::string& flag) {
+  for (const auto& o : kValueOptions)
+    if (flag == o.flag) return true;
+  return flag == "--grace" || flag == "--secret-file";
+}
+
+bool valid_run_id(const std::string& id) {
+  if (id.empty() || id.size() > 64) return false;
+  for (char c : id)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) return false;
+  return true;
+}
+
+}  // namespace
+
+Args parse(int argc, char** argv) {
+  Args a;
+  Seen seen;
+  for (const auto& o : kValueOptions)
+    if (const char* v = std::getenv(std::string(o.env).c_str()); v != nullptr && *v != '\0')
+      apply(a, seen, std::string(o.flag), v);
+  if (const char* v = std::getenv("PET_STANDALONE");
+      v != nullptr && *v != '\0' && std::string_view(v) != "0")
+    a.standalone = true;
+
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg.rfind("-", 0) != 0) break;
+    std::string flag = arg, inline_value;
+    bool has_inline = false;
+    if (auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      flag = arg.substr(0, eq);
+      inline_value = arg.substr(eq + 1);
+      has_inline = true;
+    }
+    flag = canonical(flag);
+    if (flag == "-h" || flag == "--help") usage(0);
+    if (takes_value(flag)) {
+      if (!has_inline) {
+        if (i + 1 >= argc) bad(flag + " needs a value");
+        inline_value = argv[++i];
+      }
+      apply(a, seen, flag, inline_value);
+    } else if (flag == "--standalone") {
+      a.standalone = true;
+    } else if (flag == "--no-prefix") {
+      a.prefix = false;
+    } else if (flag == "--insecure") {
+      a.insecure = true;
+    } else if (flag == "--no-python") {
+      // loomrun always runs the program as given.
+    } else if (auto why = unsupported_torchrun_option(flag); !why.empty()) {
+      bad("torchrun's " + flag + " is not supported: " + std::string(why));
+    } else {
+      std::fprintf(stderr, "loomrun: unknown option %s\n", arg.c_str());
+      usage(2);
+    }
+  }
+  for (; i < argc; ++i) a.command.push_back(argv[i]);
+  if (a.command.empty()) {
+    std::fprintf(stderr, "loomrun: no program to run\n");
+    usage(2);
+  }
+
+  if (a.standalone) {
+    // torchrun: a local rendezvous on a free port under a fresh id; given values are ignored.
+    if (a.max_nodes != 1)
+      bad("--standalone runs one node, not --nnodes " + std::to_string(a.min_nodes) + ":" +
+          std::to_string(a.max_nodes));
+    a.dynamic = true;
+    a.rdzv_backend = "loom";
+    a.rdzv_host = "127.0.0.1";
+    a.rdzv_port = 0;
+    a.rdzv_id.clear();  // made up at start
+    return a;
+  }
+  if (seen.backend)
+    a.dynamic = a.rdzv_backend != "static";
+  else
+    a.dynamic = seen.endpoint || a.min_nodes != a.max_nodes;
+  if (!a.dynamic) {
+    if (a.min_nodes != a.max_nodes)
+      bad("--nnodes " + std::to_string(a.min_nodes) + ":" + std::to_string(a.max_nodes) +
+          " needs a dynamic rendezvous (--rdzv-endpoint HOST[:PORT])");
+    if (seen.endpoint) {  // torchrun's static rendezvous reads its master from the endpoint
+      a.master_addr = a.rdzv_host;
+      if (!seen.master_port) a.master_port = a.rdzv_port;
+    }
+    if (a.node_rank.value_or(0) >= a.nnodes())
+      bad("--node-rank " + std::to_string(*a.node_rank) + " must be below --nnodes " +
+          std::to_string(a.nnodes()));
+    return a;
+  }
+  if (!seen.endpoint) bad("a dynamic rendezvous needs --rdzv-endpoint HOST[:PORT]");
+  if (seen.node_rank)
+    std::fprintf(stderr,
+                 "loomrun: warning: --node-rank is ignored: the rendezvous at %s assigns "
+                 "node ranks\n",
+                 a.rdzv_host.c_str());
+  if (!valid_run_id(a.rdzv_id))
+    bad("--rdzv-id '" + a.rdzv_id + "': 1-64 letters, digits, '-' or '_' (it names snapshots)");
+  return a;
+}
+
+}  // namespace loomrun

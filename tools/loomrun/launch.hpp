@@ -1,0 +1,38 @@
+// What loomrun gives its workers: torchrun's environment and Loom's, the job secret, and
+// torchrun's log lines about the launch and each round.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "args.hpp"
+#include "supervisor.hpp"
+
+namespace loomrun {
+
+// Where this node's workers stand in one round of the job.
+struct Placement {
+  int group_rank = 0, group_world_size = 1;
+  int first_rank = 0, world_size = 1;
+  std::string master_addr;
+  int master_port = 0;
+  int restart_count = 0;
+  std::string run_id;
+};
+
+// The job secret: --secret-file, LOOM_SECRET_FILE or LOOM_SECRET; made up on one node; across
+// nodes required unless --insecure (exits 2 saying how to give one).
+void settle_secret(const Args& args);
+// `bytes` random bytes from the kernel, as hex.
+std::string random_hex(int bytes);
+// loomrun's environment less what a launcher sets per worker; OMP_NUM_THREADS=1 where several
+// workers share the node and it is unset, as torchrun does.
+std::vector<std::string> inherited_environment(char** environ, const Args& args);
+std::vector<WorkerSpec> worker_specs(const Args& args, const Placement& place,
+                                     const std::vector<std::string>& base_env);
+
+// torchrun's "Starting elastic_operator with launch configs" and "Rendezvous complete" lines.
+void log_launch(const Args& args, const std::string& run_id, const std::string& endpoint);
+void log_round(const Args& args, const Placement& place);
+
+}  // namespace loomrun
