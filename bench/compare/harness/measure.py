@@ -27,7 +27,7 @@ class Row:
     error: str = ""
 
 
-def iterations(size, scale=1.0, budget=256 << 20, least=5, most=200):
+def iterations(size, scale=1.0, budget=512 << 20, least=5, most=400):
     """(timed calls, warm-up calls) for one size: latency sizes get many calls, bandwidth sizes
     about `budget` bytes' worth, at least `least`."""
     if size < 64 << 10:
