@@ -140,7 +140,8 @@ def main():
         recorder.close()
         if log:
             log.close()
-    header.append(f"Took {(time.monotonic() - start) / 60:.1f} min.")
+    header.append(f"Took {(time.monotonic() - start) / 60:.1f} min; load average "
+                  f"{os.getloadavg()[0]:.2f} at the end (other processes share the machine).")
     if a.command == "run":
         text, status = report.compare_report(recorder.rows), 0
     else:
