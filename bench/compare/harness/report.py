@@ -204,14 +204,14 @@ def cliff_report(rows, threshold):
                     text = f"**{text} ▼{100 * drop:.0f}%**"
                     reps = cells.values[(*c, size, impl)]
                     before = cells.values[(*c, sizes[i - 1], impl)]
-                    per_rep = [f"{100 * (1 - reps[r] / before[r]):.0f}%"
+                    per_rep = [f"{100 * (reps[r] / before[r] - 1):+.0f}%"
                                for r in sorted(reps) if r in before]
                     choices = [cells.choices.get((*c, s, impl), (0, "?"))[1]
                                for s in (sizes[i - 1], size)]
                     found.append(f"- {name(impl)} {transport}, {c[1]} ranks: "
                                  f"{size_text(sizes[i - 1])} → {size_text(size)}: "
                                  f"{prev:.2f} → {v:.2f} GB/s (−{100 * drop:.0f}%; per repetition "
-                                 f"−{', −'.join(per_rep)}); Loom: {choices[0]} → {choices[1]}")
+                                 f"{', '.join(per_rep)}); Loom: {choices[0]} → {choices[1]}")
                 cell.append(text)
             lines.append(f"| {size_text(size)} | " + " | ".join(cell) + " |")
         lines.append("")
