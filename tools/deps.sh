@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Loom's build, tests and comparisons need. Idempotent: quiet when
 # everything is already installed. Run as root (or with sudo available).
-#   tools/deps.sh            build + tests + comparison baselines (Gloo, OpenMPI)
+#   tools/deps.sh            build + tests + comparison baselines (Gloo, OpenMPI, iperf3)
 #   tools/deps.sh --torch    also PyTorch (python3-torch), for the torch.distributed comparison
 set -euo pipefail
 
 packages=(cmake ninja-build g++ clang-format pkg-config
           libasio-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev
-          libibverbs-dev librdmacm-dev libgloo-dev libopenmpi-dev openmpi-bin iproute2
+          libibverbs-dev librdmacm-dev libgloo-dev libopenmpi-dev openmpi-bin iperf3 python3 iproute2
           libopenblas-dev zlib1g-dev libssl-dev clang libclang-rt-14-dev
           slurmctld slurmd slurm-client munge)
 [[ " $* " == *" --torch "* ]] && packages+=(python3-torch libopenblas0-pthread)

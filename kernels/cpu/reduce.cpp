@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -231,7 +232,22 @@ namespace loom::kernels {
 
 namespace {
 std::atomic<std::size_t> stream_bytes{kDefaultStreamBytes};
-}
+
+// LOOM_AVX512_DISABLE=1 keeps the kernels off AVX-512, to measure what an AVX2 machine would get.
+[[maybe_unused]] const bool avx512_disabled = [] {
+  const char* v = std::getenv("LOOM_AVX512_DISABLE");
+  if (v == nullptr || std::strcmp(v, "1") != 0) return false;
+  std::int64_t avx512 = HWY_AVX3 | HWY_AVX3_DL;
+#ifdef HWY_AVX3_ZEN4
+  avx512 |= HWY_AVX3_ZEN4;
+#endif
+#ifdef HWY_AVX3_SPR
+  avx512 |= HWY_AVX3_SPR;
+#endif
+  hwy::DisableTargets(avx512);
+  return true;
+}();
+}  // namespace
 void set_stream_threshold(std::size_t bytes) {
   stream_bytes.store(bytes, std::memory_order_relaxed);
 }

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Loom against Gloo (every algorithm), OpenMPI (vader and tcp) and PyTorch's gloo backend, all
+timed alike (bench/compare/per_op.hpp), in one run; and the no-cliff check of Loom's sweeps.
+
+  compare.py run    [options]   one table per configuration, with ratios and the machine's limits
+  compare.py cliffs [options]   Loom over 64 KiB..256 MiB: flags busbw drops of more than 10%
+  compare.py report RESULTS.csv [--cliffs]   the tables again from a run's measurements
+
+Every configuration (library, transport, ranks, op, size) runs in fresh processes; the whole plan
+is repeated --reps times. Tables go to stdout; with --out DIR also DIR/results.csv (every
+measurement), DIR/tables.md and DIR/runs.log (every command and its output)."""
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True  # keeps the source tree clean
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import drivers, measure, report  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MIB = 1 << 20
+
+
+def size(text):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper().rstrip("B").rstrip("I")
+    mul = units.get(t[-1:], 1)
+    try:
+        return int(float(t[:-1] if mul > 1 else t) * mul)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a size (e.g. 8, 64K, 16M)")
+
+
+def sizes(text):
+    return [size(s) for s in text.replace(",", " ").split()]
+
+
+def ints(text):
+    return [int(s) for s in text.replace(",", " ").split()]
+
+
+def words(text):
+    return text.replace(",", " ").split()
+
+
+def sweep(lo, hi):
+    out = [lo]
+    while out[-1] * 2 <= hi:
+        out.append(out[-1] * 2)
+    return out
+
+
+def options():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--build", default=os.path.join(ROOT, "build"),
+                        help="build directory (loomrun, loom-perf, bench/compare/*)")
+    common.add_argument("--reps", type=int, default=3, help="repetitions of the whole plan")
+    common.add_argument("--transports", type=words, default=["shm", "tcp"])
+    common.add_argument("--kernels", choices=["native", "avx2", "both"], default="native",
+                        help="Loom's reduction kernels: as dispatched, without AVX-512 "
+                             "(LOOM_AVX512_DISABLE=1), or both as separate columns")
+    common.add_argument("--iters-scale", type=float, default=1.0,
+                        help="scale every iteration count (quick runs: 0.1)")
+    common.add_argument("--timeout", type=int, default=300, help="seconds per launch")
+    common.add_argument("--out", help="directory for results.csv, tables.md and runs.log")
+    run = sub.add_parser("run", parents=[common], help="the comparison")
+    run.add_argument("--ranks", type=ints, default=[2, 4])
+    run.add_argument("--sizes", type=sizes, default=sizes("8 64K 256K 1M 4M 16M 64M"),
+                     help="all-reduce sizes (8 B: time; from 64 KiB: busbw)")
+    run.add_argument("--alltoall-sizes", type=sizes, default=sizes("1M 16M"),
+                     help="all-to-all sizes, each rank's buffer ('' for none)")
+    run.add_argument("--libs", type=words, default=["loom", "mpi", "gloo", "torch"])
+    cliffs = sub.add_parser("cliffs", parents=[common], help="the no-cliff check of Loom")
+    cliffs.add_argument("--ranks", type=ints, default=[2, 3, 4, 8])
+    cliffs.add_argument("--min", type=size, default=64 << 10)
+    cliffs.add_argument("--max", type=size, default=256 * MIB)
+    cliffs.add_argument("--threshold", type=float, default=0.10,
+                        help="a drop larger than this fraction is a cliff")
+    again = sub.add_parser("report", help="the tables again from a results.csv")
+    again.add_argument("results")
+    again.add_argument("--cliffs", action="store_true")
+    again.add_argument("--threshold", type=float, default=0.10)
+    return p.parse_args()
+
+
+def machine():
+    model = next((line.split(":", 1)[1].strip() for line in
+                  subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+                  if line.startswith("Model name")), platform.processor())
+    return f"{model}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the start"
+
+
+def main():
+    a = options()
+    if a.command == "report":
+        rows = measure.load(a.results)
+        if not a.cliffs:
+            print(report.compare_report(rows))
+            return 0
+        text, cliffs = report.cliff_report(rows, a.threshold)
+        print(text)
+        return 1 if cliffs else 0
+    variants = {"native": {"loom": {}}, "avx2": {"loom-avx2": {"LOOM_AVX512_DISABLE": "1"}},
+                "both": {"loom": {}, "loom-avx2": {"LOOM_AVX512_DISABLE": "1"}}}[a.kernels]
+    drv = drivers.Drivers(a.build, variants)
+    missing = drv.missing()
+    if "loom" in missing:
+        sys.exit(f"compare: {missing['loom']}")
+    if a.command == "run":
+        libs = [lib for lib in a.libs if lib not in missing]
+        notes = [f"{lib}: skipped, {missing[lib]}" for lib in a.libs if lib in missing]
+        plan = [(set(libs), op, n, t, s) for n in a.ranks
+                for op, op_sizes in (("allreduce", a.sizes), ("alltoall", a.alltoall_sizes))
+                for s in op_sizes for t in a.transports]
+        iter_args = {"scale": a.iters_scale}
+    else:
+        notes = []
+        plan = [({"loom"}, "allreduce", n, t, s) for t in a.transports for n in a.ranks
+                for s in sweep(a.min, a.max)]
+        iter_args = {"scale": a.iters_scale, "least": 3}
+    for note in notes:
+        print(f"compare: {note}", file=sys.stderr)
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+    recorder = measure.Recorder(os.path.join(a.out, "results.csv") if a.out else None)
+    log = open(os.path.join(a.out, "runs.log"), "w") if a.out else None
+    header = [f"`{' '.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}`, "
+              f"{time.strftime('%Y-%m-%d %H:%M %Z')}; {machine()}; {a.reps} repetitions; "
+              f"Loom kernels: {a.kernels}.", ""] + [f"Note: {n}." for n in notes]
+    start = time.monotonic()
+    try:
+        measure.execute(plan, drv, a.reps, recorder, log, a.timeout, iter_args,
+                        with_limits=a.command == "run")
+    finally:
+        recorder.close()
+        if log:
+            log.close()
+    header.append(f"Took {(time.monotonic() - start) / 60:.1f} min; load average "
+                  f"{os.getloadavg()[0]:.2f} at the end (other processes share the machine).")
+    if a.command == "run":
+        text, status = report.compare_report(recorder.rows), 0
+    else:
+        text, cliffs = report.cliff_report(recorder.rows, a.threshold)
+        status = 1 if cliffs else 0
+    failed = [r for r in recorder.rows if r.error and r.op != "limit"]
+    footer = [f"Failed launches: {len(failed)} (see runs.log)"] if failed else []
+    out = "\n".join(header + ["", text] + footer) + "\n"
+    print(out)
+    if a.out:
+        with open(os.path.join(a.out, "tables.md"), "w") as f:
+            f.write(out)
+    return 2 if failed else status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""How each library's driver is launched for one configuration, and how its row is read back.
+
+Every driver applies the timing method of bench/compare/per_op.hpp and prints one row whose last
+two fields are the time in microseconds (median over calls of the slowest rank) and the busbw."""
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Debian's PyTorch lives in the system Python, whatever python3 comes first on PATH.
+TORCH_PYTHON = os.environ.get("TORCH_PYTHON", "/usr/bin/python3")
+GLOO_ALGOS = ["ring", "ring_chunked", "halving_doubling", "bcube", "allreduce_ring",
+              "allreduce_bcube"]
+MPI_BTL = {"shm": ["--mca", "btl", "self,vader"],
+           "tcp": ["--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"]}
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+@dataclass
+class Job:
+    """One launch: a library (impl) on one transport, op, rank count and size."""
+    impl: str
+    transport: str
+    op: str
+    ranks: int
+    size: int
+    argv: list
+    env: dict = field(default_factory=dict)
+    store_dir: bool = False  # Gloo's FileStore: a fresh directory per launch
+    kind: str = "row"  # "row": the drivers' CSV row; "loom": loom-perf's --csv output
+
+
+@dataclass
+class Outcome:
+    time_us: float = None
+    busbw: float = None
+    choice: str = ""  # Loom's pick as LOOM_DEBUG=INFO logs it (algorithm, slices, transport)
+    error: str = ""
+
+
+class Drivers:
+    def __init__(self, build, loom_variants):
+        self.build = os.path.abspath(build)
+        self.loomrun = os.path.join(self.build, "tools", "loomrun")
+        self.perf = os.path.join(self.build, "bench", "loom-perf")
+        self.gloo = os.path.join(self.build, "bench", "compare", "gloo_bench")
+        self.mpi = os.path.join(self.build, "bench", "compare", "mpi_bench")
+        self.memcpy = os.path.join(self.build, "bench", "compare", "memcpy_bandwidth")
+        self.loom_variants = loom_variants  # impl name -> extra environment
+
+    def missing(self):
+        """Libraries that cannot run here, with the reason."""
+        why = {}
+        if not (os.access(self.loomrun, os.X_OK) and os.access(self.perf, os.X_OK)):
+            why["loom"] = f"build loomrun and loom-perf in {self.build}"
+        if not os.access(self.gloo, os.X_OK):
+            why["gloo"] = "gloo_bench not built (libgloo-dev, -DLOOM_BUILD_BENCH=ON)"
+        if not os.access(self.mpi, os.X_OK) or not shutil.which("mpirun"):
+            why["mpi"] = "mpi_bench or mpirun missing (libopenmpi-dev openmpi-bin, " \
+                         "-DLOOM_BUILD_BENCH=ON)"
+        torch = subprocess.run([TORCH_PYTHON, "-c", "import torch"], capture_output=True) \
+            if os.access(TORCH_PYTHON, os.X_OK) else None
+        if torch is None or torch.returncode != 0:
+            why["torch"] = f"PyTorch not installed for {TORCH_PYTHON} (tools/deps.sh --torch)"
+        if not os.access(self.loomrun, os.X_OK):
+            why.setdefault("gloo", "gloo_bench is launched by loomrun, which is not built")
+        return why
+
+    def jobs(self, libs, op, ranks, transport, size, iters, warmup):
+        """The launches that measure one configuration. Gloo and PyTorch only talk TCP: they
+        belong to the tcp tables."""
+        out = []
+        if "loom" in libs:
+            for impl, extra in self.loom_variants.items():
+                out.append(Job(impl, transport, op, ranks, size,
+                               [self.loomrun, "--nproc-per-node", str(ranks), "--no-prefix",
+                                self.perf, "-o", op, "-b", str(size), "-e", str(size),
+                                "-n", str(iters), "-w", str(warmup), "--csv"],
+                               {"LOOM_TRANSPORT": transport, "LOOM_DEBUG": "INFO", **extra},
+                               kind="loom"))
+        if "mpi" in libs:
+            out.append(Job(f"mpi-{'vader' if transport == 'shm' else 'tcp'}", transport, op,
+                           ranks, size,
+                           ["mpirun", "-np", str(ranks), "--mca", "pml", "ob1",
+                            *MPI_BTL[transport], self.mpi, op, str(size), str(iters),
+                            str(warmup)], dict(MPI_ENV)))
+        if transport == "tcp" and "gloo" in libs:
+            for algo in GLOO_ALGOS if op == "allreduce" else ["alltoall"]:
+                out.append(Job(f"gloo:{algo}", transport, op, ranks, size,
+                               [self.loomrun, "--nproc-per-node", str(ranks), "--no-prefix",
+                                self.gloo, "--op", op, "--algo", algo, "--bytes", str(size),
+                                "-n", str(iters), "-w", str(warmup)], store_dir=True))
+        if transport == "tcp" and "torch" in libs:
+            out.append(Job("torch-gloo", transport, op, ranks, size,
+                           [TORCH_PYTHON, os.path.join(HERE, "torch_bench.py"), "--op", op,
+                            "--ranks", str(ranks), "--bytes", str(size), "-n", str(iters),
+                            "-w", str(warmup)]))
+        return out
+
+
+CHOICE = re.compile(r"loom rank 0/\d+ info: (all_reduce|all_to_all): (.*?)(; model:|$)")
+
+
+def run(job, timeout, log):
+    """Launches job in fresh processes; returns its Outcome (error set when it failed)."""
+    env = dict(os.environ, **job.env)
+    argv = list(job.argv)
+    tmp = None
+    if job.store_dir:
+        tmp = tempfile.mkdtemp(prefix="gloo-store-")
+        argv[argv.index("--op"):argv.index("--op")] = ["--store", tmp]
+    try:
+        p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+        out, err, rc = p.stdout, p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:
+        out, err, rc = e.stdout or "", (e.stderr or "") + f"\ntimed out after {timeout} s", -1
+        out = out.decode() if isinstance(out, bytes) else out
+        err = err.decode() if isinstance(err, bytes) else err
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if log:
+        log.write(f"$ {' '.join(f'{k}={v}' for k, v in job.env.items())} {' '.join(argv)}\n"
+                  f"{out}{err}rc={rc}\n\n")
+    result = Outcome()
+    rows = [line for line in out.splitlines() if re.match(r"^[\w:.-]+,", line)]
+    if job.kind == "loom":
+        rows = [r for r in rows if r[0].isdigit()]
+        m = CHOICE.search(err)
+        result.choice = m.group(2) if m else ""
+    if rc != 0 or not rows:
+        tail = (err.strip().splitlines() or ["no output"])[-1]
+        result.error = f"rc={rc}: {tail}"
+        return result
+    fields = rows[-1].split(",")
+    if job.kind == "loom":  # size,count,type,redop,time_us,algbw_gbps,busbw_gbps,wrong
+        result.time_us, result.busbw = float(fields[4]), float(fields[6])
+    else:  # impl,op,ranks,bytes,time_us,busbw_gbps
+        result.time_us, result.busbw = float(fields[4]), float(fields[5])
+    return result

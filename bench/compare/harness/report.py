@@ -1,0 +1,220 @@
+"""Markdown tables from the measurements: per configuration each library's median of the
+repetitions' medians, Loom's ratio to the best other library (and per repetition), the machine's
+limits; and the no-cliff check over Loom's size sweeps."""
+import statistics
+from collections import defaultdict
+
+LATENCY_BELOW = 64 << 10  # smaller sizes are reported as time (us), larger as busbw (GB/s)
+NAMES = {"loom": "Loom", "loom-avx2": "Loom (AVX2)", "mpi-vader": "OpenMPI vader",
+         "mpi-tcp": "OpenMPI tcp", "torch-gloo": "PyTorch gloo"}
+OPS = {"allreduce": "f32 sum all-reduce", "alltoall": "all-to-all (size: each rank's buffer)"}
+
+
+def name(impl):
+    return NAMES.get(impl, impl.replace("gloo:", "Gloo ").replace("loom-", "Loom "))
+
+
+def size_text(b):
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if b >= 1 << shift and b % (1 << shift) == 0:
+            return f"{b >> shift} {unit}"
+    return f"{b} B"
+
+
+def latency(size):
+    return size < LATENCY_BELOW
+
+
+def better(a, b, size):
+    """a beats b: a lower time at latency sizes, a higher busbw otherwise."""
+    return a < b if latency(size) else a > b
+
+
+class Cells:
+    """Per (op, ranks, transport, size, impl): the value of each repetition."""
+
+    def __init__(self, rows):
+        self.values = defaultdict(dict)
+        self.choices = {}
+        self.limits = defaultdict(dict)
+        for r in rows:
+            if r.op == "limit":
+                if r.busbw_gbps is not None:
+                    self.limits[r.impl][r.rep] = r.busbw_gbps
+                continue
+            key = (r.op, r.ranks, r.transport, r.bytes, r.impl)
+            if r.choice and (key not in self.choices or r.rep < self.choices[key][0]):
+                self.choices[key] = (r.rep, r.choice)
+            if r.error or r.busbw_gbps is None:
+                continue
+            self.values[key][r.rep] = r.time_us if latency(r.bytes) else r.busbw_gbps
+
+    def median(self, key):
+        per_rep = self.values.get(key)
+        return statistics.median(per_rep.values()) if per_rep else None
+
+    def configs(self):
+        return sorted({k[:3] for k in self.values}, key=lambda c: (c[0], c[1], c[2] != "shm"))
+
+    def sizes(self, config):
+        return sorted({k[3] for k in self.values if k[:3] == config})
+
+    def impls(self, config):
+        return sorted({k[4] for k in self.values if k[:3] == config})
+
+    def limit(self, what):
+        v = self.limits.get(what)
+        return statistics.median(v.values()) if v else None
+
+
+def fmt(v, size):
+    if v is None:
+        return "—"
+    return f"{v:.1f} us" if latency(size) else f"{v:.2f}"
+
+
+def best_of(cells, config, size, impls, rep=None):
+    """(impl, value) of the best among impls at one size: over medians, or in one repetition."""
+    best = (None, None)
+    for impl in impls:
+        key = (*config, size, impl)
+        v = cells.median(key) if rep is None else cells.values.get(key, {}).get(rep)
+        if v is not None and (best[1] is None or better(v, best[1], size)):
+            best = (impl, v)
+    return best
+
+
+def ratio(loom, other, size):
+    """Loom's advantage: busbw ratio, or the time ratio at latency sizes (lower is better)."""
+    if loom is None or not other:
+        return None
+    return loom / other
+
+
+def config_table(cells, config):
+    op, ranks, transport = config
+    impls = cells.impls(config)
+    looms = [i for i in impls if i.startswith("loom")]
+    others = [i for i in impls if not i.startswith("loom")]
+    glooes = [i for i in others if i.startswith("gloo:")]
+    columns = [i for i in others if not i.startswith("gloo:")]
+    reps = sorted({rep for k, v in cells.values.items() if k[:3] == config for rep in v})
+    head = ["size", *map(name, looms), *map(name, columns)]
+    if glooes:
+        head.append("best Gloo")
+    head += ["best other"] + [f"{name(l)} ÷ best other" for l in looms]
+    lines = [f"### {ranks} ranks, {transport}: {OPS.get(op, op)}", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for size in cells.sizes(config):
+        cell = [size_text(size) + (" (time)" if latency(size) else "")]
+        cell += [fmt(cells.median((*config, size, i)), size) for i in looms + columns]
+        if glooes:
+            g, v = best_of(cells, config, size, glooes)
+            cell.append(f"{fmt(v, size)} ({g[5:]})" if g else "—")
+        b, bv = best_of(cells, config, size, others)
+        cell.append(f"{fmt(bv, size)} ({name(b)})" if b else "—")
+        for loom in looms:
+            r = ratio(cells.median((*config, size, loom)), bv, size)
+            per_rep = []
+            for rep in reps:
+                _, rb = best_of(cells, config, size, others, rep)
+                rr = ratio(cells.values.get((*config, size, loom), {}).get(rep), rb, size)
+                per_rep.append("—" if rr is None else f"{rr:.2f}")
+            cell.append("—" if r is None else f"**{r:.2f}** ({', '.join(per_rep)})")
+        lines.append("| " + " | ".join(cell) + " |")
+    lines.append("")
+    largest = max(s for s in cells.sizes(config))
+    limit = cells.limit("memcpy" if transport == "shm" else "iperf3")
+    if limit and not latency(largest):
+        for loom in looms:
+            v = cells.median((*config, largest, loom))
+            if v is not None:
+                what = "single-thread memcpy" if transport == "shm" else "one iperf3 stream"
+                lines.append(f"{name(loom)} at {size_text(largest)}: {v / limit:.2f} x {what} "
+                             f"({limit:.2f} GB/s).  ")
+        lines.append("")
+    return lines
+
+
+def gloo_table(cells, config):
+    glooes = [i for i in cells.impls(config) if i.startswith("gloo:")]
+    if len(glooes) < 2:
+        return []
+    op, ranks, _ = config
+    lines = [f"Every Gloo algorithm, {ranks} ranks, {OPS.get(op, op)}:", "",
+             "| size | " + " | ".join(g[5:] for g in glooes) + " |",
+             "|" + "---|" * (len(glooes) + 1)]
+    for size in cells.sizes(config):
+        lines.append(f"| {size_text(size)} | " +
+                     " | ".join(fmt(cells.median((*config, size, g)), size) for g in glooes) +
+                     " |")
+    return lines + [""]
+
+
+def limits_table(cells):
+    reps = sorted({rep for v in cells.limits.values() for rep in v})
+    if not reps:
+        return []
+    lines = ["| limit | " + " | ".join(f"rep {r}" for r in reps) + " | median |",
+             "|" + "---|" * (len(reps) + 2)]
+    for what, label in (("memcpy", "single-thread memcpy (GB/s)"),
+                        ("iperf3", "iperf3 loopback, one stream (GB/s)")):
+        v = cells.limits.get(what, {})
+        med = cells.limit(what)
+        lines.append(f"| {label} | " + " | ".join(f"{v[r]:.2f}" if r in v else "—" for r in reps)
+                     + f" | {'—' if med is None else f'{med:.2f}'} |")
+    return lines + [""]
+
+
+def compare_report(rows):
+    cells = Cells(rows)
+    lines = ["Cells: the median over repetitions of each repetition's median (busbw in GB/s; "
+             "time in us at 8 B). Ratios: Loom's busbw over the best other library's (at 8 B: "
+             "Loom's time over the best other's, lower is better), from the medians, and in "
+             "parentheses per repetition.", "", "Machine limits, measured in the same run:", ""]
+    lines += limits_table(cells)
+    for config in cells.configs():
+        lines += config_table(cells, config)
+        lines += gloo_table(cells, config)
+    return "\n".join(lines)
+
+
+def cliff_report(rows, threshold):
+    """Tables of Loom's busbw per transport (sizes x ranks) and the cliffs: a size whose busbw is
+    more than `threshold` below the next smaller size's. Returns (markdown, number of cliffs)."""
+    cells = Cells(rows)
+    lines, found = [], []
+    by_transport = defaultdict(list)
+    for config in cells.configs():
+        for impl in cells.impls(config):
+            by_transport[(config[0], config[2], impl)].append(config)
+    for (op, transport, impl), configs in sorted(by_transport.items()):
+        sizes = sorted({s for c in configs for s in cells.sizes(c)})
+        lines += [f"### {name(impl)}, {transport}: {OPS.get(op, op)}, busbw GB/s", "",
+                  "| size | " + " | ".join(f"{c[1]} ranks" for c in configs) + " |",
+                  "|" + "---|" * (len(configs) + 1)]
+        for i, size in enumerate(sizes):
+            cell = []
+            for c in configs:
+                v = cells.median((*c, size, impl))
+                prev = cells.median((*c, sizes[i - 1], impl)) if i else None
+                text = fmt(v, size)
+                if v is not None and prev and v < (1 - threshold) * prev:
+                    drop = 1 - v / prev
+                    text = f"**{text} ▼{100 * drop:.0f}%**"
+                    reps = cells.values[(*c, size, impl)]
+                    before = cells.values[(*c, sizes[i - 1], impl)]
+                    per_rep = [f"{100 * (reps[r] / before[r] - 1):+.0f}%"
+                               for r in sorted(reps) if r in before]
+                    choices = [cells.choices.get((*c, s, impl), (0, "?"))[1]
+                               for s in (sizes[i - 1], size)]
+                    found.append(f"- {name(impl)} {transport}, {c[1]} ranks: "
+                                 f"{size_text(sizes[i - 1])} → {size_text(size)}: "
+                                 f"{prev:.2f} → {v:.2f} GB/s (−{100 * drop:.0f}%; per repetition "
+                                 f"{', '.join(per_rep)}); Loom: {choices[0]} → {choices[1]}")
+                cell.append(text)
+            lines.append(f"| {size_text(size)} | " + " | ".join(cell) + " |")
+        lines.append("")
+    lines += [f"Cliffs (busbw more than {100 * threshold:.0f}% below the next smaller size's, "
+              f"medians of the repetitions): {len(found) or 'none'}", ""] + found
+    return "\n".join(lines), len(found)

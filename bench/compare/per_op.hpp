@@ -1,0 +1,46 @@
+// The timing method every driver of the comparison applies (loom-perf, Gloo, OpenMPI; the PyTorch
+// driver mirrors it): warm-up calls, then each rank times every call on its own with a steady
+// clock, no barrier anywhere in the loop; rank 0 gathers the per-call arrays, a call's time is its
+// slowest rank's, and the figure is the median over calls.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <vector>
+
+namespace bench {
+
+// Runs call() `warmup` times untimed, then `iters` times, and returns each timed call's duration.
+template <typename Call>
+std::vector<double> time_each_call_us(int warmup, int iters, Call call) {
+  using Clock = std::chrono::steady_clock;
+  for (int i = 0; i < warmup; ++i) call();
+  std::vector<double> us(static_cast<std::size_t>(std::max(iters, 1)));
+  for (double& t : us) {
+    const auto t0 = Clock::now();
+    call();
+    t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  }
+  return us;
+}
+
+// `all` holds every rank's per-call durations, rank after rank: the median over calls of each
+// call's slowest rank.
+inline double median_of_slowest(const std::vector<double>& all, int ranks) {
+  const std::size_t calls = all.size() / static_cast<std::size_t>(ranks);
+  std::vector<double> slowest(calls, 0.0);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(ranks); ++r)
+    for (std::size_t i = 0; i < calls; ++i) slowest[i] = std::max(slowest[i], all[r * calls + i]);
+  if (slowest.empty()) return 0;
+  std::sort(slowest.begin(), slowest.end());
+  const std::size_t mid = calls / 2;
+  return calls % 2 ? slowest[mid] : (slowest[mid - 1] + slowest[mid]) / 2;
+}
+
+// nccl-tests' bus bandwidth in GB/s of `bytes` (the whole buffer) moved in `us`.
+inline double busbw_gbps(double bytes, double us, double factor) {
+  return us > 0 ? bytes / (us * 1e-6) / 1e9 * factor : 0;
+}
+
+}  // namespace bench

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The comparison harness end to end, quickly: 2 ranks, all-reduce at 8 B and 1 MiB and all-to-all
+# at 1 MiB, one repetition, every library built here (Loom natively and without AVX-512), then
+# the tables; LOOM_AVX512_DISABLE keeps Loom's kernels off AVX-512; the cliff check flags exactly
+# the drops above its threshold.
+#   bench/compare/smoke_test.sh BUILD_DIR
+set -uo pipefail
+build=$1
+here=$(cd "$(dirname "$0")" && pwd)
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+python3 "$here/compare.py" run --build "$build" --reps 1 --ranks 2 --sizes "8 1M" \
+  --alltoall-sizes 1M --iters-scale 0.05 --kernels both --out "$out" >"$out/stdout" 2>"$out/stderr" ||
+  { tail -20 "$out/stderr"; cat "$out/runs.log"; fail "compare.py run exited $?"; }
+tables=$out/tables.md results=$out/results.csv
+
+# Every library that is built has a measured row per configuration; the others are named as skipped.
+expect() {  # impl transport op bytes
+  grep -qE "^1,$1,$2,$3,2,$4,[0-9]+,[0-9]+,[0-9.]+,[0-9.]+," "$results" ||
+    fail "no measurement of $1 over $2, $3 at $4 B"
+}
+for t in shm tcp; do
+  for impl in loom loom-avx2; do
+    expect "$impl" $t allreduce 8; expect "$impl" $t allreduce 1048576; expect "$impl" $t alltoall 1048576
+  done
+done
+grep -q '^1,loom,shm,allreduce,2,1048576,.*over shm,' "$results" || fail "Loom's choice not recorded"
+if [ -x "$build/bench/compare/mpi_bench" ] && command -v mpirun >/dev/null; then
+  expect mpi-vader shm allreduce 1048576; expect mpi-tcp tcp allreduce 1048576
+  expect mpi-tcp tcp alltoall 1048576
+else
+  grep -q "Note: mpi: skipped" "$tables" || fail "a missing OpenMPI driver is not noted"
+fi
+if [ -x "$build/bench/compare/gloo_bench" ]; then
+  for algo in ring ring_chunked halving_doubling bcube allreduce_ring allreduce_bcube; do
+    expect "gloo:$algo" tcp allreduce 1048576
+  done
+  expect gloo:alltoall tcp alltoall 1048576
+fi
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  expect torch-gloo tcp allreduce 1048576; expect torch-gloo tcp alltoall 1048576
+else
+  grep -q "Note: torch: skipped" "$tables" || fail "a missing PyTorch is not noted"
+fi
+
+# The tables: one per configuration, a ratio in each, the limits measured in the run.
+for c in "2 ranks, shm: f32 sum all-reduce" "2 ranks, tcp: f32 sum all-reduce" \
+         "2 ranks, shm: all-to-all" "2 ranks, tcp: all-to-all"; do
+  grep -q "^### $c" "$tables" || fail "no table for $c"
+done
+if grep -qE '^1,(mpi|gloo|torch)' "$results"; then
+  grep -qE '^\| 1 MiB \|.*\| \*\*[0-9.]+\*\* \([0-9.]+\) \| \*\*[0-9.]+\*\* \([0-9.]+\) \|$' "$tables" ||
+    fail "no ratios for Loom and Loom (AVX2) at 1 MiB"
+fi
+if [ -x "$build/bench/compare/memcpy_bandwidth" ]; then  # built with -DLOOM_BUILD_BENCH=ON
+  grep -qE '^\| single-thread memcpy \(GB/s\) \| [0-9.]+ \|' "$tables" || fail "memcpy not measured"
+fi
+if command -v iperf3 >/dev/null; then
+  grep -qE '^\| iperf3 loopback, one stream \(GB/s\) \| [0-9.]+ \|' "$tables" ||
+    fail "iperf3 not measured"
+fi
+
+# LOOM_AVX512_DISABLE=1: the kernels dispatch below AVX-512 (Highway's AVX3 targets).
+target() {
+  LOOM_DEBUG=INFO "$@" "$build/tools/loomrun" --nproc-per-node 2 "$build/bench/loom-perf" -b 8 -e 8 \
+    -n 1 -w 0 2>&1 | grep -o 'reduction kernels [A-Za-z0-9_]*' | head -1 | awk '{print $3}'
+}
+without=$(target env LOOM_AVX512_DISABLE=1)
+[ -n "$without" ] || fail "the kernels' target is not logged"
+case "$without" in AVX3*) fail "LOOM_AVX512_DISABLE=1 still dispatches to $without" ;; esac
+if grep -qw avx512bw /proc/cpuinfo; then
+  native=$(target env)
+  case "$native" in AVX3*) ;; *) fail "this CPU has AVX-512 but the kernels run $native" ;; esac
+fi
+
+# The cliff check: 1.0 -> 1.2 -> 1.0 (-17%) -> 0.95 (-5%) GB/s flags 256 KiB only.
+{
+  echo "rep,impl,transport,op,ranks,bytes,iters,warmup,time_us,busbw_gbps,choice,error"
+  for rep in 1 2; do
+    echo "$rep,loom,shm,allreduce,2,65536,5,2,1,1.0,ring,"
+    echo "$rep,loom,shm,allreduce,2,131072,5,2,1,1.2,ring,"
+    echo "$rep,loom,shm,allreduce,2,262144,5,2,1,1.0,ring in slices of 140 KiB,"
+    echo "$rep,loom,shm,allreduce,2,524288,5,2,1,0.95,ring,"
+  done
+} >"$out/synthetic.csv"
+cliffs=$(python3 "$here/compare.py" report "$out/synthetic.csv" --cliffs)
+[ $? = 1 ] || fail "a cliff should make the check exit 1"
+[ "$(echo "$cliffs" | grep -c '^- ')" = 1 ] || fail "expected one cliff: $cliffs"
+echo "$cliffs" | grep -q '^- Loom shm, 2 ranks: 128 KiB → 256 KiB: 1.20 → 1.00 GB/s (−17%' ||
+  fail "the cliff is not at 256 KiB: $cliffs"
+echo "$cliffs" | grep -q 'ring → ring in slices of 140 KiB' || fail "the cliff names no choices"
+echo "harness OK"

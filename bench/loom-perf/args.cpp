@@ -1,0 +1,164 @@
+#include "args.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+namespace perf {
+namespace {
+
+[[noreturn]] void usage(int code) {
+  std::fprintf(
+      code ? stderr : stdout,
+      "usage: loom-perf [options]   (one process per rank, e.g. loomrun --nproc-per-node 4 "
+      "loom-perf)\n"
+      "  -o OP      allreduce | reducescatter | allgather | broadcast | reduce | gather | scatter\n"
+      "             | alltoall (default allreduce)\n"
+      "  -d TYPE    f32 f64 f16 bf16 i8 u8 i32 u32 i64 u64 (or float32, bfloat16, int32, ...)\n"
+      "  -r REDOP   sum | prod | min | max | avg (default sum)\n"
+      "  -b SIZE    smallest size in bytes, K/M/G suffixes (default 8)\n"
+      "  -e SIZE    largest size (default 64M)\n"
+      "  -f FACTOR  multiply the size by FACTOR each step (default 2)\n"
+      "  -i BYTES   add BYTES each step instead\n"
+      "  -n ITERS   timed iterations per size (default 20)\n"
+      "  -w ITERS   warm-up iterations per size (default 5)\n"
+      "  -R ROOT    root of broadcast, reduce, gather and scatter (default 0)\n"
+      "  --per-op   (default) every rank times each call, without barriers; a call's time is its\n"
+      "             slowest rank's; time(us) is the median over the calls\n"
+      "  --mean     a barrier, then time(us) is the slowest rank's mean over the calls\n"
+      "  --inplace  run in place (not alltoall)\n"
+      "  --device D host (default) or cuda: buffers in the memory of the local rank's GPU\n"
+      "             (LOCAL_RANK modulo the visible GPUs), calls ordered on a CUDA stream\n"
+      "  -c, --check  verify results: count wrong elements (#wrong)\n"
+      "  --csv      print CSV rows instead of the table\n"
+      "  --json F   also write the rows to F as JSON\n"
+      "size is the whole buffer: for allgather the output, for reducescatter the input, for\n"
+      "gather the root's output, for scatter the root's input, for alltoall each rank's input.\n");
+  std::exit(code);
+}
+
+[[noreturn]] void refuse(const char* what, const std::string& value) {
+  std::fprintf(stderr, "loom-perf: %s '%s'\n", what, value.c_str());
+  usage(2);
+}
+
+std::size_t parse_size(const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  std::size_t mul = 1;
+  if (*end == 'K' || *end == 'k')
+    mul = 1u << 10, ++end;
+  else if (*end == 'M' || *end == 'm')
+    mul = 1u << 20, ++end;
+  else if (*end == 'G' || *end == 'g')
+    mul = 1u << 30, ++end;
+  if (end == s.c_str() || *end != '\0' || v < 0) {
+    std::fprintf(stderr, "loom-perf: '%s' is not a size\n", s.c_str());
+    std::exit(2);
+  }
+  return static_cast<std::size_t>(v * static_cast<double>(mul));
+}
+
+Op parse_op(const std::string& name) {
+  static const std::pair<const char*, Op> ops[] = {
+      {"allreduce", Op::allreduce}, {"reducescatter", Op::reducescatter},
+      {"allgather", Op::allgather}, {"broadcast", Op::broadcast},
+      {"reduce", Op::reduce},       {"gather", Op::gather},
+      {"scatter", Op::scatter},     {"alltoall", Op::alltoall}};
+  for (auto& [n, op] : ops)
+    if (name == n) return op;
+  refuse("unknown op", name);
+}
+
+}  // namespace
+
+bool rooted(Op op) {
+  return op == Op::broadcast || op == Op::reduce || op == Op::gather || op == Op::scatter;
+}
+
+bool blocked(Op op) {
+  return op == Op::allgather || op == Op::reducescatter || op == Op::gather || op == Op::scatter ||
+         op == Op::alltoall;
+}
+
+double bus_factor(Op op, int ranks) {
+  const double n = ranks;
+  if (op == Op::allreduce) return 2.0 * (n - 1) / n;
+  return blocked(op) ? (n - 1) / n : 1.0;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string f = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "loom-perf: %s needs a value\n", f.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (f == "-h" || f == "--help")
+      usage(0);
+    else if (f == "-o" || f == "--op") {
+      a.op_name = next();
+      a.op = parse_op(a.op_name);
+    } else if (f == "-d" || f == "--dtype") {
+      std::string d = next();
+      auto t = loom::parse_data_type(d);
+      if (!t) refuse("unknown data type", d);
+      a.dtype = *t;
+    } else if (f == "-r" || f == "--redop") {
+      std::string r = next();
+      auto op = loom::parse_reduce_op(r);
+      if (!op) refuse("unknown reduction", r);
+      a.redop = *op;
+    } else if (f == "-b" || f == "--minbytes")
+      a.min_bytes = parse_size(next());
+    else if (f == "-e" || f == "--maxbytes")
+      a.max_bytes = parse_size(next());
+    else if (f == "-f" || f == "--stepfactor")
+      a.factor = std::atof(next().c_str());
+    else if (f == "-i" || f == "--stepbytes")
+      a.increment = parse_size(next());
+    else if (f == "-n" || f == "--iters")
+      a.iters = std::max(1, std::atoi(next().c_str()));
+    else if (f == "-w" || f == "--warmup_iters")
+      a.warmup = std::max(0, std::atoi(next().c_str()));
+    else if (f == "-R" || f == "--root")
+      a.root = std::atoi(next().c_str());
+    else if (f == "--per-op")
+      a.timing = Timing::per_op;
+    else if (f == "--mean")
+      a.timing = Timing::mean;
+    else if (f == "-c" || f == "--check")
+      a.check = true;
+    else if (f == "--inplace")
+      a.in_place = true;
+    else if (f == "--device") {
+      const std::string d = next();
+      if (d != "host" && d != "cuda") {
+        std::fprintf(stderr, "loom-perf: --device is host or cuda, not '%s'\n", d.c_str());
+        std::exit(2);
+      }
+      a.cuda = d == "cuda";
+    } else if (f == "--csv")
+      a.csv = true;
+    else if (f == "--json")
+      a.json = next();
+    else
+      refuse("unknown option", f);
+  }
+  if (a.increment == 0 && a.factor <= 1.0) {
+    std::fprintf(stderr, "loom-perf: -f must be above 1 (or use -i)\n");
+    std::exit(2);
+  }
+  if (a.in_place && a.op == Op::alltoall) {
+    std::fprintf(stderr, "loom-perf: alltoall has no in-place form (--inplace)\n");
+    std::exit(2);
+  }
+  return a;
+}
+
+}  // namespace perf

@@ -1,0 +1,43 @@
+// loom-perf's command line: the operation, the size sweep and how each size is timed.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "loom/loom.hpp"
+
+namespace perf {
+
+enum class Op { allreduce, reducescatter, allgather, broadcast, reduce, gather, scatter, alltoall };
+
+// How a size's figure is made from its timed calls.
+enum class Timing {
+  per_op,  // each rank times every call; a call's time is its slowest rank's; median over calls
+  mean,    // a barrier, then the slowest rank's mean over the calls
+};
+
+struct Args {
+  Op op = Op::allreduce;
+  std::string op_name = "allreduce";
+  loom::DataType dtype = loom::DataType::f32;
+  loom::ReduceOp redop = loom::ReduceOp::sum;
+  std::size_t min_bytes = 8, max_bytes = 64u << 20;
+  double factor = 2;
+  std::size_t increment = 0;
+  int iters = 20, warmup = 5, root = 0;
+  Timing timing = Timing::per_op;
+  bool check = false, csv = false, in_place = false;
+  bool cuda = false;  // --device cuda
+  std::string json;
+};
+
+Args parse(int argc, char** argv);
+
+// The call takes a root (-R).
+bool rooted(Op op);
+// The size is the whole buffer of size() blocks (the call's count is one block).
+bool blocked(Op op);
+// nccl-tests' bus bandwidth factor: all-reduce 2(n-1)/n, block-wise ops (n-1)/n, rooted 1.
+double bus_factor(Op op, int ranks);
+
+}  // namespace perf
