@@ -1,11 +1,10 @@
 """env:// under loomrun. loomrun hosts a Loom store at MASTER_ADDR:MASTER_PORT (and says so with
 LOOM_STORE_HOSTED=1), where PyTorch's env:// would start a TCPStore of its own; there, env://
 becomes a client of loomrun's store instead, for every backend."""
+import importlib
 import os
 from datetime import timedelta
 from urllib.parse import parse_qs, urlparse
-
-from torch.distributed import rendezvous
 
 from . import _C
 
@@ -29,4 +28,6 @@ def _loomrun_env_handler(url, timeout=timedelta(minutes=30), **kwargs):
 
 def install():
     if os.environ.get("LOOM_STORE_HOSTED") == "1":
-        rendezvous._rendezvous_handlers["env"] = _loomrun_env_handler
+        # torch.distributed.rendezvous is also the name of a function in torch.distributed.
+        handlers = importlib.import_module("torch.distributed.rendezvous")._rendezvous_handlers
+        handlers["env"] = _loomrun_env_handler
