@@ -3,7 +3,8 @@
 facebookresearch/torch_ucc runs it for a third-party backend):
     BACKEND=loom WORLD_SIZE=3 python3 distributed_suite.py -v [-k PATTERN ...]
 BACKEND is loom (loom_torch on PYTHONPATH) or gloo; WORLD_SIZE defaults to 3, as PyTorch's CI
-runs it for gloo on CPU. Every test spawns WORLD_SIZE processes that join through a FileStore.
+runs it for gloo on CPU. Every test forks WORLD_SIZE processes that join through a FileStore
+(forked, not spawned: a spawned rank spends seconds importing torch, most of a test's time here).
 """
 import os
 import sys
@@ -42,10 +43,10 @@ from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
 )
 
 
-class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
+class TestDistBackendWithFork(TestDistBackend, DistributedTest._DistTestBase):
     def setUp(self):
         super().setUp()
-        self._spawn_processes()
+        self._start_processes(torch.multiprocessing.get_context("fork").Process)
         torch.backends.cudnn.flags(enabled=True, allow_tf32=False).__enter__()
 
 
