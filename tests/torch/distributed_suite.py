@@ -3,11 +3,14 @@
 facebookresearch/torch_ucc runs it for a third-party backend):
     BACKEND=loom WORLD_SIZE=3 python3 distributed_suite.py -v [-k PATTERN ...]
 BACKEND is loom (loom_torch on PYTHONPATH) or gloo; WORLD_SIZE defaults to 3, as PyTorch's CI
-runs it for gloo on CPU. Every test forks WORLD_SIZE processes that join through a FileStore
+runs it for gloo on CPU. SHARD=i/n runs the i-th of n interleaved parts (CI runs them side by
+side). With BACKEND=loom, the tests docs/torch_conformance.md lists as failing are skipped with
+that reason unless KNOWN_FAILURES=run. Every test forks WORLD_SIZE processes that join through a FileStore
 (forked, not spawned: a spawned rank spends seconds importing torch, most of a test's time here).
 """
 import os
 import sys
+import unittest
 
 os.environ.setdefault("BACKEND", "loom")
 os.environ.setdefault("WORLD_SIZE", "3")
@@ -49,6 +52,26 @@ class TestDistBackendWithFork(TestDistBackend, DistributedTest._DistTestBase):
         self._start_processes(torch.multiprocessing.get_context("fork").Process)
         torch.backends.cudnn.flags(enabled=True, allow_tf32=False).__enter__()
 
+
+# Loom's failures in this suite, each with its reason (docs/torch_conformance.md says more).
+KNOWN_FAILURES = {}
+
+
+def _select_tests(cls):
+    names = sorted(n for n in dir(cls) if n.startswith("test_"))
+    shard = os.environ.get("SHARD")
+    if shard:
+        index, count = (int(x) for x in shard.split("/"))
+        for position, name in enumerate(names):
+            if position % count != index - 1:
+                setattr(cls, name, None)  # unittest collects only callables
+    if BACKEND == "loom" and os.environ.get("KNOWN_FAILURES") != "run":
+        for name, reason in KNOWN_FAILURES.items():
+            if getattr(cls, name, None) is not None:
+                setattr(cls, name, unittest.skip(f"known loom failure: {reason}")(getattr(cls, name)))
+
+
+_select_tests(TestDistBackendWithFork)
 
 if __name__ == "__main__":
     run_tests()
