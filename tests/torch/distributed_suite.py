@@ -5,7 +5,9 @@ facebookresearch/torch_ucc runs it for a third-party backend):
 BACKEND is loom (loom_torch on PYTHONPATH) or gloo; WORLD_SIZE defaults to 3, as PyTorch's CI
 runs it for gloo on CPU. SHARD=i/n runs the i-th of n interleaved parts (CI runs them side by
 side). With BACKEND=loom, the tests docs/torch_conformance.md lists as failing are skipped with
-that reason unless KNOWN_FAILURES=run. Every test forks WORLD_SIZE processes that join through a FileStore
+that reason unless KNOWN_FAILURES=run. BACKEND=loom GATES=gloo runs loom in gloo's place: the
+suite's feature gates and branches see "gloo" (many tests run only for gloo or nccl by name),
+and every group torch.distributed would give to ProcessGroupGloo is a loom group instead. Every test forks WORLD_SIZE processes that join through a FileStore
 (forked, not spawned: a spawned rank spends seconds importing torch, most of a test's time here).
 """
 import os
@@ -29,7 +31,17 @@ from torch.testing._internal.common_distributed import DistTestCases  # noqa: E4
 from torch.testing._internal.common_utils import run_tests  # noqa: E402
 
 BACKEND = os.environ["BACKEND"]
-if BACKEND == "loom":
+RUNS_LOOM = BACKEND == "loom"
+if BACKEND == "loom" and os.environ.get("GATES") == "gloo":
+    import loom_torch
+    from torch.distributed import distributed_c10d
+
+    def _loom_in_gloo_place(store, rank, size, timeout=distributed_c10d.default_pg_timeout):
+        return loom_torch._C._create_process_group(store, rank, size, timeout)
+
+    distributed_c10d.ProcessGroupGloo = _loom_in_gloo_place
+    os.environ["BACKEND"] = BACKEND = "gloo"
+elif BACKEND == "loom":
     import loom_torch
 
     # What the loom backend implements, for the suite's feature gates (set before its import).
@@ -40,10 +52,18 @@ if BACKEND == "loom":
             DistTestCases.backend_feature[feature].add("loom")
     DistTestCases.skip_collective["sendrecv anysource"].add("loom")
 
+from torch.testing._internal.distributed import distributed_test  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     DistributedTest,
     TestDistBackend,
 )
+
+if RUNS_LOOM and BACKEND == "gloo":
+    # The profiler events are named after the backend ("loom:all_reduce"), not "gloo:...".
+    for names in (distributed_test.PROFILING_SUPPORTED_BACKENDS,
+                  distributed_test.CUDA_PROFILING_SUPPORTED_BACKENDS,
+                  distributed_test.SEND_RECV_PROFILING_SUPPORTED_BACKENDS):
+        names.remove("gloo")
 
 
 class TestDistBackendWithFork(TestDistBackend, DistributedTest._DistTestBase):
@@ -65,7 +85,7 @@ def _select_tests(cls):
         for position, name in enumerate(names):
             if position % count != index - 1:
                 setattr(cls, name, None)  # unittest collects only callables
-    if BACKEND == "loom" and os.environ.get("KNOWN_FAILURES") != "run":
+    if RUNS_LOOM and os.environ.get("KNOWN_FAILURES") != "run":
         for name, reason in KNOWN_FAILURES.items():
             if getattr(cls, name, None) is not None:
                 setattr(cls, name, unittest.skip(f"known loom failure: {reason}")(getattr(cls, name)))

@@ -133,6 +133,7 @@ std::string ProcessGroupLoom::describe() const {
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::enqueue(
     const Where& where, OpType type, const char* title, const at::Tensor& device_of,
     const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs, Body body) {
+  if (type != OpType::SEND && type != OpType::RECV && type != OpType::RECVANYSOURCE) ++sequence_;
   std::optional<c10::Stream> stream = cuda::current_stream(device_of);
   std::vector<c10::Device> devices;
   if (stream) devices.push_back(device_of.device());

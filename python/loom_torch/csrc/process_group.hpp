@@ -4,7 +4,9 @@
 
 #include <loom/loom.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -26,6 +28,11 @@ class ProcessGroupLoom : public BackendBase {
 
   const std::string getBackendName() const override { return "loom"; }
   std::string describe() const;
+
+  // Every member creates the group at the same point of its program: all start from 0, and each
+  // issues the same collectives in the same order.
+  void setSequenceNumberForGroup() override { sequence_ = 0; }
+  uint64_t getSequenceNumberForGroup() override { return sequence_; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -87,6 +94,7 @@ class ProcessGroupLoom : public BackendBase {
 
   std::shared_ptr<loom::Communicator> comm_;
   std::shared_ptr<Executor> executor_;
+  std::atomic<uint64_t> sequence_{0};  // collectives issued (point-to-point excluded)
 };
 
 }  // namespace loom_torch
