@@ -39,7 +39,17 @@ if BACKEND == "loom" and os.environ.get("GATES") == "gloo":
     def _loom_in_gloo_place(store, rank, size, timeout=distributed_c10d.default_pg_timeout):
         return loom_torch._C._create_process_group(store, rank, size, timeout)
 
+    gloo_group = distributed_c10d.ProcessGroupGloo
+
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL's checker runs beside the group on a real gloo group.
+    def _wrapper_with_gloo_helper(wrapped_pg, store_prefix, store, rank, world_size,
+                                  timeout=distributed_c10d.default_pg_timeout):
+        prefix = f"{distributed_c10d.PG_WRAPPER_STORE_PREFIX}:{store_prefix}"
+        helper = gloo_group(dist.PrefixStore(prefix, store), rank, world_size, timeout=timeout)
+        return distributed_c10d._ProcessGroupWrapper(wrapped_pg, helper)
+
     distributed_c10d.ProcessGroupGloo = _loom_in_gloo_place
+    distributed_c10d._create_process_group_wrapper = _wrapper_with_gloo_helper
     os.environ["BACKEND"] = BACKEND = "gloo"
 elif BACKEND == "loom":
     import loom_torch
@@ -74,7 +84,12 @@ class TestDistBackendWithFork(TestDistBackend, DistributedTest._DistTestBase):
 
 
 # Loom's failures in this suite, each with its reason (docs/torch_conformance.md says more).
-KNOWN_FAILURES = {}
+P2P_IN_ISSUE_ORDER = ("Loom runs a communicator's operations in issue order, point-to-point "
+                      "included: a recv posted before the send its peer waits for blocks both")
+KNOWN_FAILURES = {
+    "test_batch_isend_irecv_gloo": P2P_IN_ISSUE_ORDER,
+    "test_batch_isend_irecv_gloo_tags": P2P_IN_ISSUE_ORDER,
+}
 
 
 def _select_tests(cls):
