@@ -2,7 +2,8 @@
 # Installs the Debian packages Loom's build, tests and comparisons need. Idempotent: quiet when
 # everything is already installed. Run as root (or with sudo available).
 #   tools/deps.sh            build + tests + comparison baselines (Gloo, OpenMPI, iperf3)
-#   tools/deps.sh --torch    also PyTorch (python3-torch), for the torch.distributed comparison
+#   tools/deps.sh --torch    also PyTorch (python3-torch, libtorch-dev): the loom_torch backend,
+#                            its `torch` tests and the torch.distributed comparisons
 set -euo pipefail
 
 packages=(cmake ninja-build g++ clang-format pkg-config
@@ -10,7 +11,7 @@ packages=(cmake ninja-build g++ clang-format pkg-config
           libibverbs-dev librdmacm-dev libgloo-dev libopenmpi-dev openmpi-bin iperf3 python3 iproute2
           libopenblas-dev zlib1g-dev libssl-dev clang libclang-rt-14-dev
           slurmctld slurmd slurm-client munge)
-[[ " $* " == *" --torch "* ]] && packages+=(python3-torch libopenblas0-pthread)
+[[ " $* " == *" --torch "* ]] && packages+=(python3-torch libtorch-dev python3-dev pybind11-dev libopenblas0-pthread)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -6,7 +6,8 @@
 #   tools/test.sh --slow                   also the exhaustive sweeps
 #   tools/test.sh --cuda-emulated          the GPU paths on the emulated CUDA runtime
 #                                          (tests/cuda_emulation) in build-cudaemu/: the gpu label
-# Extra arguments after -- go to ctest (e.g. -- -R Store).
+# Where /usr/bin/python3 has PyTorch (tools/deps.sh --torch), the release build includes
+# loom_torch and the `torch` label runs. Extra arguments after -- go to ctest (e.g. -- -R Store).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""PyTorch DDP (gloo backend) baseline for loom-train: the same MLP, synthetic data, SGD with
-momentum, one compute thread per rank. Prints one line:
-  torch,<ranks>,<samples/s over all ranks>,<mean step ms>
+"""PyTorch DDP (backend gloo, or loom with loom_torch on PYTHONPATH), also the baseline for
+loom-train: the same MLP, synthetic data, SGD with momentum, one compute thread per rank. Prints:
+  <backend>,<ranks>,<samples/s over all ranks>,<mean step ms>
     python3 torch_ddp.py --layers 784,1024,1024,1024,10 --batch-size 64 --steps 200 --ranks 2
+    python3 torch_ddp.py ... --backend loom
     python3 torch_ddp.py ... --no-ddp          (one process, no communication)
 """
 import argparse
@@ -36,7 +37,9 @@ def worker(rank, args, port, results):
     if ddp:
         os.environ["MASTER_ADDR"] = "127.0.0.1"
         os.environ["MASTER_PORT"] = str(port)
-        dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+        if args.backend == "loom":
+            import loom_torch  # noqa: F401  registers the backend
+        dist.init_process_group(args.backend, rank=rank, world_size=args.ranks)
     # Synthetic, teacher-labelled data, generated once (as loom-train does).
     teacher = make_mlp([widths[0], 64, widths[-1]])
     with torch.no_grad():
@@ -86,6 +89,7 @@ def main():
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--bucket-cap-mb", type=float, default=25.0)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--backend", default="gloo")
     p.add_argument("--no-ddp", action="store_true")
     args = p.parse_args()
     with socket.socket() as s:
@@ -98,7 +102,8 @@ def main():
                        start_method="spawn")
     elapsed, world = results.get()
     rate = args.steps * args.batch_size * world / elapsed
-    print(f"torch,{world},{rate:.1f},{1e3 * elapsed / args.steps:.3f}")
+    name = "alone" if args.no_ddp else args.backend
+    print(f"{name},{world},{rate:.1f},{1e3 * elapsed / args.steps:.3f}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,131 @@
+#include "executor.hpp"
+
+#include <stdexcept>
+
+namespace loom_torch {
+
+namespace {
+// The worker leaves a new operation this long to a thread that waits for it at once (a blocking
+// dist call), which then runs it without a hand-off; operations nobody waits for start after it.
+constexpr std::chrono::microseconds kGrace{100};
+}  // namespace
+
+std::shared_ptr<Executor> Executor::start() {
+  std::shared_ptr<Executor> executor(new Executor());
+  executor->worker_ = std::thread([self = executor] { self->work_loop(); });
+  return executor;
+}
+
+// Runs where the last reference goes: after shutdown(), on the worker as it ends, or elsewhere
+// once it has ended.
+Executor::~Executor() {
+  if (!worker_.joinable()) return;
+  if (worker_.get_id() == std::this_thread::get_id())
+    worker_.detach();
+  else
+    worker_.join();
+}
+
+void Executor::submit(std::shared_ptr<Op> op) {
+  op->submitted = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) throw std::logic_error("the process group was shut down");
+    queue_.push_back(std::move(op));
+  }
+  work_cv_.notify_one();
+}
+
+bool Executor::wait(const std::shared_ptr<Op>& op, std::chrono::milliseconds timeout) {
+  if (op->done.load(std::memory_order_acquire)) return true;
+  const bool timed = timeout.count() > 0;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock lock(mu_);
+  while (!op->done.load(std::memory_order_acquire)) {
+    // Run the operations up to this one here, unless a timeout was asked for (an operation
+    // cannot be left half way when it passes).
+    const bool mine_queued = !op->taken;
+    if (!timed && mine_queued && !running_ && !queue_.empty()) {
+      std::shared_ptr<Op> next = std::move(queue_.front());
+      queue_.pop_front();
+      next->taken = true;
+      running_ = true;
+      lock.unlock();
+      execute(next);
+      lock.lock();
+      continue;
+    }
+    if (!timed) {
+      done_cv_.wait(lock);
+    } else if (done_cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      return op->done.load(std::memory_order_acquire);
+    }
+  }
+  return true;
+}
+
+void Executor::execute(const std::shared_ptr<Op>& op) {
+  try {
+    op->body();
+  } catch (...) {
+    op->error = std::current_exception();
+  }
+  op->body = nullptr;  // drops the tensors it holds
+  {
+    std::lock_guard lock(mu_);
+    running_ = false;
+  }
+  work_cv_.notify_one();
+  done_cv_.notify_all();
+  // Outside the lock and with the next operation free to run: the future's callbacks may issue
+  // and wait for operations of this process group.
+  if (op->finish) op->finish(op->error);
+  op->finish = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    op->done.store(true, std::memory_order_release);
+  }
+  done_cv_.notify_all();
+}
+
+void Executor::work_loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    if (queue_.empty() || running_) {
+      if (stopping_ && queue_.empty() && !running_) {
+        worker_done_ = true;
+        done_cv_.notify_all();
+        return;
+      }
+      work_cv_.wait(lock);
+      continue;
+    }
+    const auto due = queue_.front()->submitted + kGrace;
+    if (!stopping_ && std::chrono::steady_clock::now() < due) {
+      work_cv_.wait_until(lock, due);
+      continue;
+    }
+    std::shared_ptr<Op> op = std::move(queue_.front());
+    queue_.pop_front();
+    op->taken = true;
+    running_ = true;
+    lock.unlock();
+    execute(op);
+    lock.lock();
+  }
+}
+
+void Executor::shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  // On the worker (the process group's last reference went in a future's callback) it finishes
+  // the queue after returning here.
+  if (worker_.get_id() == std::this_thread::get_id()) return;
+  std::unique_lock lock(mu_);
+  done_cv_.wait(lock, [&] { return queue_.empty() && !running_ && worker_done_; });
+}
+
+}  // namespace loom_torch

@@ -1,0 +1,60 @@
+// Runs a process group's operations one at a time, in the order they were issued (every rank
+// issues Loom's calls in the same order): on a worker thread, or on the thread that waits for an
+// operation when that operation is next and nothing runs, so that a blocking call costs no
+// hand-off.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace loom_torch {
+
+struct Op {
+  std::function<void()> body;                       // the communication and its copies
+  std::function<void(std::exception_ptr)> finish;   // completes the future (after body)
+  std::chrono::steady_clock::time_point submitted;  // for the worker's grace period
+  std::atomic<bool> done{false};
+  std::exception_ptr error;
+  bool taken = false;  // out of the queue (under the executor's lock)
+};
+
+class Executor : public std::enable_shared_from_this<Executor> {
+ public:
+  // The worker holds a reference until it has run everything queued before shutdown().
+  static std::shared_ptr<Executor> start();
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  void submit(std::shared_ptr<Op> op);
+  // Waits until op is done, running it here when it is next in line. Returns false if `timeout`
+  // (when positive) passed first.
+  bool wait(const std::shared_ptr<Op>& op, std::chrono::milliseconds timeout);
+  // Runs what is queued, then stops the worker (waiting for it, unless called on it). Later
+  // submits are refused.
+  void shutdown();
+
+ private:
+  Executor() = default;
+  void work_loop();
+  // Called with running_ set and the lock released.
+  void execute(const std::shared_ptr<Op>& op);
+
+  std::mutex mu_;
+  std::condition_variable work_cv_;  // the worker: an op queued, or shutdown
+  std::condition_variable done_cv_;  // waiters: an op finished, or the engine fell idle
+  std::deque<std::shared_ptr<Op>> queue_;
+  bool running_ = false;
+  bool stopping_ = false;
+  bool worker_done_ = false;
+  std::thread worker_;
+};
+
+}  // namespace loom_torch

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""The unmodified DDP script (ddp_train.py) under torchrun and loomrun: backend loom ends with the
+parameters backend gloo ends with (relative difference <= 1e-6).
+
+    LOOMRUN=build/tools/loomrun PYTHONPATH=build/python python3 launch_test.py -v [-k NAME]
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "ddp_train.py")
+TOLERANCE = 1e-6
+LAUNCH_TIMEOUT_S = 150
+
+
+def torchrun(ranks):
+    # --redirects/--tee 2: torch 1.13 under Python 3.11 cannot parse their default, 0.
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc_per_node={ranks}", "--redirects", "2", "--tee", "2", SCRIPT]
+
+
+def loomrun(ranks):
+    return [os.environ["LOOMRUN"], "--nproc-per-node", str(ranks), sys.executable, SCRIPT]
+
+
+def train(launcher, ranks, backend, out_dir):
+    out = os.path.join(out_dir, f"{backend}-{ranks}-{launcher.__name__}.pt")
+    command = launcher(ranks) + ["--backend", backend, "--out", out]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
+    if run.returncode != 0:
+        raise AssertionError(f"{' '.join(command)} exited {run.returncode}:\n{run.stdout}\n"
+                             f"{run.stderr[-4000:]}")
+    return torch.load(out)
+
+
+def relative_difference(a, b):
+    """||a - b|| / ||b|| over every parameter: float sums in another order (Loom's ring is not
+    Gloo's) differ in the last bits of single elements, not in the parameters as a whole."""
+    assert a.keys() == b.keys()
+    flat_a = torch.cat([a[k].double().flatten() for k in a])
+    flat_b = torch.cat([b[k].double().flatten() for k in b])
+    return float((flat_a - flat_b).norm() / flat_b.norm())
+
+
+def largest_elementwise_difference(a, b):
+    return max(float((a[k] - b[k]).abs().max() / b[k].abs().max()) for k in a)
+
+
+class LoomTrainsAsGlooDoes(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def check(self, launcher, ranks):
+        gloo = train(torchrun, ranks, "gloo", self.dir.name)
+        loom = train(launcher, ranks, "loom", self.dir.name)
+        difference = relative_difference(loom, gloo)
+        print(f"{launcher.__name__}, {ranks} ranks: relative difference {difference:.3g} (largest "
+              f"element's, to its tensor's largest: {largest_elementwise_difference(loom, gloo):.3g})")
+        self.assertLessEqual(difference, TOLERANCE)
+
+    def test_torchrun_2_ranks(self):
+        self.check(torchrun, 2)
+
+    def test_torchrun_4_ranks(self):
+        self.check(torchrun, 4)
+
+    def test_loomrun_2_ranks(self):
+        self.check(loomrun, 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
