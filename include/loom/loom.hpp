@@ -4,6 +4,8 @@
 // behind the Communicator's pimpl.
 #pragma once
 
+#include "loom/export.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -27,12 +29,12 @@ using CudaStream = CUstream_st*;
 enum class DataType : std::uint8_t { f32, f64, f16, bf16, i8, u8, i32, u32, i64, u64 };
 enum class ReduceOp : std::uint8_t { sum, prod, min, max, avg };
 
-std::size_t size_of(DataType dtype);
-std::string_view to_string(DataType dtype);
-std::string_view to_string(ReduceOp op);
+LOOM_API std::size_t size_of(DataType dtype);
+LOOM_API std::string_view to_string(DataType dtype);
+LOOM_API std::string_view to_string(ReduceOp op);
 // Accepts short and long names: "f32", "float32", "float", "bf16", "bfloat16", "i32", "int32", ...
-std::optional<DataType> parse_data_type(std::string_view name);
-std::optional<ReduceOp> parse_reduce_op(std::string_view name);
+LOOM_API std::optional<DataType> parse_data_type(std::string_view name);
+LOOM_API std::optional<ReduceOp> parse_reduce_op(std::string_view name);
 
 // ---- Errors -------------------------------------------------------------------------------------
 // Every message names the operation, the rank, the peer (where one is involved) and the cause.
@@ -46,9 +48,9 @@ enum class ErrorKind : std::uint8_t {
   aborted,           // Aborted
   store,             // StoreError
 };
-std::string_view to_string(ErrorKind kind);
+LOOM_API std::string_view to_string(ErrorKind kind);
 
-class Error : public std::runtime_error {
+class LOOM_API Error : public std::runtime_error {
  public:
   explicit Error(const std::string& what) : Error(what, ErrorKind::internal) {}
   ErrorKind kind() const { return kind_; }
@@ -60,17 +62,17 @@ class Error : public std::runtime_error {
   ErrorKind kind_;
 };
 // Bad arguments; raised before any communication, the communicator stays usable.
-class InvalidArgument : public Error {
+class LOOM_API InvalidArgument : public Error {
  public:
   explicit InvalidArgument(const std::string& what) : Error(what, ErrorKind::invalid_argument) {}
 };
 // A wait passed its deadline (LOOM_TIMEOUT or the timeout given to Work::wait).
-class TimeoutError : public Error {
+class LOOM_API TimeoutError : public Error {
  public:
   explicit TimeoutError(const std::string& what) : Error(what, ErrorKind::timeout) {}
 };
 // A peer closed its connection, died or sent something that breaks the protocol.
-class PeerError : public Error {
+class LOOM_API PeerError : public Error {
  public:
   explicit PeerError(const std::string& what, int peer = -1)
       : Error(what, ErrorKind::peer), peer_(peer) {}
@@ -81,7 +83,7 @@ class PeerError : public Error {
   int peer_ = -1;
 };
 // Ranks issued different collectives at the same position in their sequence.
-class CollectiveMismatch : public Error {
+class LOOM_API CollectiveMismatch : public Error {
  public:
   // detail: the two calls, as one sentence ("rank 1 called ... while rank 0 called ...").
   explicit CollectiveMismatch(const std::string& what, std::string detail = {})
@@ -92,12 +94,12 @@ class CollectiveMismatch : public Error {
   std::string detail_;
 };
 // The call was cut short, or refused, because Communicator::abort() was called.
-class Aborted : public Error {
+class LOOM_API Aborted : public Error {
  public:
   explicit Aborted(const std::string& what) : Error(what, ErrorKind::aborted) {}
 };
 // Rendezvous store failures (connection, protocol).
-class StoreError : public Error {
+class LOOM_API StoreError : public Error {
  public:
   explicit StoreError(const std::string& what) : Error(what, ErrorKind::store) {}
 };
@@ -107,7 +109,7 @@ class StoreError : public Error {
 
 // ---- Options ------------------------------------------------------------------------------------
 // Every field left unset takes its value from the LOOM_* environment, then from the default.
-struct Options {
+struct LOOM_API Options {
   std::optional<std::chrono::milliseconds> timeout;  // LOOM_TIMEOUT (seconds), default 300 s
   std::optional<std::string> socket_ifname;          // LOOM_SOCKET_IFNAME
   std::optional<int> sockets_per_peer;               // LOOM_NSOCKS, default 2
@@ -123,7 +125,7 @@ struct Options {
 
 // ---- Work ---------------------------------------------------------------------------------------
 // Handle on an asynchronous operation. Operations of one communicator complete in issue order.
-class Work {
+class LOOM_API Work {
  public:
   struct State;
   Work() = default;
@@ -150,7 +152,7 @@ class Work {
 // after the call waits for it to finish: a blocking call returns once the result is in place,
 // an _async call at once (the stream, not the host, waits). Needs a build with CUDA; a stream
 // with host buffers is an InvalidArgument.
-class Communicator {
+class LOOM_API Communicator {
  public:
   // Joins the group through `store`; returns when every rank has joined or raises TimeoutError
   // naming the ranks that did not.
@@ -297,6 +299,6 @@ class Communicator {
 // Builds a communicator from the launcher's environment: loomrun and torchrun-style variables
 // (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK, LOCAL_WORLD_SIZE), or LOOM_INIT_METHOD
 // (env://, tcp://host:port, file:///path) with RANK and WORLD_SIZE.
-Communicator init(Options options = {});
+LOOM_API Communicator init(Options options = {});
 
 }  // namespace loom

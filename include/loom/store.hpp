@@ -1,6 +1,8 @@
 // Rendezvous key-value store: how ranks find each other.
 #pragma once
 
+#include "loom/export.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -15,7 +17,7 @@ namespace loom {
 using Bytes = std::vector<std::uint8_t>;
 
 // Every call takes a timeout and raises TimeoutError when it passes, StoreError on failure.
-class Store {
+class LOOM_API Store {
  public:
   virtual ~Store() = default;
   virtual void set(const std::string& key, const Bytes& value) = 0;
@@ -59,7 +61,7 @@ class Store {
 // with the job secret
 // (`secret`, else LOOM_SECRET or LOOM_SECRET_FILE) in an HMAC-SHA256 challenge-response, and
 // checks that the server knows it too; without a secret on both sides nothing is checked.
-class TcpStore : public Store {
+class LOOM_API TcpStore : public Store {
  public:
   // timeout: how long to keep trying to connect; request_timeout: how long a request that does not
   // wait for a key (and a reconnection) may take before TimeoutError.
@@ -92,7 +94,7 @@ class TcpStore : public Store {
 // operation waits at most `timeout` for the lock (get and wait: their own timeout), then raises
 // TimeoutError naming the file. Both files must be this user's and not writable by others; they
 // are not authenticated otherwise (see the README). The log is compacted as it grows.
-class FileStore : public Store {
+class LOOM_API FileStore : public Store {
  public:
   explicit FileStore(std::string path,
                      std::chrono::milliseconds timeout = std::chrono::seconds(60));
@@ -113,7 +115,7 @@ class FileStore : public Store {
 };
 
 // Every key is seen through `prefix + "/"`; lets several communicators share one store.
-class PrefixStore : public Store {
+class LOOM_API PrefixStore : public Store {
  public:
   PrefixStore(std::string prefix, std::shared_ptr<Store> base);
   void set(const std::string& key, const Bytes& value) override;
@@ -136,7 +138,7 @@ class PrefixStore : public Store {
 // The store server, serving on its own thread until destroyed. Clients must prove they know the
 // job secret (`secret`, else LOOM_SECRET or LOOM_SECRET_FILE); one that does not is logged with
 // its address and closed before any request of it is read.
-class StoreServer {
+class LOOM_API StoreServer {
  public:
   // Binds host:port (port 0 picks a free one).
   StoreServer(const std::string& host, std::uint16_t port,

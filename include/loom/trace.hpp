@@ -4,6 +4,8 @@
 // world larger than one write path.rank<r>.json. Open the files in chrome://tracing or Perfetto.
 #pragma once
 
+#include "loom/export.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -12,10 +14,10 @@
 namespace loom::trace {
 
 // Whether LOOM_TRACE is set (read once).
-bool enabled();
+LOOM_API bool enabled();
 
 // Records a span from construction to destruction, on the calling thread, when tracing is on.
-class Scope {
+class LOOM_API Scope {
  public:
   explicit Scope(std::string name, const char* category = "loom");
   ~Scope();
@@ -29,7 +31,7 @@ class Scope {
 };
 
 // A recorded span, in microseconds since this process started tracing.
-struct Event {
+struct LOOM_API Event {
   std::string name;
   std::string category;
   std::int64_t start_us;
@@ -37,8 +39,8 @@ struct Event {
   int thread;  // 0 = the first thread that recorded, 1 = the next, ...
 };
 // Every span recorded so far (for tests and tools).
-std::vector<Event> events();
+LOOM_API std::vector<Event> events();
 // Writes the file now (it is also written at exit).
-void flush();
+LOOM_API void flush();
 
 }  // namespace loom::trace

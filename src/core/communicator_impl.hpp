@@ -31,7 +31,7 @@
 
 namespace loom {
 
-class Communicator::Impl {
+class LOOM_INTERNAL Communicator::Impl {
  public:
   // route_hint: the store's host, so that data connections listen where it is reached.
   Impl(std::shared_ptr<Store> store, int rank, int size, const Options& options,

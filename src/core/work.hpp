@@ -9,7 +9,7 @@
 
 namespace loom {
 
-struct Work::State {
+struct LOOM_INTERNAL Work::State {
   std::function<void()> run;
   std::exception_ptr error;
   // Set by run when it succeeded on device buffers: orders the user's stream after the call.

@@ -20,7 +20,7 @@
 
 #include <fmt/format.h>
 
-#include "base/logging.hpp"
+#include "loom/util.hpp"
 
 namespace loom::ddp {
 namespace {
@@ -348,7 +348,8 @@ void remove_stale_temps(const std::string& dir, const std::string& run_id,
     const bool stale =
         parsed->first == run_id ? !alive || pid == ::getpid() : on_this_host && !alive;
     if (stale && ::unlink(entry.path().c_str()) == 0)
-      base::log().info("save_snapshot: removed {}, left by a writer that is gone", name);
+      loom::log(LogLevel::info,
+                fmt::format("save_snapshot: removed {}, left by a writer that is gone", name));
   }
 }
 
@@ -380,10 +381,10 @@ std::optional<std::vector<unsigned char>> newest_valid(const std::string& dir,
     try {
       auto bytes = read_candidate(path, run_id, model, optimizer);
       decode(bytes, path, model, optimizer);
-      base::log().info("resuming from {}", path);
+      loom::log(LogLevel::info, fmt::format("resuming from {}", path));
       return bytes;
     } catch (const InvalidArgument& e) {
-      base::log().warn("skipping snapshot {}; trying an older one", e.what());
+      loom::log(LogLevel::warn, fmt::format("skipping snapshot {}; trying an older one", e.what()));
     }
   }
   return std::nullopt;

@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "kernels/cpu/cpu_kernels.hpp"
 #include "loom/trace.hpp"
+#include "loom/util.hpp"
 
 namespace loom::ddp {
 
@@ -87,8 +87,8 @@ class DistributedDataParallel::Impl {
     for (Bucket& b : buckets_) {
       b.work.wait();
       if (options_.comm_hook != CommHook::none)
-        kernels::convert(b.flat.data(), DataType::f32, b.compressed.data(), wire_type(),
-                         b.flat.numel(), 1.0f);
+        loom::convert(b.compressed.data(), wire_type(), b.flat.data(), DataType::f32,
+                      b.flat.numel());
     }
     begin_pass();
   }
@@ -219,8 +219,8 @@ class DistributedDataParallel::Impl {
     }
     {
       trace::Scope span(fmt::format("compress bucket {}", index), "communication");
-      kernels::convert(b.compressed.data(), wire_type(), b.flat.data(), DataType::f32, n,
-                       1.0f / static_cast<float>(comm_.size()));
+      loom::convert(b.flat.data(), DataType::f32, b.compressed.data(), wire_type(), n,
+                    1.0f / static_cast<float>(comm_.size()));
     }
     b.work = comm_.all_reduce_async(b.compressed.data(), b.compressed.data(), n, wire_type(),
                                     ReduceOp::sum);

@@ -51,7 +51,7 @@ auto decoded(const Context& context, Decode&& decode) -> decltype(decode()) {
 }
 }  // namespace
 
-class TcpStore::Impl {
+class LOOM_INTERNAL TcpStore::Impl {
  public:
   Impl(std::string host, std::uint16_t port, std::chrono::milliseconds timeout, std::string secret,
        std::chrono::milliseconds request_timeout)

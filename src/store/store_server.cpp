@@ -78,7 +78,7 @@ std::uint16_t port_of(const sockaddr_storage& ss) {
 }
 }  // namespace
 
-class StoreServer::Impl {
+class LOOM_INTERNAL StoreServer::Impl {
  public:
   Impl(int listening_fd, std::string secret)
       : acceptor_(io_), backoff_(io_), secret_(std::move(secret)) {

@@ -54,19 +54,19 @@ TEST(Lifecycle, DestroyFromAnotherThreadWaitsForTheRunningCall) {
     if (ctx.rank == 1) {
       ctx.store->get("destroying", 30s);  // rank 0's call is running and its destroy() waits
       std::this_thread::sleep_for(300ms);
+      // Rank 0's call cannot end before this one starts: its destroy() must still be waiting.
+      ctx.store->set("joining", std::string("1"));
       comm.all_reduce(v.data(), v.data(), v.size(), DataType::i32, ReduceOp::sum);
       EXPECT_EQ(v.front(), 6);
       return;
     }
-    std::atomic<bool> call_done{false};
     std::thread destroyer([&] {
       std::this_thread::sleep_for(200ms);
       ctx.store->set("destroying", std::string("1"));
       comm.destroy();
-      EXPECT_TRUE(call_done.load()) << "destroy() returned while a call still ran";
+      EXPECT_TRUE(ctx.store->check({"joining"})[0]) << "destroy() returned while a call still ran";
     });
     comm.all_reduce(v.data(), v.data(), v.size(), DataType::i32, ReduceOp::sum);
-    call_done.store(true);
     destroyer.join();
     EXPECT_EQ(v.front(), 6);
     EXPECT_EQ(v.back(), 6);
