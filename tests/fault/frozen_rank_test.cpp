@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "../support/ranks.hpp"
 
 namespace loom {
@@ -75,6 +77,18 @@ int free_port() {
       std::fprintf(stderr, "rank %d: after %.1f s: %s\n", rank,
                    std::chrono::duration<double>(took).count(), what.c_str());
       code = named && in_time ? 0 : 1;
+    }
+    // The store's host keeps it up until every survivor has had its error: a process that exits
+    // at once takes the failure record with it, and the later ranks would name the store's host.
+    if (victim != 0) {
+      TcpStore store("127.0.0.1", static_cast<std::uint16_t>(port), 10s);
+      store.set(fmt::format("reported/{}", rank), std::string("1"));
+      if (rank == 0) {
+        std::vector<std::string> survivors;
+        for (int r = 1; r < kWorld; ++r)
+          if (r != victim) survivors.push_back(fmt::format("reported/{}", r));
+        store.wait(survivors, 30s);
+      }
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());

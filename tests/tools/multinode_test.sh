@@ -41,7 +41,7 @@ check_transports() {
 # run NODES PERF-ARGS...: loomrun with 2 ranks on each node; passes when every node succeeds.
 run() {
   local nodes=$1; shift
-  local port=$(( 21000 + RANDOM % 20000 )) pids=() rc=0
+  local port=$(( 21000 + RANDOM % 11000 )) pids=() rc=0  # below the ephemeral ports (32768-)
   rm -f "$dir"/node*.log
   for i in $(seq 1 "$nodes"); do
     "$cluster" exec "$i" "$build/tools/loomrun" --nproc-per-node 2 --nnodes "$nodes" \
@@ -90,7 +90,7 @@ if command -v mpirun >/dev/null; then
   "$cluster" exec 1 mpirun --allow-run-as-root --oversubscribe -np 4 \
     --host "${LOOM_CLUSTER}node1:2,${LOOM_CLUSTER}node2:2" --mca plm_rsh_agent "$root/tools/cluster/rsh-agent.sh" \
     -x LOOM_CLUSTER -x LOOM_SECRET -x LOOM_DEBUG -x LOOM_TIMEOUT -x MASTER_ADDR="$("$cluster" addr 1)" \
-    -x MASTER_PORT=$(( 21000 + RANDOM % 20000 )) \
+    -x MASTER_PORT=$(( 21000 + RANDOM % 11000 )) \
     "$build/bench/loom-perf" -b 8 -e 4M -f 8 -n 2 -w 1 --check > "$dir/node1.log" 2>&1 ||
     fail "mpirun across 2 nodes failed"
   grep -q "out of bounds values : 0 OK" "$dir/node1.log" || fail "mpirun across nodes: wrong results"

@@ -26,7 +26,7 @@ ip -n "$ns_a" addr add 10.213.77.1/24 dev "$tag"a && ip -n "$ns_b" addr add 10.2
 for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
 ip -n "$ns_a" link set "$tag"a up && ip -n "$ns_b" link set "$tag"b up || exit 1
 
-port=$(( 20000 + RANDOM % 20000 ))
+port=$(( 20000 + RANDOM % 12000 ))  # below the ephemeral ports (32768-)
 common=(MASTER_ADDR=10.213.77.1 MASTER_PORT=$port WORLD_SIZE=2 LOOM_DEBUG=INFO LOOM_TIMEOUT=60)
 ip netns exec "$ns_a" env "${common[@]}" RANK=0 "$perf" -b 8 -e 1M -f 16 -n 2 -w 1 --check > "$dir/out0" 2>&1 &
 pid0=$!
