@@ -13,8 +13,7 @@ std::size_t ring_chunk_elems(Engine& engine, transport::Connection& next, DataTy
 
 RingPasses::RingPasses(Engine& engine, const RingPosition& ring, const Blocks& blocks,
                        DataType dtype)
-    : engine_(engine),
-      ring_(ring),
+    : ring_(ring),
       blocks_(blocks),
       elem_(size_of(dtype)),
       prims_(engine, ring.prev, ring.next),

@@ -78,7 +78,6 @@ class RingPasses {
   std::size_t piece(int b, std::size_t round) const;
   int block(int steps_back) const { return positive_mod(ring_.position - steps_back, ring_.size); }
 
-  Engine& engine_;
   RingPosition ring_;
   Blocks blocks_;
   std::size_t elem_;
