@@ -1,5 +1,4 @@
 // init(): builds a communicator from the launcher's environment.
-#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 
@@ -12,6 +11,7 @@
 #include <system_error>
 
 #include "base/config.hpp"
+#include "base/local_address.hpp"
 #include "base/logging.hpp"
 #include "core/communicator_impl.hpp"
 #include "core/launch_env.hpp"
@@ -45,38 +45,10 @@ HostPort parse_tcp_url(const std::string& url) {
   return {host, static_cast<std::uint16_t>(port)};
 }
 
-// Whether `host` names an address of one of this host's interfaces (loopback included).
-bool local_address(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return true;  // bind will say
-  ifaddrs* interfaces = nullptr;
-  if (::getifaddrs(&interfaces) != 0) {
-    ::freeaddrinfo(found);
-    return true;
-  }
-  bool local = false;
-  for (const addrinfo* a = found; a && !local; a = a->ai_next)
-    for (const ifaddrs* i = interfaces; i && !local; i = i->ifa_next) {
-      if (!i->ifa_addr || i->ifa_addr->sa_family != a->ai_family) continue;
-      if (a->ai_family == AF_INET)
-        local = reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr.s_addr ==
-                reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
-      else if (a->ai_family == AF_INET6)
-        local = std::memcmp(&reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr,
-                            &reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr,
-                            sizeof(in6_addr)) == 0;
-    }
-  ::freeifaddrs(interfaces);
-  ::freeaddrinfo(found);
-  return local;
-}
-
 // Rank 0's store on MASTER_ADDR. Only where MASTER_ADDR is not an address of this host (NAT, a
 // floating address) and clients must prove the secret does it serve on every interface instead.
 std::unique_ptr<StoreServer> host_store(const HostPort& at, const std::string& secret) {
-  if (local_address(at.host)) {
+  if (base::is_local_address(at.host).value_or(true)) {  // else bind will say why
     try {
       return std::make_unique<StoreServer>(at.host, at.port, secret);
     } catch (const std::exception& e) {

@@ -1,7 +1,6 @@
 #include "rendezvous.hpp"
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -16,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "base/local_address.hpp"
 #include "store/keys.hpp"
 
 namespace loomrun {
@@ -75,34 +75,6 @@ std::string address_facing(const std::string& host) {
     throw RendezvousError(
         fmt::format("rendezvous: no route to the endpoint host '{}' (give --local-addr)", host));
   return result;
-}
-
-// Whether `host` names an address of one of this host's interfaces.
-bool is_local_address(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
-  ifaddrs* interfaces = nullptr;
-  if (::getifaddrs(&interfaces) != 0) {
-    ::freeaddrinfo(found);
-    return false;
-  }
-  bool local = false;
-  for (const addrinfo* a = found; a && !local; a = a->ai_next)
-    for (const ifaddrs* i = interfaces; i && !local; i = i->ifa_next) {
-      if (!i->ifa_addr || i->ifa_addr->sa_family != a->ai_family) continue;
-      if (a->ai_family == AF_INET)
-        local = reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr.s_addr ==
-                reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
-      else if (a->ai_family == AF_INET6)
-        local = std::memcmp(&reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr,
-                            &reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr,
-                            sizeof(in6_addr)) == 0;
-    }
-  ::freeifaddrs(interfaces);
-  ::freeaddrinfo(found);
-  return local;
 }
 
 std::string this_hostname() {
@@ -215,7 +187,7 @@ void Rendezvous::seed() {
 
 void Rendezvous::connect_initial() {
   const std::string& host = config_.endpoint_host;
-  if ((config_.endpoint_port == 0 || is_local_address(host)) &&
+  if ((config_.endpoint_port == 0 || loom::base::is_local_address(host).value_or(false)) &&
       try_host(host, config_.endpoint_port))
     return;
   const auto deadline = Clock::now() + config_.join_timeout;
