@@ -11,17 +11,25 @@ packages=(cmake ninja-build g++ clang-format pkg-config
           libibverbs-dev librdmacm-dev libgloo-dev libopenmpi-dev openmpi-bin iperf3 python3 iproute2
           libopenblas-dev zlib1g-dev libssl-dev clang libclang-rt-14-dev
           slurmctld slurmd slurm-client munge)
-[[ " $* " == *" --torch "* ]] && packages+=(python3-torch libtorch-dev python3-dev pybind11-dev libopenblas0-pthread)
+[[ " $* " == *" --torch "* ]] && packages+=(python3-torch libtorch-dev python3-dev pybind11-dev libopenblas0-pthread
+                                          python3-pip)
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-
-echo "deps: installing ${missing[*]}"
 sudo_cmd=()
 [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# PyTorch's own test suite (tests/torch/distributed_suite.py) imports expecttest, which Debian
+# does not package: it comes from PyPI, for the system Python that python3-torch belongs to.
+if [[ " $* " == *" --torch "* ]] && ! /usr/bin/python3 -c "import expecttest" 2>/dev/null; then
+  echo "deps: installing expecttest (PyPI) for /usr/bin/python3"
+  "${sudo_cmd[@]}" /usr/bin/python3 -m pip install -q --root-user-action=ignore --break-system-packages "expecttest==0.3.0"
+fi

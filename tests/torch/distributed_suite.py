@@ -29,6 +29,12 @@ if not dist.is_available():
     print("torch.distributed is not available", file=sys.stderr)
     sys.exit(1)
 
+try:
+    import expecttest  # noqa: F401  (PyTorch's test helpers import it; Debian does not package it)
+except ImportError:
+    print("expecttest is not installed for this Python: run tools/deps.sh --torch", file=sys.stderr)
+    sys.exit(1)
+
 from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
 from torch.testing._internal.common_utils import run_tests  # noqa: E402
 
