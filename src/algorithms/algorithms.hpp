@@ -16,6 +16,7 @@ void pipelined_reduce(Engine& engine, const Collective& call);
 void dissemination_barrier(Engine& engine, const Collective& call);
 void point_to_point(Engine& engine, const Collective& call);
 void pairwise_all_to_all(Engine& engine, const Collective& call);
+void single_copy_all_to_all(Engine& engine, const Collective& call);
 void linear_gather(Engine& engine, const Collective& call);
 void binomial_gather(Engine& engine, const Collective& call);
 void linear_scatter(Engine& engine, const Collective& call);

@@ -98,6 +98,10 @@ class Engine {
     std::size_t slice = 0;
   };
   Plan& plan() { return plan_; }
+  // Whether a single-copy all-to-all failed to read a peer's memory on some rank of this
+  // communicator; every rank learned it in the same call and uses the slots from then on.
+  bool single_copy_refused() const { return single_copy_refused_; }
+  void refuse_single_copy() { single_copy_refused_ = true; }
   // A background call shares the rank's core with the rank's computation, unless the rank's
   // thread is waiting for it.
   bool sharing_core() const {
@@ -119,6 +123,7 @@ class Engine {
   bool background_ = false;
   std::size_t slice_bytes_ = 0;
   Plan plan_;
+  bool single_copy_refused_ = false;
   std::vector<transport::Connection*> by_peer_;         // connections made so far, by rank
   std::vector<transport::Connection*> by_peer_device_;  // the same for calls on GPU buffers
   HostDataPath host_path_;

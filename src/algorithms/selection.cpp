@@ -181,6 +181,38 @@ double linear_cost(const SelectionInputs& in, std::size_t bytes) {
   const LinkCost& m = in.bottleneck();
   return (in.size - 1) * (m.alpha_us + to_d(bytes) * m.beta_us_per_byte);
 }
+// Ranks outnumbering cores: a slot handed to a peer that is not running waits for a switch.
+double switch_us(const SelectionInputs& in, const LinkCost& link) {
+  return in.oversubscribed ? link.slice_us * kOversubscribedSliceFactor : 0.0;
+}
+// Pairwise through the slots: each block crosses one hop, copied in and out; oversubscribed, a
+// switch about every half slot (the receiver drains while the sender fills).
+double pairwise_cost(const SelectionInputs& in, std::size_t bytes) {
+  const LinkCost& m = in.bottleneck();
+  const double handovers = to_d(bytes) / (to_d(in.slot_bytes) / 2.0);
+  return (in.size - 1) *
+         (m.alpha_us + to_d(bytes) * m.beta_us_per_byte + handovers * switch_us(in, m));
+}
+// One host over shared memory, host buffers, where the kernel lets a rank read its peers' memory.
+const char* one_host_readable(const SelectionInputs& in, std::size_t, bool device) {
+  if (device) return "host buffers only";
+  if (!in.one_host() || in.local != TransportKind::shm) return "ranks on one host over shm only";
+  if (!in.reads_peers) return "process_vm_readv is refused on some rank";
+  return nullptr;
+}
+// Two rounds of messages to every peer (oversubscribed: a switch), a read system call per block,
+// each byte copied once by the kernel. That copy runs at about half memcpy's speed (measured on
+// Zen 4 and in bench/compare), so it costs what the slots' two copies do: where every rank has
+// a core the slots, whose copies stay in cache, win at every size; oversubscribed, the reads
+// save the slots' switches.
+double single_copy_cost(const SelectionInputs& in, std::size_t bytes) {
+  constexpr double kReadCallUs = 5.0;
+  constexpr double kKernelCopyFactor = 1.2;  // measured: 2 ranks, 1-64 MiB, 1.05-1.25x pairwise
+  const LinkCost& m = in.costs.of(in.local);
+  const double copy = to_d(bytes) * m.beta_us_per_byte * (in.oversubscribed ? 1.0 : kKernelCopyFactor);
+  return (in.size - 1) * (2.0 * m.alpha_us + switch_us(in, m) + kReadCallUs + copy);
+}
+
 // The uneven calls: the blocks' average crosses the ring.
 std::size_t uneven_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
   return chain_slice(in, bytes / static_cast<std::size_t>(std::max(1, in.size)), device);
@@ -219,8 +251,12 @@ const std::vector<Algorithm>& algorithm_table() {
       {Kind::gather, "linear", fits_always, linear_cost, p2p_slice, linear_gather},
       {Kind::scatter, "binomial", small_tree, tree_cost, no_slice, binomial_scatter},
       {Kind::scatter, "linear", fits_always, linear_cost, p2p_slice, linear_scatter},
-      {Kind::all_to_all, "pairwise", fits_always, linear_cost, p2p_slice, pairwise_all_to_all},
-      {Kind::all_to_all_v, "pairwise", fits_always, linear_cost, no_slice, pairwise_all_to_all},
+      {Kind::all_to_all, "pairwise", fits_always, pairwise_cost, p2p_slice, pairwise_all_to_all},
+      {Kind::all_to_all, "single_copy", one_host_readable, single_copy_cost, p2p_slice,
+       single_copy_all_to_all},
+      {Kind::all_to_all_v, "pairwise", fits_always, pairwise_cost, no_slice, pairwise_all_to_all},
+      {Kind::all_to_all_v, "single_copy", one_host_readable, single_copy_cost, no_slice,
+       single_copy_all_to_all},
       {Kind::all_gather_v, "ring", fits_always, chain_cost, uneven_slice, ring_all_gather},
       {Kind::reduce_scatter_v, "ring", fits_always, chain_cost, uneven_slice, ring_reduce_scatter},
   };

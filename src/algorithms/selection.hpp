@@ -51,6 +51,7 @@ struct SelectionInputs {
   std::size_t slot_bytes = 512 << 10;
   int slots = 8;
   bool oversubscribed = false;  // some host runs more ranks than cores: hand-overs cost more
+  bool reads_peers = false;     // every rank may read its peers' memory (process_vm_readv)
   std::string overrides;        // LOOM_ALGO
 
   bool one_host() const { return hosts.size() <= 1; }

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "base/config.hpp"
+#include "base/process_memory.hpp"
 #include "store/keys.hpp"
 
 namespace loom::core {
@@ -81,6 +82,7 @@ Topology Topology::of_ranks(const std::vector<int>& ranks) const {
     t.pid_of_rank.push_back(pid_of_rank[i]);
     t.cores_of_rank.push_back(cores_of_rank[i]);
     t.rdma_of_rank.push_back(rdma_of_rank[i]);
+    t.reads_peers_of_rank.push_back(reads_peers_of_rank[i]);
   }
   return t;
 }
@@ -88,8 +90,9 @@ Topology Topology::of_ranks(const std::vector<int>& ranks) const {
 Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
                            const std::string& rdma) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  store.set(store::keys::topology(rank), fmt::format("{} {} {}\n{}", ::getpid(), cores,
-                                                     rdma.empty() ? "-" : rdma, local_host_id()));
+  store.set(store::keys::topology(rank),
+            fmt::format("{} {} {} {}\n{}", ::getpid(), cores, rdma.empty() ? "-" : rdma,
+                        base::cross_memory_attach_available() ? 1 : 0, local_host_id()));
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(store::keys::topology(r));
   try {
@@ -109,13 +112,16 @@ Topology exchange_topology(Store& store, int rank, int size, std::chrono::millis
     auto nl = v.find('\n');
     if (nl == std::string::npos)
       throw StoreError(fmt::format("init: malformed topology record of rank {}", r));
-    int pid = 0, cores = 0;
+    int pid = 0, cores = 0, reads_peers = 0;
     char port[128] = {0};
-    if (std::sscanf(v.substr(0, nl).c_str(), "%d %d %127s", &pid, &cores, port) != 3 || cores < 1)
+    if (std::sscanf(v.substr(0, nl).c_str(), "%d %d %127s %d", &pid, &cores, port,
+                    &reads_peers) != 4 ||
+        cores < 1)
       throw StoreError(fmt::format("init: malformed topology record of rank {}", r));
     t.pid_of_rank.push_back(pid);
     t.cores_of_rank.push_back(cores);
     t.rdma_of_rank.push_back(port);
+    t.reads_peers_of_rank.push_back(reads_peers == 1);
     t.host_of_rank.push_back(v.substr(nl + 1));
   }
   return t;

@@ -19,6 +19,9 @@ struct Topology {
   std::vector<int> cores_of_rank;  // processors each rank's host has
   // Each rank's RDMA port ("mlx5_0:1:ib", "rxe0:1:roce"), "-" when it has none.
   std::vector<std::string> rdma_of_rank;
+  // Whether each rank may read other processes' memory (process_vm_readv; a seccomp filter, as
+  // in some containers, refuses it).
+  std::vector<bool> reads_peers_of_rank;
   // Whether any host runs more ranks than it has cores: the same answer on every rank.
   bool any_host_oversubscribed() const;
   bool same_host(int a, int b) const { return host_of_rank[a] == host_of_rank[b]; }
@@ -31,7 +34,7 @@ struct Topology {
   Topology of_ranks(const std::vector<int>& ranks) const;
 };
 
-// Publishes this rank's host id, pid, cores and RDMA port (`rdma`, one word, "-" for none)
+// Publishes this rank's host id, pid, cores, RDMA port, whether it reads peers' memory (`rdma`, one word, "-" for none)
 // (store::keys::topology) and reads every rank's.
 Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
                            const std::string& rdma = "-");

@@ -102,6 +102,8 @@ algorithms::SelectionInputs Communicator::Impl::selection_inputs() const {
   in.slot_bytes = config_.buffer_bytes / static_cast<std::size_t>(config_.slots);
   in.slots = config_.slots;
   in.oversubscribed = config_.any_host_oversubscribed;
+  in.reads_peers = std::all_of(topology_.reads_peers_of_rank.begin(),
+                               topology_.reads_peers_of_rank.end(), [](bool b) { return b; });
   in.overrides = config_.algorithm;
   return in;
 }

@@ -2,7 +2,14 @@
 // reduce_scatter_v), in real processes over every transport and algorithm, checked element by
 // element; counts that disagree between ranks are a CollectiveMismatch on every rank.
 #include <gtest/gtest.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <cstddef>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -173,14 +180,18 @@ void check_reduce_scatter_v(Communicator& comm, DataType t, ReduceOp op, std::si
   EXPECT_EQ(verify::count_wrong(op_, want.data(), counts[r], t), 0u);
 }
 
-// World size, the algorithm named for gather and scatter ("" lets the model pick), transport.
+// World size, the algorithm named for gather and scatter, or for all-to-all ("single_copy")
+// ("" lets the model pick), transport.
 class MoreCollectives : public ::testing::TestWithParam<std::tuple<int, std::string, std::string>> {
  protected:
   int world() const { return std::get<0>(GetParam()); }
   testing::RunOptions run_options() const {
     testing::RunOptions o;
     const std::string& algo = std::get<1>(GetParam());
-    if (!algo.empty()) o.options.algorithm = "gather:" + algo + ",scatter:" + algo;
+    if (algo == "single_copy")
+      o.options.algorithm = "alltoall:single_copy,alltoallv:single_copy";
+    else if (!algo.empty())
+      o.options.algorithm = "gather:" + algo + ",scatter:" + algo;
     o.options.transport = std::get<2>(GetParam());
     if (o.options.transport == "auto")
       o.host_id = [](int rank, int size) { return rank < size / 2 ? "half-a" : "half-b"; };
@@ -242,12 +253,24 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, MoreCollectives,
                                   (algo.empty() ? std::string("auto") : algo);
                          });
 
+// All-to-all read out of the peers' memory: one host over shm only.
+INSTANTIATE_TEST_SUITE_P(OneCopy, MoreCollectives,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
+                                            ::testing::Values("single_copy"),
+                                            ::testing::Values("shm")),
+                         [](const auto& info) {
+                           return "shm_world" + std::to_string(std::get<0>(info.param));
+                         });
+
 // Counts that disagree between ranks: every rank raises CollectiveMismatch, naming the ranks
 // and counts, within seconds (the timeout is a minute), never waiting: at that call, or at the
 // next one where its own part of the call could finish.
-void expect_mismatch_everywhere(const std::function<void(Communicator&)>& call) {
+void expect_mismatch_everywhere(const std::function<void(Communicator&)>& call,
+                                const std::string& algorithm = "") {
   testing::RunOptions opts;
   opts.options.timeout = std::chrono::seconds(60);
+  opts.options.algorithm = algorithm;
+  if (!algorithm.empty()) opts.options.transport = "shm";
   run_ranks(
       3,
       [&call](Communicator& comm) {
@@ -278,17 +301,72 @@ TEST(UnevenMismatch, AllGatherVWithOtherCountsOnOneRank) {
 }
 
 TEST(UnevenMismatch, AllToAllVWhereASenderSendsWhatItsReceiverDoesNotExpect) {
-  for (std::size_t expected : {0u, 2u, 5u}) {  // rank 0 sends 3 to rank 1 (0: sends nothing)
-    SCOPED_TRACE(expected);
-    expect_mismatch_everywhere([expected](Communicator& comm) {
-      std::vector<std::size_t> send(3, 3), recv(3, 3);
-      if (comm.rank() == 1) recv[0] = expected;
-      if (expected == 5 && comm.rank() == 0) send[1] = 0;  // the receiver waits for data
-      const std::vector<std::size_t> displs{0, 8, 16};
-      std::vector<float> in(32), out(32);
-      comm.all_to_all_v(in.data(), send, displs, out.data(), recv, displs, DataType::f32);
-    });
-  }
+  for (const char* algorithm : {"", "alltoallv:single_copy"})
+    for (std::size_t expected : {0u, 2u, 5u}) {  // rank 0 sends 3 to rank 1 (0: sends nothing)
+      SCOPED_TRACE(::testing::Message() << expected << " " << algorithm);
+      expect_mismatch_everywhere(
+          [expected](Communicator& comm) {
+            std::vector<std::size_t> send(3, 3), recv(3, 3);
+            if (comm.rank() == 1) recv[0] = expected;
+            if (expected == 5 && comm.rank() == 0) send[1] = 0;  // the receiver waits for data
+            const std::vector<std::size_t> displs{0, 8, 16};
+            std::vector<float> in(32), out(32);
+            comm.all_to_all_v(in.data(), send, displs, out.data(), recv, displs, DataType::f32);
+          },
+          algorithm);
+    }
+}
+
+TEST(UnevenMismatch, AllToAllWithAnotherCountOnOneRankInOneCopy) {
+  expect_mismatch_everywhere(
+      [](Communicator& comm) {
+        const std::size_t count = comm.rank() == 2 ? 5 : 4;
+        std::vector<float> in(3 * count), out(3 * count);
+        comm.all_to_all(in.data(), out.data(), count, DataType::f32);
+      },
+      "alltoall:single_copy");
+}
+
+// From now on process_vm_readv fails with EPERM in every thread of this process, as a seccomp
+// filter refuses it in some containers.
+void refuse_reading_other_processes() {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog program{static_cast<unsigned short>(std::size(filter)), filter};
+  ASSERT_EQ(::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+  ASSERT_EQ(::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &program), 0)
+      << std::strerror(errno);
+}
+
+// Rank 1 advertised at init that it reads its peers' memory, then lost the right: its reads of
+// the first single-copy call fail, every rank learns it from the done messages, and that call
+// and the later ones move through the slots, with every element right on every rank.
+TEST(SingleCopyAllToAll, ARankRefusedItsReadsTurnsEveryRankToTheSlots) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "the test's seccomp filter is written for x86-64";
+#endif
+  testing::RunOptions opts;
+  opts.options.transport = "shm";
+  opts.options.algorithm = "alltoall:single_copy,alltoallv:single_copy";
+  run_ranks(
+      3,
+      [](Communicator& comm) {
+        comm.barrier();
+        if (comm.rank() == 1) refuse_reading_other_processes();
+        for (int call = 0; call < 3; ++call) {
+          SCOPED_TRACE(call);
+          check_all_to_all(comm, DataType::i32, 70000 + static_cast<std::size_t>(call), false);
+          check_all_to_all_v(comm, DataType::u8, 5000, call == 1);
+        }
+      },
+      opts);
 }
 
 TEST(UnevenArguments, WrongLengthsAndAliasedBuffersAreRefusedAndLeaveTheCommunicatorUsable) {

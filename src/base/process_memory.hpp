@@ -1,0 +1,19 @@
+// Reading another process's memory in one copy (Linux cross-memory attach): the kernel copies
+// from the peer's pages straight into ours, where shared-memory slots copy twice.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+
+namespace loom::base {
+
+// Whether this process may call process_vm_readv at all (a seccomp filter, as in some
+// containers, refuses it); checked once, by reading its own memory.
+bool cross_memory_attach_available();
+
+// Copies `bytes` from `remote` in process `pid` to `local`. Returns 0, or the errno of the
+// failure (EPERM: not allowed to read that process; ESRCH: it is gone; EFAULT: no such range).
+int read_process_memory(pid_t pid, const void* remote, void* local, std::size_t bytes);
+
+}  // namespace loom::base
