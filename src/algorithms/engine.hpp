@@ -9,6 +9,7 @@
 #include "algorithms/data_path.hpp"
 #include "algorithms/peer_memory.hpp"
 #include "algorithms/selection.hpp"
+#include "algorithms/spin_budget.hpp"
 #include "base/config.hpp"
 #include "base/deadline.hpp"
 #include "base/halt.hpp"
@@ -44,7 +45,8 @@ class Engine {
         config_(config),
         halt_(halt),
         callers_waiting_(callers_waiting),
-        selector_(std::move(selection)) {}
+        selector_(std::move(selection)),
+        spin_budget_(config.spin_us) {}
   int rank() const { return rank_; }
   int size() const { return size_; }
   const base::Config& config() const { return config_; }
@@ -98,6 +100,8 @@ class Engine {
     std::size_t slice = 0;
   };
   Plan& plan() { return plan_; }
+  // How long this rank's waits spin before they sleep, learned across calls (waiter.hpp).
+  SpinBudget& spin_budget() const { return spin_budget_; }
   // Whether a single-copy all-to-all failed to read a peer's memory on some rank of this
   // communicator; every rank learned it in the same call and uses the slots from then on.
   bool single_copy_refused() const { return single_copy_refused_; }
@@ -124,6 +128,7 @@ class Engine {
   std::size_t slice_bytes_ = 0;
   Plan plan_;
   bool single_copy_refused_ = false;
+  mutable SpinBudget spin_budget_;
   std::vector<transport::Connection*> by_peer_;         // connections made so far, by rank
   std::vector<transport::Connection*> by_peer_device_;  // the same for calls on GPU buffers
   HostDataPath host_path_;

@@ -31,8 +31,17 @@ void Waiter::begin() {
 void Waiter::open_spin_window(base::Clock::time_point now) {
   // Yield, and briefly, when ranks outnumber cores or this call runs beside its rank's work.
   yield_ = engine_.config().oversubscribed || engine_.sharing_core();
-  const int spin_us = yield_ ? std::min(engine_.config().spin_us, 20) : engine_.config().spin_us;
+  // Yielding hands the core over already: the learned window is for pausing spins.
+  const SpinBudget& budget = engine_.spin_budget();
+  const int spin_us = yield_ ? std::min(budget.ceiling_us(), 20) : budget.window_us();
   spin_until_ = now + std::chrono::microseconds(spin_us);
+}
+
+void Waiter::learn(base::Clock::time_point started, bool spun_out) {
+  if (yield_) return;
+  engine_.spin_budget().record(
+      std::chrono::duration_cast<std::chrono::microseconds>(base::Clock::now() - started),
+      spun_out);
 }
 
 bool Waiter::spin(int peer, const char* what) {

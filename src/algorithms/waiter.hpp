@@ -21,16 +21,21 @@ class Waiter {
   void until(Ready&& ready, int peer, const char* what) {
     if (ready()) return;
     begin();
+    const base::Clock::time_point started = base::Clock::now();
+    bool spun_out = false;
     while (!ready()) {
       if (spin(peer, what)) continue;
+      spun_out = true;
       transport::Connection* sleeper = prepare_sleep(peer, what);
-      if (ready()) return;  // what the sleeper recorded is older than this look
+      if (ready()) break;  // what the sleeper recorded is older than this look
       sleep(sleeper);
     }
+    learn(started, spun_out);
   }
 
  private:
   void begin();
+  void learn(base::Clock::time_point started, bool spun_out);
   void open_spin_window(base::Clock::time_point now);
   // Moves every connection; true while the spinning window lasts (after a pause or yield). A
   // peer that keeps moving keeps the window open, so the halt and the deadline are looked at

@@ -94,5 +94,33 @@ TEST(Waiter, ATricklingPeerCannotKeepACallPastAbort) {
   EXPECT_LT(time_to_fail<Aborted>(60s, halt, 200ms), 2s);
 }
 
+// The spinning window: halves on a short wait that spun out, earns a sixteenth of its ceiling back
+// on a wait that ended while spinning, ignores waits far past it; between 1 us and the ceiling.
+TEST(SpinBudget, ShrinksOnShortWaitsThatSleptAndGrowsBackOnWaitsThatDidNot) {
+  using std::chrono::microseconds;
+  SpinBudget budget(200);
+  EXPECT_EQ(budget.window_us(), 200);
+  budget.record(microseconds(150), false);  // caught while spinning: already at the ceiling
+  EXPECT_EQ(budget.window_us(), 200);
+  budget.record(microseconds(410), true);  // spun 200 us, slept, done soon after
+  EXPECT_EQ(budget.window_us(), 100);
+  budget.record(microseconds(5000), true);  // a peer still computing: says nothing
+  EXPECT_EQ(budget.window_us(), 100);
+  for (int i = 0; i < 20; ++i) budget.record(microseconds(300), true);
+  EXPECT_EQ(budget.window_us(), SpinBudget::kMinUs);
+  budget.record(microseconds(1), false);
+  EXPECT_EQ(budget.window_us(), 1 + 200 / 16);
+  for (int i = 0; i < 40; ++i) budget.record(microseconds(1), false);
+  EXPECT_EQ(budget.window_us(), 200);
+}
+
+TEST(SpinBudget, ACeilingOfZeroNeverSpins) {
+  SpinBudget budget(0);
+  budget.record(std::chrono::microseconds(1), false);
+  EXPECT_EQ(budget.window_us(), 0);
+  budget.record(std::chrono::microseconds(1), true);
+  EXPECT_EQ(budget.window_us(), 0);
+}
+
 }  // namespace
 }  // namespace loom::algorithms
