@@ -1,6 +1,9 @@
 // The algorithms, one per file; selection.cpp chooses among them per call.
 #pragma once
 
+#include <deque>
+#include <functional>
+
 #include "algorithms/engine.hpp"
 
 namespace loom::algorithms {
@@ -15,6 +18,38 @@ void pipelined_broadcast(Engine& engine, const Collective& call);
 void pipelined_reduce(Engine& engine, const Collective& call);
 void dissemination_barrier(Engine& engine, const Collective& call);
 void point_to_point(Engine& engine, const Collective& call);
+
+// Sends and receives on host buffers progressing side by side: each moves whenever its
+// connection allows, those to one peer in one direction in the order they were issued (which
+// is how the peer matches them). A receive issued before a send no longer holds the send back,
+// so two ranks that each post a receive and then a send to the other (PyTorch's
+// batch_isend_irecv) both finish, as Gloo's and NCCL's grouped point-to-point do.
+class PointToPointBatch {
+ public:
+  explicit PointToPointBatch(Engine& engine) : engine_(engine) {}
+  // `done` runs once the operation has completed (its buffer is free again).
+  void add(const Collective& call, std::function<void()> done);
+  // Runs until every operation added is done; between steps `more` may add operations issued
+  // meanwhile. On an error, current() is the operation that raised it.
+  void run(bool background, const std::function<void()>& more);
+  const Collective* current() const { return current_; }
+
+ private:
+  struct Op {
+    Collective call;
+    std::function<void()> done;
+    std::size_t slice_bytes = 0;
+    std::size_t moved = 0;  // elements
+    bool finished = false;
+  };
+  // Moves every operation that may move; true when any did.
+  bool step();
+
+  Engine& engine_;
+  std::deque<Op> ops_;  // stable addresses: the engine points at the current call
+  std::size_t first_open_ = 0;
+  const Collective* current_ = nullptr;
+};
 void pairwise_all_to_all(Engine& engine, const Collective& call);
 void single_copy_all_to_all(Engine& engine, const Collective& call);
 void linear_gather(Engine& engine, const Collective& call);

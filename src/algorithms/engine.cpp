@@ -61,11 +61,30 @@ void Engine::run(const Collective& call, bool background, DataPath* device_path,
   // The direct path leaves the GPU to order itself: the host waits for none of its work.
   const bool direct = peer_memory_ && direct_device_call(*this, call);
   if (!direct) select_and_run(*this, call);
+  flush();
+  if (device_path_ && !direct) device_path_->complete();
+}
+
+void Engine::flush() {
   // Slots still queued in user space would otherwise wait for this rank's next call.
   Waiter waiter(*this);
   for (transport::Connection* c : used_)
     waiter.until([c] { return c->send_idle(); }, c->peer(), "the send queue to drain to");
-  if (device_path_ && !direct) device_path_->complete();
+}
+
+void Engine::begin_batch(bool background) {
+  call_ = nullptr;
+  device_path_ = nullptr;
+  peer_memory_ = nullptr;
+  background_ = background;
+  slice_bytes_ = 0;
+  restart_deadline();
+  used_.clear();
+}
+
+void Engine::enter(const Collective& call, std::size_t slice_bytes) {
+  call_ = &call;
+  slice_bytes_ = slice_bytes;
 }
 
 }  // namespace loom::algorithms

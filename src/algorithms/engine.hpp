@@ -87,6 +87,14 @@ class Engine {
   void run(const Collective& call, bool background = false, DataPath* device_path = nullptr,
            PeerMemory* peer_memory = nullptr);
   bool background() const { return background_; }
+  // Several sends and receives side by side (PointToPointBatch, point_to_point.cpp): the batch
+  // begins (host buffers, the deadline from its first wait), makes each operation the current
+  // call in turn, restarts the deadline whenever one moves, and flushes at its end.
+  void begin_batch(bool background);
+  void enter(const Collective& call, std::size_t slice_bytes);
+  void restart_deadline() { deadline_ = base::Deadline::from_first_wait(config_.timeout); }
+  // Waits until every connection used has handed its queued slots over.
+  void flush();
   // How much one slot carries in this call (chosen by selection.cpp; 0: a whole slot). Both
   // ends of every connection compute the same value from the same call.
   std::size_t slice_bytes() const { return slice_bytes_; }

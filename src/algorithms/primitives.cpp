@@ -117,6 +117,34 @@ void Primitives::recv(void* dst, std::size_t count) {
   }
 }
 
+std::size_t Primitives::send_some(const void* src, std::size_t count, std::size_t done) {
+  auto* s = static_cast<const std::byte*>(src);
+  while (done < count) {
+    const std::size_t bytes = std::min(slice_elems_, count - done) * elem_;
+    std::byte* slot = try_send(bytes);
+    if (slot == nullptr) break;
+    copy(slot, s + done * elem_, bytes);
+    complete();
+    post(bytes);
+    done += bytes / elem_;
+  }
+  return done;
+}
+
+std::size_t Primitives::recv_some(void* dst, std::size_t count, std::size_t done) {
+  auto* d = static_cast<std::byte*>(dst);
+  while (done < count) {
+    const std::size_t bytes = std::min(slice_elems_, count - done) * elem_;
+    auto slot = try_recv(bytes);
+    if (!slot) break;
+    copy(d + done * elem_, slot->data, bytes);
+    complete();
+    release();
+    done += bytes / elem_;
+  }
+  return done;
+}
+
 void Primitives::recv_reduce_send(const void* local, std::size_t count) {
   const Collective& c = engine_.call();
   auto* l = static_cast<const std::byte*>(local);

@@ -33,6 +33,11 @@ class Primitives {
   // still one (empty) message, so that counts that differ between the ends are a mismatch.
   void send_recv(const void* src, std::size_t send_count, void* dst, std::size_t recv_count,
                  bool empty_message);
+  // Without waiting: the slices of a `count`-element send (receive) from element `done` on, as
+  // far as the connection allows; returns the elements done now. For operations that progress
+  // side by side (PointToPointBatch).
+  std::size_t send_some(const void* src, std::size_t count, std::size_t done);
+  std::size_t recv_some(void* dst, std::size_t count, std::size_t done);
   // One message of `bytes` (at most a slot) between host memory: control messages of the
   // direct algorithms, whatever the call's buffers are.
   void send_message(const void* src, std::size_t bytes);

@@ -102,7 +102,7 @@ transport::Connection* Waiter::prepare_sleep(int peer, const char* what) {
 }
 
 void Waiter::sleep(transport::Connection* sleeper) {
-  const int timeout_ms = engine_.deadline().remaining_ms(100);
+  const int timeout_ms = engine_.deadline().remaining_ms(sleep_cap_ms_);
   if (sleeper != nullptr) {
     sleeper->sleep(timeout_ms);
   } else if (::poll(fds_.data(), fds_.size(), poll_waited_fd_ ? timeout_ms : 1) > 0) {

@@ -15,6 +15,9 @@ class Waiter {
   // Waits drive every connection the engine's current call has used: a slot posted to a peer
   // in an earlier step must keep moving while this rank waits on another.
   explicit Waiter(const Engine& engine);
+  // The longest one sleep lasts before the waiter looks again (100 ms by default): shorter where
+  // what is waited for may arrive on a connection the sleep does not watch.
+  void cap_sleep_ms(int ms) { sleep_cap_ms_ = ms; }
 
   // Returns once ready() is true. `peer` and `what` name the wait in a timeout message.
   template <typename Ready>
@@ -56,6 +59,7 @@ class Waiter {
   base::Clock::time_point next_check_;
   unsigned spins_ = 0;
   bool yield_ = false;  // spin by yielding, briefly (decided at each begin())
+  int sleep_cap_ms_ = 100;
 };
 
 }  // namespace loom::algorithms

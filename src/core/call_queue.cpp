@@ -2,6 +2,7 @@
 // caller's thread (no allocation, no hand-off), everything else on the worker thread.
 #include <fmt/format.h>
 
+#include "algorithms/algorithms.hpp"
 #include "core/communicator_impl.hpp"
 #include "loom/trace.hpp"
 
@@ -33,7 +34,7 @@ Work Communicator::Impl::submit(Collective call) {
   std::unique_lock lock(mu_);
   admit(call);
   state->run = [this, call, s = state.get()] { s->order_stream = execute(call, true); };
-  enqueue(state);
+  enqueue(state, call);
   return Work(state);
 }
 
@@ -45,7 +46,7 @@ void Communicator::Impl::run(Collective call) {
   if (!queue_.empty() || busy_) {  // behind earlier asynchronous calls: keep the order
     auto state = std::make_shared<Work::State>();
     state->run = [this, call, s = state.get()] { s->order_stream = execute(call, true); };
-    enqueue(state);
+    enqueue(state, call);
     lock.unlock();
     Work(state).wait();
     return;
@@ -75,8 +76,8 @@ void Communicator::Impl::engine_idle() {
 }
 
 // Under mu_.
-void Communicator::Impl::enqueue(std::shared_ptr<Work::State> state) {
-  queue_.push_back(std::move(state));
+void Communicator::Impl::enqueue(std::shared_ptr<Work::State> state, const Collective& call) {
+  queue_.push_back(Queued{std::move(state), call});
   queued_.fetch_add(1, std::memory_order_seq_cst);
   wake_.notify_all();
 }
@@ -149,17 +150,84 @@ void Communicator::Impl::work_loop() {
       continue;
     }
     if (busy_) continue;
-    auto state = queue_.front();
-    queue_.pop_front();
-    queued_.fetch_sub(1, std::memory_order_seq_cst);
-    busy_.store(true, std::memory_order_relaxed);
-    lock.unlock();
-    state->execute();
-    lock.lock();
+    if (point_to_point_first()) {
+      busy_.store(true, std::memory_order_relaxed);
+      run_point_to_point(lock);
+    } else {
+      auto state = std::move(queue_.front().state);
+      queue_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_seq_cst);
+      busy_.store(true, std::memory_order_relaxed);
+      lock.unlock();
+      state->execute();
+      lock.lock();
+    }
     busy_.store(false, std::memory_order_relaxed);
     close_if_halted();
     wake_.notify_all();
   }
+}
+
+bool Communicator::Impl::point_to_point_first() const {
+  if (queue_.empty()) return false;
+  const Collective& c = queue_.front().call;
+  return (c.kind == Kind::send || c.kind == Kind::recv) && c.device < 0;
+}
+
+// The worker's thread, busy_ set. Each operation's Work is done as soon as it is; an error fails
+// the communicator (as any call's does) and every operation of the batch not yet done.
+void Communicator::Impl::run_point_to_point(std::unique_lock<std::mutex>& lock) {
+  std::vector<std::shared_ptr<Work::State>> states;
+  algorithms::PointToPointBatch batch(*engine_);
+  // Under mu_: the sends and receives at the queue's front join.
+  auto take = [&] {
+    while (point_to_point_first()) {
+      Queued q = std::move(queue_.front());
+      queue_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_seq_cst);
+      if (halt_.triggered()) {  // queued before the halt
+        try {
+          halt_.raise_unusable(fmt::format("{}: rank {}", q.call.describe(), rank_));
+        } catch (...) {
+          q.state->finish(std::current_exception());
+        }
+        continue;
+      }
+      Work::State* state = q.state.get();
+      states.push_back(std::move(q.state));
+      batch.add(q.call, [state] { state->finish(nullptr); });
+    }
+  };
+  take();
+  lock.unlock();
+  auto more = [&] {
+    if (queued_.load(std::memory_order_relaxed) == 0) return;
+    std::lock_guard relock(mu_);
+    take();
+  };
+  std::exception_ptr failure;
+  try {
+    try {
+      progress_.in_call.store(true, std::memory_order_relaxed);
+      batch.run(true, more);
+      progress_.in_call.store(false, std::memory_order_relaxed);
+    } catch (...) {
+      progress_.in_call.store(false, std::memory_order_relaxed);
+      const Collective* call = batch.current();
+      if (call == nullptr) throw;
+      try {
+        rethrow_in_context(*call);
+      } catch (const Error& e) {
+        fail(*call, e);
+      }
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  lock.lock();
+  take();  // what came after the failure fails with it
+  for (auto& state : states)
+    if (state->done.load(std::memory_order_acquire) == 0) state->finish(failure);
 }
 
 }  // namespace loom

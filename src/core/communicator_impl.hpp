@@ -91,7 +91,12 @@ class LOOM_INTERNAL Communicator::Impl {
   void place(algorithms::Collective& c);
 
   // call_queue.cpp
-  void enqueue(std::shared_ptr<Work::State> state);
+  void enqueue(std::shared_ptr<Work::State> state, const algorithms::Collective& call);
+  // Under mu_: the queue's front is a send or receive on host buffers.
+  bool point_to_point_first() const;
+  // Runs the sends and receives at the queue's front side by side, with those issued meanwhile
+  // (PointToPointBatch); `lock` (on mu_) is released while they run and held again after.
+  void run_point_to_point(std::unique_lock<std::mutex>& lock);
   void admit(algorithms::Collective& call);
   std::function<void()> execute(const algorithms::Collective& call, bool background);
   void run_engine(const algorithms::Collective& call, bool background, gpu::Runtime* runtime);
@@ -132,7 +137,11 @@ class LOOM_INTERNAL Communicator::Impl {
 
   std::mutex mu_;
   std::condition_variable wake_;
-  std::deque<std::shared_ptr<Work::State>> queue_;
+  struct Queued {
+    std::shared_ptr<Work::State> state;
+    algorithms::Collective call;
+  };
+  std::deque<Queued> queue_;
   // The engine is running a call (on the worker or a caller's thread). Set under mu_; a caller's
   // thread clears it without the lock.
   std::atomic<bool> busy_{false};

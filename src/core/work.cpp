@@ -10,11 +10,17 @@
 namespace loom {
 
 void Work::State::execute() {
+  std::exception_ptr failure;
   try {
     run();
   } catch (...) {
-    error = std::current_exception();
+    failure = std::current_exception();
   }
+  finish(failure);
+}
+
+void Work::State::finish(std::exception_ptr failure) {
+  error = std::move(failure);
   run = nullptr;
   done.store(1, std::memory_order_seq_cst);
   // seq_cst on both sides: either the waiter sees done, or this sees the waiter.

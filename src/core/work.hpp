@@ -22,6 +22,8 @@ struct LOOM_INTERNAL Work::State {
   std::shared_ptr<std::atomic<int>> waiting;
   // Runs the operation, records its error, and wakes waiters.
   void execute();
+  // Done without run (an operation a batch ran): records `failure` (null: success), wakes.
+  void finish(std::exception_ptr failure);
 };
 
 }  // namespace loom

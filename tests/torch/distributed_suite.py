@@ -92,15 +92,11 @@ class TestDistBackendWithFork(TestDistBackend, DistributedTest._DistTestBase):
 
 
 # Loom's failures in this suite, each with its reason (docs/torch_conformance.md says more).
-P2P_IN_ISSUE_ORDER = ("Loom runs a communicator's operations in issue order, point-to-point "
-                      "included: a recv posted before the send its peer waits for blocks both")
 NO_MONITORED_BARRIER = "monitored_barrier: PyTorch 1.13 implements it for gloo only"
 NO_ANY_SOURCE = "recv from any source: Loom receives from a named peer only"
 TIMEOUT_WORDING = ("expects gloo's wording of a timeout; Loom raises LoomTimeoutError "
                    "'... timed out after 1 s waiting for data from rank 2'")
 KNOWN_FAILURES = {
-    "test_batch_isend_irecv_gloo": P2P_IN_ISSUE_ORDER,
-    "test_batch_isend_irecv_gloo_tags": P2P_IN_ISSUE_ORDER,
     "test_monitored_barrier_failure_order": NO_MONITORED_BARRIER,
     "test_monitored_barrier_gloo": NO_MONITORED_BARRIER,
     "test_monitored_barrier_gloo_rank_0_timeout": NO_MONITORED_BARRIER,

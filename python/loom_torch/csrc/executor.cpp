@@ -1,5 +1,6 @@
 #include "executor.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace loom_torch {
@@ -8,6 +9,8 @@ namespace {
 // The worker leaves a new operation this long to a thread that waits for it at once (a blocking
 // dist call), which then runs it without a hand-off; operations nobody waits for start after it.
 constexpr std::chrono::microseconds kGrace{100};
+// How often the worker looks at issued operations nobody waits for (their futures complete).
+constexpr std::chrono::milliseconds kInFlightPoll{1};
 }  // namespace
 
 std::shared_ptr<Executor> Executor::start() {
@@ -42,6 +45,15 @@ bool Executor::wait(const std::shared_ptr<Op>& op, std::chrono::milliseconds tim
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::unique_lock lock(mu_);
   while (!op->done.load(std::memory_order_acquire)) {
+    // Issued and unclaimed: complete it here (Loom progresses it whoever waits).
+    if (op->in_flight && !timed) {
+      op->in_flight = false;
+      std::erase(in_flight_, op);
+      lock.unlock();
+      complete(op);
+      lock.lock();
+      continue;
+    }
     // Run the operations up to this one here, unless a timeout was asked for (an operation
     // cannot be left half way when it passes).
     const bool mine_queued = !op->taken;
@@ -65,10 +77,31 @@ bool Executor::wait(const std::shared_ptr<Op>& op, std::chrono::milliseconds tim
 }
 
 void Executor::execute(const std::shared_ptr<Op>& op) {
-  try {
-    op->body();
-  } catch (...) {
-    op->error = std::current_exception();
+  std::exception_ptr error;
+  if (op->issue) {
+    try {
+      op->issued = op->issue();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    op->issue = nullptr;
+    if (!error) {
+      {
+        std::lock_guard lock(mu_);
+        running_ = false;
+        op->in_flight = true;
+        in_flight_.push_back(op);
+      }
+      work_cv_.notify_one();
+      done_cv_.notify_all();
+      return;
+    }
+  } else {
+    try {
+      op->body();
+    } catch (...) {
+      error = std::current_exception();
+    }
   }
   op->body = nullptr;  // drops the tensors it holds
   {
@@ -77,6 +110,24 @@ void Executor::execute(const std::shared_ptr<Op>& op) {
   }
   work_cv_.notify_one();
   done_cv_.notify_all();
+  finish(op, error);
+}
+
+void Executor::complete(const std::shared_ptr<Op>& op) {
+  std::exception_ptr error;
+  try {
+    op->issued.wait();
+    if (op->body) op->body();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  op->body = nullptr;
+  op->issued = loom::Work();
+  finish(op, error);
+}
+
+void Executor::finish(const std::shared_ptr<Op>& op, std::exception_ptr error) {
+  op->error = error;
   // Outside the lock and with the next operation free to run: the future's callbacks may issue
   // and wait for operations of this process group.
   if (op->finish) op->finish(op->error);
@@ -86,18 +137,51 @@ void Executor::execute(const std::shared_ptr<Op>& op) {
     op->done.store(true, std::memory_order_release);
   }
   done_cv_.notify_all();
+  work_cv_.notify_one();
+}
+
+std::vector<std::shared_ptr<Op>> Executor::claim_finished() {
+  std::vector<std::shared_ptr<Op>> finished;
+  for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+    bool over = true;
+    try {
+      over = (*it)->issued.test();
+    } catch (...) {
+      // complete() rethrows it
+    }
+    if (!over) {
+      ++it;
+      continue;
+    }
+    (*it)->in_flight = false;
+    finished.push_back(std::move(*it));
+    it = in_flight_.erase(it);
+  }
+  return finished;
 }
 
 void Executor::work_loop() {
   std::unique_lock lock(mu_);
   for (;;) {
+    if (!in_flight_.empty()) {
+      auto finished = claim_finished();
+      if (!finished.empty()) {
+        lock.unlock();
+        for (auto& op : finished) complete(op);
+        lock.lock();
+        continue;
+      }
+    }
     if (queue_.empty() || running_) {
-      if (stopping_ && queue_.empty() && !running_) {
+      if (stopping_ && queue_.empty() && !running_ && in_flight_.empty()) {
         worker_done_ = true;
         done_cv_.notify_all();
         return;
       }
-      work_cv_.wait(lock);
+      if (in_flight_.empty())
+        work_cv_.wait(lock);
+      else
+        work_cv_.wait_for(lock, kInFlightPoll);
       continue;
     }
     const auto due = queue_.front()->submitted + kGrace;
@@ -126,6 +210,7 @@ void Executor::shutdown() {
   if (worker_.get_id() == std::this_thread::get_id()) return;
   std::unique_lock lock(mu_);
   done_cv_.wait(lock, [&] { return queue_.empty() && !running_ && worker_done_; });
+  // (the worker ends only once every issued operation is complete)
 }
 
 }  // namespace loom_torch

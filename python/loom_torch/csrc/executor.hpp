@@ -13,16 +13,26 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
+
+#include <loom/loom.hpp>
 
 namespace loom_torch {
 
 struct Op {
+  // Sends and receives on host tensors are issued, not run: `issue` starts Loom's asynchronous
+  // call and the executor moves on, so a receive issued before a send never holds the send back
+  // (Loom progresses its point-to-point operations side by side). `body` then runs once the
+  // call is done (the copy back), on whichever thread completes it.
+  std::function<loom::Work()> issue;
+  loom::Work issued;
   std::function<void()> body;                       // the communication and its copies
   std::function<void(std::exception_ptr)> finish;   // completes the future (after body)
   std::chrono::steady_clock::time_point submitted;  // for the worker's grace period
   std::atomic<bool> done{false};
   std::exception_ptr error;
   bool taken = false;  // out of the queue (under the executor's lock)
+  bool in_flight = false;  // issued, not yet claimed for completion (under the lock)
 };
 
 class Executor : public std::enable_shared_from_this<Executor> {
@@ -46,11 +56,18 @@ class Executor : public std::enable_shared_from_this<Executor> {
   void work_loop();
   // Called with running_ set and the lock released.
   void execute(const std::shared_ptr<Op>& op);
+  // An issued operation, claimed (out of in_flight_): waits for Loom's call, runs the body.
+  void complete(const std::shared_ptr<Op>& op);
+  // The end of every operation: records the error, completes the future, wakes the waiters.
+  void finish(const std::shared_ptr<Op>& op, std::exception_ptr error);
+  // Under the lock: claims the issued operations Loom has finished, to complete them.
+  std::vector<std::shared_ptr<Op>> claim_finished();
 
   std::mutex mu_;
   std::condition_variable work_cv_;  // the worker: an op queued, or shutdown
   std::condition_variable done_cv_;  // waiters: an op finished, or the engine fell idle
   std::deque<std::shared_ptr<Op>> queue_;
+  std::vector<std::shared_ptr<Op>> in_flight_;  // issued, in issue order
   bool running_ = false;
   bool stopping_ = false;
   bool worker_done_ = false;

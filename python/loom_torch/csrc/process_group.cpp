@@ -491,6 +491,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::send(std::vector<at::Tensor>& t
   const Where w = where("send");
   const at::Tensor& t = single(tensors, w, "tensor");
   check_peer(dst, w);
+  if (!t.is_cuda()) return issue_point_to_point(w, OpType::SEND, "loom:send", t, true, dst);
   return enqueue(w, OpType::SEND, "loom:send", t, tensors, {},
                  [t, dst](loom::Communicator& comm, loom::CudaStream stream) {
                    const at::Tensor buf = dense(t);
@@ -504,6 +505,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::recv(std::vector<at::Tensor>& t
   const Where w = where("recv");
   const at::Tensor& t = single(tensors, w, "tensor");
   check_peer(src, w);
+  if (!t.is_cuda()) return issue_point_to_point(w, OpType::RECV, "loom:recv", t, false, src);
   return enqueue(w, OpType::RECV, "loom:recv", t, {}, tensors,
                  [t, src](loom::Communicator& comm, loom::CudaStream stream) {
                    at::Tensor buf = dense(t);
@@ -511,6 +513,32 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::recv(std::vector<at::Tensor>& t
                    comm.recv(buf.data_ptr(), b.count, b.dtype, src, stream);
                    write_back(t, buf);
                  });
+}
+
+// A send or receive on a host tensor: issued to Loom as an asynchronous call in its turn, and
+// complete when Loom's call is (then a receive's copy back, if the tensor was not dense).
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::issue_point_to_point(const Where& where,
+                                                                      OpType type,
+                                                                      const char* title,
+                                                                      const at::Tensor& t,
+                                                                      bool send, int peer) {
+  std::vector<at::Tensor> tensors{t};
+  auto work = c10::make_intrusive<LoomWork>(getRank(), type, title, tensors,
+                                            send ? std::vector<at::Tensor>{} : tensors,
+                                            std::vector<c10::Device>{}, executor_, where.str());
+  auto buf = std::make_shared<at::Tensor>();
+  work->op()->issue = [comm = comm_, t, buf, send, peer] {
+    *buf = dense(t);
+    const Buffer b = moved(*buf);
+    return send ? comm->send_async(buf->data_ptr(), b.count, b.dtype, peer)
+                : comm->recv_async(buf->data_ptr(), b.count, b.dtype, peer);
+  };
+  if (!send)
+    work->op()->body = [t, buf] { write_back(t, *buf); };
+  else
+    work->op()->body = [buf] { *buf = at::Tensor(); };  // the send's buffer lives until it is done
+  executor_->submit(work->op());
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::recvAnysource(std::vector<at::Tensor>&, int) {

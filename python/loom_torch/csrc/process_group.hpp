@@ -88,6 +88,10 @@ class ProcessGroupLoom : public BackendBase {
                                          const at::Tensor& device_of,
                                          const std::vector<at::Tensor>& inputs,
                                          std::vector<at::Tensor> outputs, Body body);
+  // A send or receive on a host tensor, issued to Loom asynchronously in its turn.
+  c10::intrusive_ptr<c10d::Work> issue_point_to_point(const Where& where, c10d::OpType type,
+                                                      const char* title, const at::Tensor& t,
+                                                      bool send, int peer);
   Where where(const char* op) const {
     return {op, getRank(), getSize()};
   }
