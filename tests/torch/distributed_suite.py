@@ -92,22 +92,12 @@ class TestDistBackendWithFork(TestDistBackend, DistributedTest._DistTestBase):
 
 
 # Loom's failures in this suite, each with its reason (docs/torch_conformance.md says more).
-NO_MONITORED_BARRIER = "monitored_barrier: PyTorch 1.13 implements it for gloo only"
 NO_ANY_SOURCE = "recv from any source: Loom receives from a named peer only"
-TIMEOUT_WORDING = ("expects gloo's wording of a timeout; Loom raises LoomTimeoutError "
-                   "'... timed out after 1 s waiting for data from rank 2'")
 KNOWN_FAILURES = {
-    "test_monitored_barrier_failure_order": NO_MONITORED_BARRIER,
-    "test_monitored_barrier_gloo": NO_MONITORED_BARRIER,
-    "test_monitored_barrier_gloo_rank_0_timeout": NO_MONITORED_BARRIER,
-    "test_monitored_barrier_gloo_subgroup": NO_MONITORED_BARRIER,
-    "test_monitored_barrier_wait_all_ranks": NO_MONITORED_BARRIER,
     "test_send_recv_any_source": NO_ANY_SOURCE,
     "test_send_recv_any_source_autograd_profiler": NO_ANY_SOURCE,
     "test_send_recv_any_source_torch_profiler": NO_ANY_SOURCE,
     "test_sparse_all_reduce_sum": "sparse tensors: Loom reduces dense buffers only",
-    "test_barrier_timeout_full_group": TIMEOUT_WORDING,
-    "test_barrier_timeout_group": TIMEOUT_WORDING,
 }
 
 

@@ -109,7 +109,7 @@ std::vector<std::int64_t> splits_of(const std::vector<std::int64_t>& splits, con
 
 ProcessGroupLoom::ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    std::chrono::milliseconds timeout)
-    : BackendBase(rank, size) {
+    : BackendBase(rank, size), timeout_(timeout) {
   std::shared_ptr<loom::Store> loom_store = loom_store_of(store);
   const loom::Options options = options_for(*loom_store, timeout);
   comm_ = std::make_shared<loom::Communicator>(std::move(loom_store), rank, size, options);
@@ -539,6 +539,74 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::issue_point_to_point(const Wher
     work->op()->body = [buf] { *buf = at::Tensor(); };  // the send's buffer lives until it is done
   executor_->submit(work->op());
   return work;
+}
+
+void ProcessGroupLoom::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  using std::chrono::milliseconds;
+  const milliseconds timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
+  const auto start = std::chrono::steady_clock::now();
+  const int rank = getRank(), size = getSize();
+  auto token = [] { return std::vector<at::Tensor>{at::zeros({1}, at::kLong)}; };
+  // A Work's wait of 0 waits without a limit: at least a millisecond.
+  auto left = [&] {
+    const auto spent =
+        std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
+    return std::max(milliseconds(1), timeout - spent);
+  };
+  auto fail = [&](const std::string& message) {
+    comm_->abort();
+    TORCH_CHECK(false, message);
+  };
+  if (rank != 0) {
+    std::vector<at::Tensor> mine = token(), answer = token();
+    try {
+      auto sent = send(mine, 0, 0);
+      auto answered = recv(answer, 0, 0);
+      sent->wait(left());
+      answered->wait(left());
+    } catch (const std::exception& e) {
+      fail("Rank " + std::to_string(rank) +
+           " successfully reached monitoredBarrier, but received errors while waiting for "
+           "send/recv from rank 0. Please check rank 0 logs for faulty rank. (" + e.what() + ")");
+    }
+    return;
+  }
+  const std::string in_time = " failed to pass monitoredBarrier in " +
+                              std::to_string(timeout.count()) + " ms";
+  std::vector<std::vector<at::Tensor>> tokens(static_cast<std::size_t>(size));
+  std::vector<c10::intrusive_ptr<c10d::Work>> heard(static_cast<std::size_t>(size));
+  for (int r = 1; r < size; ++r) {
+    tokens[r] = token();
+    heard[r] = recv(tokens[r], r, 0);
+  }
+  std::vector<int> failed;
+  for (int r = 1; r < size; ++r) {
+    // Every rank gets the whole timeout when all are waited for, else what is left of it.
+    milliseconds wait = wait_all_ranks ? std::max(milliseconds(1), timeout) : left();
+    if (!wait_all_ranks && std::chrono::steady_clock::now() - start >= timeout &&
+        !heard[r]->isCompleted())
+      fail("[Rank 0]: Rank 0 timed out in monitoredBarrier after " +
+           std::to_string(timeout.count()) + " ms");
+    try {
+      heard[r]->wait(wait);
+    } catch (const std::exception& e) {
+      if (!wait_all_ranks) fail("[Rank 0]: Rank " + std::to_string(r) + in_time + "\n " + e.what());
+      failed.push_back(r);
+    }
+  }
+  if (!failed.empty()) {
+    std::string ranks;
+    for (int r : failed) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    fail("[Rank 0]: Ranks " + ranks + in_time);
+  }
+  for (int r = 1; r < size; ++r) {
+    std::vector<at::Tensor> answer = token();
+    try {
+      send(answer, r, 0)->wait(left());
+    } catch (const std::exception& e) {
+      fail("[Rank 0]: Rank " + std::to_string(r) + in_time + "\n " + e.what());
+    }
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::recvAnysource(std::vector<at::Tensor>&, int) {

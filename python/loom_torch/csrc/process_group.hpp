@@ -34,6 +34,10 @@ class ProcessGroupLoom : public BackendBase {
   void setSequenceNumberForGroup() override { sequence_ = 0; }
   uint64_t getSequenceNumberForGroup() override { return sequence_; }
 
+  // Rank 0 hears from every other rank within the timeout, then answers each, as
+  // ProcessGroupGloo's does and in its words ("Rank 1 failed to pass monitoredBarrier in ...").
+  // A rank that fails it aborts its group: the group is unusable after, as after any failure.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
@@ -97,6 +101,7 @@ class ProcessGroupLoom : public BackendBase {
   }
 
   std::shared_ptr<loom::Communicator> comm_;
+  std::chrono::milliseconds timeout_;  // PyTorch's, for this group
   std::shared_ptr<Executor> executor_;
   std::atomic<uint64_t> sequence_{0};  // collectives issued (point-to-point excluded)
 };
