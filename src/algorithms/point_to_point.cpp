@@ -38,7 +38,8 @@ bool PointToPointBatch::step() {
     if (op.call.kind == Kind::send)
       op.moved = Primitives(engine_, nullptr, &peer).send_some(op.call.in, op.call.count, op.moved);
     else
-      op.moved = Primitives(engine_, &peer, nullptr).recv_some(op.call.out, op.call.count, op.moved);
+      op.moved =
+          Primitives(engine_, &peer, nullptr).recv_some(op.call.out, op.call.count, op.moved);
     moved |= op.moved != before;
     if (op.moved < op.call.count) {
       blocked.insert(lane);

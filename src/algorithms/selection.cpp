@@ -209,7 +209,8 @@ double single_copy_cost(const SelectionInputs& in, std::size_t bytes) {
   constexpr double kReadCallUs = 5.0;
   constexpr double kKernelCopyFactor = 1.2;  // measured: 2 ranks, 1-64 MiB, 1.05-1.25x pairwise
   const LinkCost& m = in.costs.of(in.local);
-  const double copy = to_d(bytes) * m.beta_us_per_byte * (in.oversubscribed ? 1.0 : kKernelCopyFactor);
+  const double copy =
+      to_d(bytes) * m.beta_us_per_byte * (in.oversubscribed ? 1.0 : kKernelCopyFactor);
   return (in.size - 1) * (2.0 * m.alpha_us + switch_us(in, m) + kReadCallUs + copy);
 }
 

@@ -112,8 +112,8 @@ void single_copy_all_to_all(Engine& engine, const Collective& call) {
           fmt::format("{}: rank {}: collective mismatch: rank {} sends {} elements to rank {}, "
                       "which expects {} from it",
                       call.describe(), r, from, hello.block_count, r, expected),
-          fmt::format("rank {} sends {} elements where rank {} expects {}", from,
-                      hello.block_count, r, expected));
+          fmt::format("rank {} sends {} elements where rank {} expects {}", from, hello.block_count,
+                      r, expected));
     if (done.read_errno != 0 || expected == 0) continue;
     const auto pid = static_cast<pid_t>(hello.pid);
     std::uint64_t seen = 0;
@@ -141,9 +141,10 @@ void single_copy_all_to_all(Engine& engine, const Collective& call) {
   if (refused_by < 0) return;
   // Every rank saw the same done messages, so every rank turns to the slots here.
   engine.refuse_single_copy();
-  base::log().warn("{}: rank {} could not read its peers' memory ({}): all-to-all moves through "
-                   "the slots from now on",
-                   call.describe(), refused_by, std::strerror(static_cast<int>(refusal)));
+  base::log().warn(
+      "{}: rank {} could not read its peers' memory ({}): all-to-all moves through "
+      "the slots from now on",
+      call.describe(), refused_by, std::strerror(static_cast<int>(refusal)));
   Collective again = call;
   again.in = in;
   pairwise_all_to_all(engine, again);

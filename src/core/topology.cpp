@@ -114,8 +114,8 @@ Topology exchange_topology(Store& store, int rank, int size, std::chrono::millis
       throw StoreError(fmt::format("init: malformed topology record of rank {}", r));
     int pid = 0, cores = 0, reads_peers = 0;
     char port[128] = {0};
-    if (std::sscanf(v.substr(0, nl).c_str(), "%d %d %127s %d", &pid, &cores, port,
-                    &reads_peers) != 4 ||
+    if (std::sscanf(v.substr(0, nl).c_str(), "%d %d %127s %d", &pid, &cores, port, &reads_peers) !=
+            4 ||
         cores < 1)
       throw StoreError(fmt::format("init: malformed topology record of rank {}", r));
     t.pid_of_rank.push_back(pid);

@@ -34,8 +34,8 @@ struct Topology {
   Topology of_ranks(const std::vector<int>& ranks) const;
 };
 
-// Publishes this rank's host id, pid, cores, RDMA port, whether it reads peers' memory (`rdma`, one word, "-" for none)
-// (store::keys::topology) and reads every rank's.
+// Publishes this rank's host id, pid, cores, RDMA port, whether it reads peers' memory (`rdma`, one
+// word, "-" for none) (store::keys::topology) and reads every rank's.
 Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
                            const std::string& rdma = "-");
 

@@ -6,8 +6,8 @@
 
 #include <csignal>
 #include <cstdint>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../support/ranks.hpp"
@@ -57,8 +57,8 @@ TEST_P(PointToPointSideBySide, ReceiveIssuedBeforeTheSendAroundARing) {
           const int n = comm.size(), r = comm.rank();
           const int next = (r + 1) % n, prev = (r + n - 1) % n;
           int index = 0;
-          for (std::size_t count : {std::size_t{1}, std::size_t{3000}, std::size_t{1} << 20,
-                                    std::size_t{2} << 20}) {
+          for (std::size_t count :
+               {std::size_t{1}, std::size_t{3000}, std::size_t{1} << 20, std::size_t{2} << 20}) {
             SCOPED_TRACE(count);
             std::vector<std::uint32_t> in(count);
             const auto out = message(r, next, index, count);

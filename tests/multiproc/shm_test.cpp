@@ -315,6 +315,12 @@ TEST(SharedMemory, SegmentsLeftByAWholeJobKilledAreRemovedByTheNextJob) {
       [&note](RankContext& ctx) {
         if (ctx.rank == 0) {
           const std::string name = ctx.store->get_string("created", 30s);
+          // A shared lock, as a creator holds: a sweep by any other job on this machine (tests
+          // run side by side) leaves the segment alone until this check is done.
+          const int held = ::open(("/dev/shm" + name).c_str(), O_RDONLY | O_CLOEXEC);
+          ASSERT_GE(held, 0) << name;
+          ASSERT_EQ(::flock(held, LOCK_SH), 0);
+          ctx.store->set("held", "1");
           for (const char* key : {"pid/1", "pid/2"}) {
             const int pid = std::stoi(ctx.store->get_string(key, 30s));
             for (int i = 0; i < 3000 && transport::shm::process_alive(pid); ++i) ::usleep(10000);
@@ -322,6 +328,7 @@ TEST(SharedMemory, SegmentsLeftByAWholeJobKilledAreRemovedByTheNextJob) {
           }
           EXPECT_TRUE(std::filesystem::exists("/dev/shm" + name)) << "nothing was left over";
           std::ofstream(note) << name;
+          ::close(held);
           return;
         }
         ctx.store->set(fmt::format("pid/{}", ctx.rank), std::to_string(::getpid()));
@@ -344,6 +351,7 @@ TEST(SharedMemory, SegmentsLeftByAWholeJobKilledAreRemovedByTheNextJob) {
         for (int i = 0; i < 3000 && !ctx.store->check({key}).front(); ++i) ::usleep(10000);
         const std::string name = ctx.store->get_string(key, 1s);
         ctx.store->set("created", name);
+        ctx.store->wait({"held"}, 30s);
         ::raise(SIGKILL);
       },
       killed);

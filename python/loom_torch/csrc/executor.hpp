@@ -31,7 +31,7 @@ struct Op {
   std::chrono::steady_clock::time_point submitted;  // for the worker's grace period
   std::atomic<bool> done{false};
   std::exception_ptr error;
-  bool taken = false;  // out of the queue (under the executor's lock)
+  bool taken = false;      // out of the queue (under the executor's lock)
   bool in_flight = false;  // issued, not yet claimed for completion (under the lock)
 };
 

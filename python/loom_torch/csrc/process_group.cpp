@@ -517,11 +517,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::recv(std::vector<at::Tensor>& t
 
 // A send or receive on a host tensor: issued to Loom as an asynchronous call in its turn, and
 // complete when Loom's call is (then a receive's copy back, if the tensor was not dense).
-c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::issue_point_to_point(const Where& where,
-                                                                      OpType type,
-                                                                      const char* title,
-                                                                      const at::Tensor& t,
-                                                                      bool send, int peer) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::issue_point_to_point(
+    const Where& where, OpType type, const char* title, const at::Tensor& t, bool send, int peer) {
   std::vector<at::Tensor> tensors{t};
   auto work = c10::make_intrusive<LoomWork>(getRank(), type, title, tensors,
                                             send ? std::vector<at::Tensor>{} : tensors,
@@ -567,12 +564,13 @@ void ProcessGroupLoom::monitoredBarrier(const c10d::BarrierOptions& opts, bool w
     } catch (const std::exception& e) {
       fail("Rank " + std::to_string(rank) +
            " successfully reached monitoredBarrier, but received errors while waiting for "
-           "send/recv from rank 0. Please check rank 0 logs for faulty rank. (" + e.what() + ")");
+           "send/recv from rank 0. Please check rank 0 logs for faulty rank. (" +
+           e.what() + ")");
     }
     return;
   }
-  const std::string in_time = " failed to pass monitoredBarrier in " +
-                              std::to_string(timeout.count()) + " ms";
+  const std::string in_time =
+      " failed to pass monitoredBarrier in " + std::to_string(timeout.count()) + " ms";
   std::vector<std::vector<at::Tensor>> tokens(static_cast<std::size_t>(size));
   std::vector<c10::intrusive_ptr<c10d::Work>> heard(static_cast<std::size_t>(size));
   for (int r = 1; r < size; ++r) {
