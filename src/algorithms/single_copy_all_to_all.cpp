@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "algorithms/algorithms.hpp"
+#include "algorithms/all_to_all_blocks.hpp"
 #include "algorithms/primitives.hpp"
 #include "base/logging.hpp"
 #include "base/process_memory.hpp"
@@ -56,20 +57,11 @@ void single_copy_all_to_all(Engine& engine, const Collective& call) {
   if (engine.single_copy_refused()) return pairwise_all_to_all(engine, call);
   const int n = engine.size(), r = engine.rank();
   const std::size_t elem = size_of(call.dtype);
-  const bool uneven = call.layout != nullptr;
-  auto idx = [](int rank) { return static_cast<std::size_t>(rank); };
-  auto send_block = [&](int to) {  // {first element, count} of `in`
-    return uneven ? std::pair{call.layout->send_displs[idx(to)], call.layout->send_counts[idx(to)]}
-                  : std::pair{idx(to) * call.count, call.count};
-  };
-  auto recv_block = [&](int from) {  // ... of `out`
-    return uneven ? std::pair{call.layout->displs[idx(from)], call.layout->counts[idx(from)]}
-                  : std::pair{idx(from) * call.count, call.count};
-  };
+  const AllToAllBlocks blocks(call);
   std::size_t in_elems = 0, out_elems = 0;
   for (int j = 0; j < n; ++j) {
-    const auto [sf, sc] = send_block(j);
-    const auto [rf, rc] = recv_block(j);
+    const auto [sf, sc] = blocks.sent_to(j);
+    const auto [rf, rc] = blocks.received_from(j);
     if (sc > 0) in_elems = std::max(in_elems, sf + sc);
     if (rc > 0) out_elems = std::max(out_elems, rf + rc);
   }
@@ -81,20 +73,16 @@ void single_copy_all_to_all(Engine& engine, const Collective& call) {
     staged.assign(in, in + in_elems * elem);
     in = staged.data();
   }
-  const auto [own_from, own_count] = send_block(r);
-  const auto [own_to, own_expected] = recv_block(r);
-  if (own_count != own_expected)
-    throw CollectiveMismatch(fmt::format(
-        "{}: rank {}: send_counts[{}] = {} but recv_counts[{}] = {}: the block a rank keeps must "
-        "be the same size on both sides",
-        call.describe(), r, r, own_count, r, own_expected));
+  blocks.check_kept(r);
+  const auto [own_from, own_count] = blocks.sent_to(r);
+  const std::size_t own_to = blocks.received_from(r).first;
 
   // Messages go out before any is awaited (each connection has room for one), in ring order.
   const std::uint64_t nonce = fresh_nonce();
   const volatile std::uint64_t* kept = &nonce;
   for (int k = 1; k < n; ++k) {
     const int to = positive_mod(r + k, n);
-    const auto [first, count] = send_block(to);
+    const auto [first, count] = blocks.sent_to(to);
     const Hello hello{static_cast<std::uint64_t>(::getpid()), nonce,
                       reinterpret_cast<std::uint64_t>(kept),
                       reinterpret_cast<std::uint64_t>(in + first * elem), count};
@@ -106,7 +94,7 @@ void single_copy_all_to_all(Engine& engine, const Collective& call) {
     const int from = positive_mod(r - k, n);
     Hello hello;
     Primitives(engine, &engine.connection(from), nullptr).recv_message(&hello, sizeof hello);
-    const auto [at, expected] = recv_block(from);
+    const auto [at, expected] = blocks.received_from(from);
     if (hello.block_count != expected)
       throw CollectiveMismatch(
           fmt::format("{}: rank {}: collective mismatch: rank {} sends {} elements to rank {}, "
