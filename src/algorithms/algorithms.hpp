@@ -3,6 +3,8 @@
 
 #include <deque>
 #include <functional>
+#include <utility>
+#include <vector>
 
 #include "algorithms/engine.hpp"
 
@@ -49,6 +51,8 @@ class PointToPointBatch {
   std::deque<Op> ops_;  // stable addresses: the engine points at the current call
   std::size_t first_open_ = 0;
   const Collective* current_ = nullptr;
+  // step()'s lanes held back by an open operation: kept, so waiting steps do not allocate.
+  std::vector<std::pair<int, Kind>> blocked_;
 };
 void pairwise_all_to_all(Engine& engine, const Collective& call);
 void single_copy_all_to_all(Engine& engine, const Collective& call);

@@ -49,15 +49,9 @@ const transport::Tag* Engine::own_call_like(const transport::Tag& tag) const {
 
 void Engine::run(const Collective& call, bool background, DataPath* device_path,
                  PeerMemory* peer_memory) {
-  call_ = &call;
-  device_path_ = device_path;
-  peer_memory_ = peer_memory;
-  background_ = background;
-  slice_bytes_ = 0;
+  begin(&call, background, device_path, peer_memory);
   if (call.kind != Kind::send && call.kind != Kind::recv)
     history_[(call.tag().word >> 33) % kHistory] = call.tag();
-  deadline_ = base::Deadline::from_first_wait(config_.timeout);
-  used_.clear();
   // The direct path leaves the GPU to order itself: the host waits for none of its work.
   const bool direct = peer_memory_ && direct_device_call(*this, call);
   if (!direct) select_and_run(*this, call);
@@ -72,14 +66,19 @@ void Engine::flush() {
     waiter.until([c] { return c->send_idle(); }, c->peer(), "the send queue to drain to");
 }
 
-void Engine::begin_batch(bool background) {
-  call_ = nullptr;
-  device_path_ = nullptr;
-  peer_memory_ = nullptr;
+void Engine::begin(const Collective* call, bool background, DataPath* device_path,
+                   PeerMemory* peer_memory) {
+  call_ = call;
+  device_path_ = device_path;
+  peer_memory_ = peer_memory;
   background_ = background;
   slice_bytes_ = 0;
   restart_deadline();
   used_.clear();
+}
+
+void Engine::begin_batch(bool background) {
+  begin(nullptr, background, nullptr, nullptr);
 }
 
 void Engine::enter(const Collective& call, std::size_t slice_bytes) {

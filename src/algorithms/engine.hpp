@@ -123,6 +123,10 @@ class Engine {
 
  private:
   void use(transport::Connection& connection);
+  // What run() and begin_batch() both start with: the call (or none yet), its buffers' paths,
+  // the deadline from the first wait, no connections used.
+  void begin(const Collective* call, bool background, DataPath* device_path,
+             PeerMemory* peer_memory);
 
   int rank_;
   int size_;

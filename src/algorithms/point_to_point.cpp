@@ -1,6 +1,6 @@
 // send and recv: the buffer streams through the slots of the connection to the peer. One at a
 // time (point_to_point), or side by side (PointToPointBatch).
-#include <set>
+#include <algorithm>
 #include <utility>
 
 #include "algorithms/algorithms.hpp"
@@ -25,12 +25,12 @@ void PointToPointBatch::add(const Collective& call, std::function<void()> done) 
 
 bool PointToPointBatch::step() {
   bool moved = false;
-  std::set<std::pair<int, Kind>> blocked;  // (peer, direction) with an earlier operation open
+  blocked_.clear();  // (peer, direction) with an earlier operation still open
   for (std::size_t i = first_open_; i < ops_.size(); ++i) {
     Op& op = ops_[i];
     if (op.finished) continue;
     const auto lane = std::pair{op.call.root, op.call.kind};
-    if (blocked.count(lane)) continue;
+    if (std::find(blocked_.begin(), blocked_.end(), lane) != blocked_.end()) continue;
     current_ = &op.call;
     engine_.enter(op.call, op.slice_bytes);
     transport::Connection& peer = engine_.connection(op.call.root);
@@ -42,7 +42,7 @@ bool PointToPointBatch::step() {
           Primitives(engine_, &peer, nullptr).recv_some(op.call.out, op.call.count, op.moved);
     moved |= op.moved != before;
     if (op.moved < op.call.count) {
-      blocked.insert(lane);
+      blocked_.push_back(lane);
       continue;
     }
     op.finished = true;

@@ -22,10 +22,11 @@ inline void cpu_relax() {
 
 Waiter::Waiter(const Engine& engine) : engine_(engine) {}
 
-void Waiter::begin() {
+base::Clock::time_point Waiter::begin() {
   const auto now = base::Clock::now();
   open_spin_window(now);
   next_check_ = now + kCheckEvery;
+  return now;
 }
 
 void Waiter::open_spin_window(base::Clock::time_point now) {
@@ -39,9 +40,11 @@ void Waiter::open_spin_window(base::Clock::time_point now) {
 
 void Waiter::learn(base::Clock::time_point started, bool spun_out) {
   if (yield_) return;
-  engine_.spin_budget().record(
-      std::chrono::duration_cast<std::chrono::microseconds>(base::Clock::now() - started),
-      spun_out);
+  // How long the wait took matters only to one that spun out.
+  const auto waited =
+      spun_out ? std::chrono::duration_cast<std::chrono::microseconds>(base::Clock::now() - started)
+               : std::chrono::microseconds(0);
+  engine_.spin_budget().record(waited, spun_out);
 }
 
 bool Waiter::spin(int peer, const char* what) {

@@ -23,8 +23,7 @@ class Waiter {
   template <typename Ready>
   void until(Ready&& ready, int peer, const char* what) {
     if (ready()) return;
-    begin();
-    const base::Clock::time_point started = base::Clock::now();
+    const base::Clock::time_point started = begin();
     bool spun_out = false;
     while (!ready()) {
       if (spin(peer, what)) continue;
@@ -37,7 +36,9 @@ class Waiter {
   }
 
  private:
-  void begin();
+  // Opens the spinning window; returns the time it read.
+  base::Clock::time_point begin();
+  // Tells the spin budget how the wait went (a clock read only for a wait that spun out).
   void learn(base::Clock::time_point started, bool spun_out);
   void open_spin_window(base::Clock::time_point now);
   // Moves every connection; true while the spinning window lasts (after a pause or yield). A

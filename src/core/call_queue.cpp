@@ -132,11 +132,15 @@ void Communicator::Impl::run_engine(const Collective& call, bool background,
     progress_.in_call.store(false, std::memory_order_relaxed);
   } catch (...) {
     progress_.in_call.store(false, std::memory_order_relaxed);
-    try {
-      rethrow_in_context(call);
-    } catch (const Error& e) {
-      fail(call, e);
-    }
+    fail_in_flight(call);
+  }
+}
+
+void Communicator::Impl::fail_in_flight(const Collective& call) {
+  try {
+    rethrow_in_context(call);
+  } catch (const Error& e) {
+    fail(call, e);
   }
 }
 
@@ -215,11 +219,7 @@ void Communicator::Impl::run_point_to_point(std::unique_lock<std::mutex>& lock) 
       progress_.in_call.store(false, std::memory_order_relaxed);
       const Collective* call = batch.current();
       if (call == nullptr) throw;
-      try {
-        rethrow_in_context(*call);
-      } catch (const Error& e) {
-        fail(*call, e);
-      }
+      fail_in_flight(*call);
     }
   } catch (...) {
     failure = std::current_exception();
