@@ -22,7 +22,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-tools/deps.sh
+# Where PyTorch is already there the build includes loom_torch and its tests, which need more
+# than PyTorch itself (expecttest, from PyPI): install those too.
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then tools/deps.sh --torch; else tools/deps.sh; fi
 
 build=build type=Release ctest_filter=() targets=() cuda=AUTO
 if [ "$cuda_emulated" = 1 ]; then
