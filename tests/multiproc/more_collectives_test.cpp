@@ -9,9 +9,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstddef>
 #include <cstring>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "../support/ranks.hpp"
@@ -365,6 +367,47 @@ TEST(SingleCopyAllToAll, ARankRefusedItsReadsTurnsEveryRankToTheSlots) {
           check_all_to_all(comm, DataType::i32, 70000 + static_cast<std::size_t>(call), false);
           check_all_to_all_v(comm, DataType::u8, 5000, call == 1);
         }
+      },
+      opts);
+}
+
+constexpr int kDyingRank = 2;
+
+// A rank SIGKILLed while single-copy all-to-alls run (between its messages, or while peers read
+// its memory): every survivor raises PeerError naming it within seconds, never a hang or a
+// wrong result passed off as right.
+TEST(SingleCopyAllToAll, ARankDyingMidCallIsNamedOnEverySurvivor) {
+  testing::RunOptions opts;
+  opts.may_die = {kDyingRank};
+  testing::run_ranks_raw(
+      4,
+      [](testing::RankContext& ctx) {
+        Options o;
+        o.timeout = std::chrono::seconds(60);  // far beyond what a survivor may take
+        o.transport.emplace("shm");
+        o.algorithm = "alltoall:single_copy";
+        Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+        const std::size_t count = 1 << 18;  // 1 MiB blocks of f32
+        std::vector<float> in(4 * count, 1.0f), out(4 * count);
+        comm.all_to_all(in.data(), out.data(), count, DataType::f32);
+        if (ctx.rank == kDyingRank) {
+          std::thread([&ctx] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(30));
+            ctx.store->add("done", 1);  // the harness's count of finished ranks
+            ::kill(::getpid(), SIGKILL);
+          }).detach();
+          for (;;) comm.all_to_all(in.data(), out.data(), count, DataType::f32);
+        }
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          for (int i = 0; i < 100000; ++i)
+            comm.all_to_all(in.data(), out.data(), count, DataType::f32);
+          ADD_FAILURE() << "rank " << ctx.rank << " never noticed rank " << kDyingRank << " die";
+        } catch (const PeerError& e) {
+          EXPECT_EQ(e.peer(), kDyingRank) << e.what();
+        }
+        // The victim dies 30 ms in; the timeout is a minute.
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
       },
       opts);
 }
