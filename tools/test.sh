@@ -59,4 +59,18 @@ bench=ON
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=$type -DLOOM_WERROR=ON -DLOOM_SANITIZE="$sanitize" \
   -DLOOM_BUILD_BENCH=$bench -DLOOM_CUDA=$cuda >/dev/null
 cmake --build "$build" -j "$(nproc)" "${targets[@]}"
-ctest --test-dir "$build" --output-on-failure --no-tests=error -j 2 -LE "$labels_exclude" "${ctest_filter[@]}" "${ctest_extra[@]}"
+status=0
+ctest --test-dir "$build" --output-on-failure --no-tests=error -j 2 -LE "$labels_exclude" "${ctest_filter[@]}" \
+  "${ctest_extra[@]}" || status=$?
+if [ "$status" != 0 ] && [ -f "$build/Testing/Temporary/LastTest.log" ]; then
+  # A failed test's output scrolls far above the summary: repeat the end of each one here.
+  awk '/^[0-9]+\/[0-9]+ Testing: / { name = $3; n = 0; inside = 0; next }
+       /^Output:$/ { inside = 1; getline; next }
+       /^<end of output>$/ { inside = 0; next }
+       inside { lines[n++] = $0 }
+       /^Test Failed\./ {
+         print "==== the end of the output of failed test " name " ===="
+         for (i = (n > 40 ? n - 40 : 0); i < n; i++) print lines[i]
+       }' "$build/Testing/Temporary/LastTest.log"
+fi
+exit "$status"
