@@ -27,14 +27,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-//   "LOOMSNAP" | u32 version | u32 run id length, run id | TrainingState (4 x u64) |
+//   "LOOMSNAP" | u32 version | u32 run id length, run id | TrainingState (5 x u64; 4 in
+//   version 2, which had no samples_in_epoch) |
 //   i64 optimizer steps | f64 lr | u64 tensor count |
 //   per tensor: u64 name length, name, u64 elements, floats | u32 CRC32 of everything before it
 constexpr char kMagic[8] = {'L', 'O', 'O', 'M', 'S', 'N', 'A', 'P'};
-constexpr std::uint32_t kVersion = 2;
+constexpr std::uint32_t kVersion = 3;
+constexpr std::uint32_t kOldestVersion = 2;  // still read
 constexpr std::size_t kMaxRunId = 64;
 // Everything up to the tensors, with the longest run id.
-constexpr std::size_t kMaxHeaderBytes = sizeof(kMagic) + 4 + 4 + kMaxRunId + 4 * 8 + 8 + 8 + 8;
+constexpr std::size_t kMaxHeaderBytes = sizeof(kMagic) + 4 + 4 + kMaxRunId + 5 * 8 + 8 + 8 + 8;
 
 class Writer {
  public:
@@ -101,6 +103,7 @@ std::uint32_t crc32_of(const unsigned char* data, std::size_t n) {
 
 // What precedes the tensors: enough to tell whose snapshot a file is and how big it must be.
 struct Header {
+  std::uint32_t version = kVersion;
   std::string run_id;
   TrainingState state;
   std::int64_t optimizer_steps = 0;
@@ -109,9 +112,11 @@ struct Header {
 };
 
 Header read_header(Reader& r, const std::string& source) {
-  if (auto v = r.get<std::uint32_t>(); v != kVersion)
-    throw InvalidArgument(fmt::format("{}: version {}, this build reads {}", source, v, kVersion));
   Header h;
+  h.version = r.get<std::uint32_t>();
+  if (h.version < kOldestVersion || h.version > kVersion)
+    throw InvalidArgument(fmt::format("{}: version {}, this build reads {} to {}", source,
+                                      h.version, kOldestVersion, kVersion));
   const auto run_length = r.get<std::uint32_t>();
   if (run_length > kMaxRunId)
     throw InvalidArgument(fmt::format("{}: run id of {} bytes", source, run_length));
@@ -121,15 +126,17 @@ Header read_header(Reader& r, const std::string& source) {
   h.state.step_in_epoch = r.get<std::uint64_t>();
   h.state.global_step = r.get<std::uint64_t>();
   h.state.seed = r.get<std::uint64_t>();
+  if (h.version >= 3) h.state.samples_in_epoch = r.get<std::uint64_t>();
   h.optimizer_steps = r.get<std::int64_t>();
   h.lr = r.get<double>();
   h.tensors = r.get<std::uint64_t>();
   return h;
 }
 
-// The size of a snapshot of this model and optimizer written by run `run_id`.
-std::size_t encoded_size(Module& model, Optimizer& optimizer, const std::string& run_id) {
-  std::size_t n = kMaxHeaderBytes - kMaxRunId + run_id.size() + 4;
+// The size of a snapshot of this model and optimizer written by run `run_id` in `version`.
+std::size_t encoded_size(Module& model, Optimizer& optimizer, const std::string& run_id,
+                         std::uint32_t version = kVersion) {
+  std::size_t n = kMaxHeaderBytes - kMaxRunId + run_id.size() + 4 - (version < 3 ? 8 : 0);
   for (const Named& t : tensors_of(model, optimizer))
     n += 8 + t.name.size() + 8 + t.tensor->numel() * sizeof(float);
   return n;
@@ -143,6 +150,7 @@ std::vector<unsigned char> encode(Module& model, Optimizer& optimizer, const Tra
   w.put(static_cast<std::uint32_t>(run_id.size()));
   w.put_bytes(run_id.data(), run_id.size());
   w.put(state.epoch), w.put(state.step_in_epoch), w.put(state.global_step), w.put(state.seed);
+  w.put(state.samples_in_epoch);
   w.put(static_cast<std::int64_t>(optimizer.steps()));
   w.put(optimizer.lr());
   const auto tensors = tensors_of(model, optimizer);
@@ -283,7 +291,7 @@ std::vector<unsigned char> read_candidate(const std::string& path, const std::st
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0)
     throw InvalidArgument(fmt::format("{}: cannot stat: {}", path, std::strerror(errno)));
-  const std::size_t expected = encoded_size(model, optimizer, run_id);
+  const std::size_t expected = encoded_size(model, optimizer, run_id, header.version);
   if (static_cast<std::size_t>(st.st_size) != expected)
     throw InvalidArgument(fmt::format("{}: {} bytes, where a snapshot of this model takes {}", path,
                                       st.st_size, expected));
@@ -468,6 +476,18 @@ std::optional<TrainingState> resume_from_newest(Communicator& comm, const std::s
   bytes.resize(size);
   comm.broadcast(bytes.data(), size, DataType::u8, 0);
   return decode(bytes, fmt::format("{} (from rank 0)", dir), model, optimizer);
+}
+
+TrainingState adopt_rank0_state(Communicator& comm, Module& model, Optimizer& optimizer,
+                                const TrainingState& state) {
+  std::vector<unsigned char> bytes;
+  if (comm.rank() == 0) bytes = encode(model, optimizer, state, "");
+  std::uint64_t size = bytes.size();
+  comm.broadcast(&size, 1, DataType::u64, 0);
+  bytes.resize(size);
+  comm.broadcast(bytes.data(), size, DataType::u8, 0);
+  if (comm.rank() == 0) return state;
+  return decode(bytes, "the training state of rank 0", model, optimizer);
 }
 
 }  // namespace loom::ddp

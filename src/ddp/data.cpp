@@ -166,11 +166,26 @@ DistributedSampler::DistributedSampler(std::size_t size, int replicas, int rank,
       shuffle_(shuffle),
       seed_(seed),
       drop_last_(drop_last) {
+  reshard(replicas, rank, 0);
+}
+
+void DistributedSampler::set_epoch(std::uint64_t epoch) {
+  epoch_ = epoch;
+  consumed_ = 0;
+  share_out();
+}
+
+void DistributedSampler::reshard(int replicas, int rank, std::size_t consumed) {
   if (replicas < 1 || rank < 0 || rank >= replicas)
     throw InvalidArgument(
         fmt::format("DistributedSampler: rank {} of {} replicas", rank, replicas));
-  const std::size_t r = static_cast<std::size_t>(replicas);
-  num_samples_ = drop_last && size % r != 0 ? (size - size % r) / r : (size + r - 1) / r;
+  replicas_ = replicas, rank_ = rank, consumed_ = std::min(consumed, size_);
+  share_out();
+}
+
+void DistributedSampler::share_out() {
+  const std::size_t r = static_cast<std::size_t>(replicas_), left = size_ - consumed_;
+  num_samples_ = drop_last_ && left % r != 0 ? (left - left % r) / r : (left + r - 1) / r;
   total_size_ = num_samples_ * r;
 }
 
@@ -188,6 +203,7 @@ std::vector<std::size_t> DistributedSampler::indices() const {
       std::swap(order[i - 1], order[r % bound]);
     }
   }
+  order.erase(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(consumed_));
   if (order.empty()) return {};
   for (std::size_t i = 0; order.size() < total_size_; ++i) order.push_back(order[i]);  // padding
   order.resize(total_size_);

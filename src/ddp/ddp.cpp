@@ -240,28 +240,45 @@ class DistributedDataParallel::Impl {
 
 DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& comm,
                                                  DdpOptions options)
-    : impl_(std::make_unique<Impl>(module, comm, options)) {}
+    : module_(module), options_(options), impl_(std::make_unique<Impl>(module, comm, options)) {}
 DistributedDataParallel::~DistributedDataParallel() = default;
+
+DistributedDataParallel::Impl& DistributedDataParallel::impl() const {
+  if (!impl_)
+    throw InvalidArgument(
+        "DistributedDataParallel: no communicator (continue_on failed; call it again with a "
+        "working one)");
+  return *impl_;
+}
+
+void DistributedDataParallel::continue_on(Communicator& comm) {
+  impl_.reset();  // waits out the abandoned buckets, which fail at once on a failed communicator
+  for (Parameter* p : module_.parameters())
+    if (!p->grad.empty()) p->grad.zero();
+  impl_ = std::make_unique<Impl>(module_, comm, options_);
+}
+
 Tensor DistributedDataParallel::forward(const Tensor& input) {
-  return impl_->module().forward(input);
+  return impl().module().forward(input);
 }
 Tensor DistributedDataParallel::backward(const Tensor& grad_output) {
-  return impl_->backward(grad_output);
+  return impl().backward(grad_output);
 }
 void DistributedDataParallel::finalize() {
-  impl_->finalize();
+  impl().finalize();
 }
 const std::vector<BucketInfo>& DistributedDataParallel::buckets() const {
-  return impl_->infos();
+  return impl().infos();
 }
 Module& DistributedDataParallel::module() {
-  return impl_->module();
+  return module_;
 }
-DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp) : ddp_(ddp) {
-  ddp_.impl_->enter_no_sync();
+DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp)
+    : ddp_(ddp), impl_(&ddp.impl()) {
+  impl_->enter_no_sync();
 }
 DistributedDataParallel::NoSync::~NoSync() {
-  ddp_.impl_->leave_no_sync();
+  if (ddp_.impl_.get() == impl_) impl_->leave_no_sync();  // not after continue_on replaced it
 }
 
 }  // namespace loom::ddp

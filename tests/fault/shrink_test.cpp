@@ -72,6 +72,14 @@ TEST_P(Shrink, SurvivorsOfAKilledRankGoOnRenumberedInTheirOrder) {
         const std::int64_t mine = ctx.rank;
         survivors.all_gather(&mine, gathered.data(), 1, DataType::i64);
         EXPECT_EQ(gathered, (std::vector<std::int64_t>{0, 1, 3}));
+        // An average divides by the survivors, at a latency-bound size and a pipelined one
+        // (DDP averages its gradient buckets so): (1 + 2 + 4) / 3.
+        for (std::size_t n : {std::size_t{3}, std::size_t{85002}}) {
+          std::vector<float> values(n, static_cast<float>(ctx.rank + 1));
+          survivors.all_reduce(values.data(), n, DataType::f32, ReduceOp::avg);
+          EXPECT_FLOAT_EQ(values.front(), 7.0f / 3.0f) << n << " values";
+          EXPECT_FLOAT_EQ(values.back(), 7.0f / 3.0f) << n << " values";
+        }
         survivors.barrier();
         // The old communicator stays unusable, naming the dead rank.
         EXPECT_THROW(comm.barrier(), PeerError);

@@ -233,6 +233,48 @@ TEST(Sampler, PadsOrDropsTheRemainderAsTorchDoes) {
   EXPECT_THROW(DistributedSampler(10, 2, 2), InvalidArgument);
 }
 
+TEST(Sampler, ReshardingGoesOnWithTheRestOfTheEpochAmongTheNewRanks) {
+  // 3 ranks trained on their first 4 samples each: places 0..11 of the epoch's order.
+  const std::size_t size = 60, consumed = 12;
+  std::vector<std::size_t> order;  // the epoch's order, as one replica sees it
+  DistributedSampler whole(size, 1, 0, true, 9);
+  whole.set_epoch(3);
+  order = whole.indices();
+  std::multiset<std::size_t> done;
+  for (int r = 0; r < 3; ++r) {
+    DistributedSampler s(size, 3, r, true, 9);
+    s.set_epoch(3);
+    const auto mine = s.indices();
+    done.insert(mine.begin(), mine.begin() + 4);
+  }
+  EXPECT_EQ(done, std::multiset<std::size_t>(order.begin(), order.begin() + consumed));
+  // Two survivors share out the other 48 exactly: 24 each, none trained on twice.
+  std::multiset<std::size_t> rest;
+  for (int r = 0; r < 2; ++r) {
+    DistributedSampler s(size, 3, 2, true, 9);
+    s.set_epoch(3);
+    s.reshard(2, r, consumed);
+    EXPECT_EQ(s.num_samples(), 24u);
+    EXPECT_EQ(s.replicas(), 2);
+    const auto mine = s.indices();
+    rest.insert(mine.begin(), mine.end());
+    EXPECT_EQ(mine.front(), order[consumed + static_cast<std::size_t>(r)]);
+  }
+  EXPECT_EQ(rest, std::multiset<std::size_t>(order.begin() + consumed, order.end()));
+  // A new epoch starts from its beginning; resharding at 0 is a fresh sampler.
+  DistributedSampler s(size, 3, 1, true, 9), fresh(size, 2, 1, true, 9);
+  s.set_epoch(3);
+  s.reshard(2, 1, consumed);
+  s.set_epoch(4), fresh.set_epoch(4);
+  EXPECT_EQ(s.indices(), fresh.indices());
+  // Past the end: nothing left; a bad rank is refused and changes nothing.
+  s.reshard(2, 1, size + 5);
+  EXPECT_EQ(s.num_samples(), 0u);
+  EXPECT_TRUE(s.indices().empty());
+  EXPECT_THROW(s.reshard(2, 2, 0), InvalidArgument);
+  EXPECT_EQ(s.replicas(), 2);
+}
+
 class TempDir : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -387,7 +429,7 @@ TEST_F(Snapshots, RoundTripAndFallBackFromCorruptOrTruncatedFiles) {
   Sgd sgd(model.parameters(), SgdOptions{0.1, 0.9});
   for (Parameter* p : model.parameters()) p->grad.fill(0.5f);
   sgd.step();
-  TrainingState st{2, 5, 17, 99};
+  TrainingState st{2, 5, 17, 99, 1234};
   const std::string first = save_snapshot(dir_.string(), model, sgd, st);
   const auto saved_value = model.parameters()[0]->value.clone();
   const auto saved_momentum = sgd.state()[0]->clone();
@@ -402,6 +444,7 @@ TEST_F(Snapshots, RoundTripAndFallBackFromCorruptOrTruncatedFiles) {
   EXPECT_EQ(loaded->global_step, 18u);
   EXPECT_EQ(loaded->epoch, 2u);
   EXPECT_EQ(loaded->step_in_epoch, 5u);
+  EXPECT_EQ(loaded->samples_in_epoch, 1234u);
   EXPECT_EQ(fresh_sgd.steps(), 2);
   EXPECT_EQ(std::memcmp(fresh.parameters()[0]->value.data(), model.parameters()[0]->value.data(),
                         24 * sizeof(float)),

@@ -51,6 +51,8 @@ struct Args {
   std::string save_params;
   std::size_t eval_every = 0;  // 0: no validation
   double eval_fraction = 0.1;
+  bool shrink_on_failure = false;  // else a lost rank ends the run (for loomrun to restart)
+  double shrink_timeout_s = 30;
 };
 
 [[noreturn]] void usage(int code) {
@@ -84,6 +86,12 @@ struct Args {
       "  --eval-every N          every N steps, loss and accuracy on a held-out split (the\n"
       "                          last --eval-fraction of the data, never trained on)\n"
       "  --eval-fraction X       the share held out with --eval-every (default 0.1)\n"
+      "  --on-failure exit|shrink  when a rank is lost: exit (default: loomrun restarts the\n"
+      "                          workers from the last snapshot), or shrink: the others go on\n"
+      "                          from the current step without it (the data is shared out again,\n"
+      "                          the effective batch shrinks). Default: $LOOM_ON_FAILURE, which\n"
+      "                          loomrun --on-failure sets, else exit\n"
+      "  --shrink-timeout S      how long survivors wait for each other to shrink (default 30)\n"
       "Loss and accuracy are averaged over every rank's batches.\n");
   std::exit(code);
 }
@@ -113,8 +121,17 @@ std::vector<std::size_t> parse_widths(const std::string& text) {
   return widths;
 }
 
+bool on_failure(const std::string& v, const char* source) {
+  if (v == "exit" || v == "restart") return false;
+  if (v == "shrink") return true;
+  std::fprintf(stderr, "loom-train: %s: '%s' is not exit or shrink\n", source, v.c_str());
+  usage(2);
+}
+
 Args parse(int argc, char** argv) {
   Args a;
+  if (const char* v = std::getenv("LOOM_ON_FAILURE"); v && *v)
+    a.shrink_on_failure = on_failure(v, "LOOM_ON_FAILURE");
   auto value = [&](int& i) -> std::string {
     if (i + 1 >= argc) {
       std::fprintf(stderr, "loom-train: %s needs a value\n", argv[i]);
@@ -202,6 +219,10 @@ Args parse(int argc, char** argv) {
       a.eval_every = count(i);
     else if (f == "--eval-fraction")
       a.eval_fraction = number(i);
+    else if (f == "--on-failure")
+      a.shrink_on_failure = on_failure(value(i), "--on-failure");
+    else if (f == "--shrink-timeout")
+      a.shrink_timeout_s = number(i);
     else {
       std::fprintf(stderr, "loom-train: unknown option %s\n", f.c_str());
       usage(2);
@@ -263,6 +284,7 @@ std::string clock_text(double s) {
 struct StepTimes {
   double forward = 0, backward = 0, exposed = 0, optimizer = 0, data = 0, total = 0;
   std::size_t steps = 0;
+  std::size_t samples = 0;  // over all ranks (their number may fall with --on-failure shrink)
 };
 
 class Trainer {
@@ -307,66 +329,123 @@ class Trainer {
     }
     state_.seed = a_.seed;
     describe();
-    const std::size_t micro = a_.batch_size;
-    const std::size_t batches = (sampler_.num_samples() + micro - 1) / micro;
-    const std::size_t steps_per_epoch = (batches + a_.accumulate - 1) / a_.accumulate;
-    const std::size_t total_steps = a_.max_steps
-                                        ? std::min(a_.max_steps, a_.epochs * steps_per_epoch)
-                                        : a_.epochs * steps_per_epoch;
-    const auto start = Clock::now();
-    std::size_t steps_done_here = 0;
-    std::vector<double> epoch_loss;
-    bool done = state_.global_step >= total_steps;
+    start_ = Clock::now();
+    bool done = reached_the_end();
     while (!done && state_.epoch < a_.epochs) {
-      sampler_.set_epoch(state_.epoch);
-      const auto indices = sampler_.indices();
-      double loss_sum = 0, acc_sum = 0;
-      std::size_t loss_count = 0;
-      for (std::size_t step = state_.step_in_epoch; step < steps_per_epoch; ++step) {
-        const std::size_t first = step * a_.accumulate;
-        const std::size_t last = std::min(batches, first + a_.accumulate);
-        auto [loss, acc] = train_step(indices, first, last, micro);
-        loss_sum += loss, acc_sum += acc, ++loss_count;
-        ++state_.global_step, ++steps_done_here;
-        state_.step_in_epoch = step + 1;
-        if (state_.step_in_epoch == steps_per_epoch) ++state_.epoch, state_.step_in_epoch = 0;
-        if (a_.save_every && !a_.snapshot.empty() && state_.global_step % a_.save_every == 0 &&
-            rank_ == 0)
-          save_snapshot(a_.snapshot, model_, *optimizer_, state_);
-        if (a_.eval_every && state_.global_step % a_.eval_every == 0) evaluate();
-        if (state_.global_step >= total_steps) {
-          done = true;
-          break;
-        }
+      try {
+        done = run_epoch();
+      } catch (const loom::PeerError& e) {
+        go_on_without_the_lost(e);
+      } catch (const loom::TimeoutError& e) {  // a frozen rank: shrink leaves it out
+        go_on_without_the_lost(e);
       }
-      if (loss_count == 0) continue;
-      // Every rank's batches count: the sums and counts of all ranks, not rank 0's alone.
-      double totals[3] = {loss_sum, acc_sum, static_cast<double>(loss_count)};
-      if (comm_) comm_->all_reduce(totals, 3, loom::DataType::f64, loom::ReduceOp::sum);
-      epoch_loss.push_back(totals[0] / totals[2]);
-      const double elapsed = seconds(Clock::now() - start);
-      const double rate =
-          static_cast<double>(steps_done_here * a_.batch_size * a_.accumulate * world_) /
-          std::max(elapsed, 1e-9);
-      const double eta =
-          static_cast<double>(total_steps - state_.global_step) /
-          std::max(static_cast<double>(steps_done_here) / std::max(elapsed, 1e-9), 1e-9);
-      if (rank_ == 0)
-        std::printf(
-            "epoch %zu/%zu  step %llu  loss %.4f  acc %.3f  %.0f samples/s  ETA %s\n",
-            static_cast<std::size_t>(state_.step_in_epoch ? state_.epoch + 1 : state_.epoch),
-            a_.epochs, static_cast<unsigned long long>(state_.global_step), epoch_loss.back(),
-            totals[1] / totals[2], rate, clock_text(eta).c_str());
-      std::fflush(stdout);
     }
-    if (!a_.snapshot.empty() && a_.save_every && rank_ == 0 && steps_done_here > 0)
+    if (!a_.snapshot.empty() && a_.save_every && rank_ == 0 && steps_done_here_ > 0)
       save_snapshot(a_.snapshot, model_, *optimizer_, state_);
     if (!a_.save_params.empty() && rank_ == 0) save_params();
-    summary(epoch_loss);
+    summary();
     return 0;
   }
 
  private:
+  bool reached_the_end() const { return a_.max_steps && state_.global_step >= a_.max_steps; }
+
+  // Optimizer steps of a whole epoch at the current number of ranks.
+  std::size_t steps_per_epoch() const {
+    DistributedSampler whole = sampler_;
+    whole.reshard(world_, rank_, 0);
+    const std::size_t batches = (whole.num_samples() + a_.batch_size - 1) / a_.batch_size;
+    return (batches + a_.accumulate - 1) / a_.accumulate;
+  }
+
+  // The rest of the epoch in progress (from state_); true once --steps is reached.
+  bool run_epoch() {
+    const std::size_t micro = a_.batch_size;
+    sampler_.set_epoch(state_.epoch);
+    sampler_.reshard(world_, rank_, state_.samples_in_epoch);
+    const auto indices = sampler_.indices();
+    const std::size_t batches = (indices.size() + micro - 1) / micro;
+    const std::size_t steps = (batches + a_.accumulate - 1) / a_.accumulate;
+    double loss_sum = 0, acc_sum = 0;
+    std::size_t loss_count = 0;
+    bool done = false;
+    for (std::size_t step = 0; step < steps; ++step) {
+      const std::size_t first = step * a_.accumulate;
+      const std::size_t last = std::min(batches, first + a_.accumulate);
+      auto [loss, acc] = train_step(indices, first, last, micro);
+      loss_sum += loss, acc_sum += acc, ++loss_count;
+      ++state_.global_step, ++steps_done_here_, ++state_.step_in_epoch;
+      // Every rank trained on as many places of the order as this one.
+      const std::size_t mine = std::min(indices.size(), last * micro) - first * micro;
+      state_.samples_in_epoch += mine * static_cast<std::size_t>(world_);
+      samples_done_here_ += mine * static_cast<std::size_t>(world_);
+      if (steps_taken_ > a_.warmup_steps) times_.samples += mine * static_cast<std::size_t>(world_);
+      if (step + 1 == steps) ++state_.epoch, state_.step_in_epoch = 0, state_.samples_in_epoch = 0;
+      if (a_.save_every && !a_.snapshot.empty() && state_.global_step % a_.save_every == 0 &&
+          rank_ == 0)
+        save_snapshot(a_.snapshot, model_, *optimizer_, state_);
+      if (a_.eval_every && state_.global_step % a_.eval_every == 0) evaluate();
+      if (reached_the_end()) {
+        done = true;
+        break;
+      }
+    }
+    if (loss_count == 0) return done;
+    // Every rank's batches count: the sums and counts of all ranks, not rank 0's alone.
+    double totals[3] = {loss_sum, acc_sum, static_cast<double>(loss_count)};
+    if (comm_) comm_->all_reduce(totals, 3, loom::DataType::f64, loom::ReduceOp::sum);
+    epoch_loss_.push_back(totals[0] / totals[2]);
+    const double elapsed = seconds(Clock::now() - start_);
+    const double rate = static_cast<double>(samples_done_here_) / std::max(elapsed, 1e-9);
+    std::size_t steps_left =
+        (a_.epochs - std::min<std::size_t>(a_.epochs, state_.epoch)) * steps_per_epoch() -
+        std::min<std::size_t>(state_.step_in_epoch, steps_per_epoch());
+    if (a_.max_steps)
+      steps_left = std::min<std::size_t>(
+          steps_left, a_.max_steps - std::min<std::size_t>(a_.max_steps, state_.global_step));
+    const double eta = static_cast<double>(steps_left) * elapsed /
+                       std::max(static_cast<double>(steps_done_here_), 1.0);
+    if (rank_ == 0)
+      std::printf("epoch %zu/%zu  step %llu  loss %.4f  acc %.3f  %.0f samples/s  ETA %s\n",
+                  static_cast<std::size_t>(state_.step_in_epoch ? state_.epoch + 1 : state_.epoch),
+                  a_.epochs, static_cast<unsigned long long>(state_.global_step),
+                  epoch_loss_.back(), totals[1] / totals[2], rate, clock_text(eta).c_str());
+    std::fflush(stdout);
+    return done;
+  }
+
+  // --on-failure shrink: the survivors make a communicator of themselves, agree on where they
+  // are (one may have finished the step the lost rank broke off, another not), and go on from
+  // there with the rest of the epoch shared out among them.
+  void go_on_without_the_lost(const loom::Error& failure) {
+    if (!a_.shrink_on_failure || !comm_) throw;
+    const int before = world_, rank_before = rank_;
+    std::fprintf(stderr, "loom-train: rank %d: %s; shrinking (--on-failure shrink)\n", rank_,
+                 failure.what());
+    loom::Communicator survivors = comm_->shrink(std::chrono::milliseconds(
+        static_cast<long long>(a_.shrink_timeout_s * 1000)));  // the store must answer: else
+                                                               // this throws and the run ends
+    comm_->abort();
+    owned_comm_.reset();  // the failed one, if it was already a shrink's
+    owned_comm_.emplace(std::move(survivors));
+    comm_ = &*owned_comm_;
+    rank_ = comm_->rank(), world_ = comm_->size();
+    optimizer_->zero_grad();
+    state_ = adopt_rank0_state(*comm_, model_, *optimizer_, state_);
+    if (ddp_) ddp_->continue_on(*comm_);
+    ++shrinks_;
+    if (rank_ == 0)
+      std::printf(
+          "loom-train: going on with %d of %d ranks (this was rank %d) from step %llu, epoch "
+          "%llu with %llu of its samples done: effective batch %zu (was %zu)\n",
+          world_, before, rank_before, static_cast<unsigned long long>(state_.global_step),
+          static_cast<unsigned long long>(state_.epoch + 1),
+          static_cast<unsigned long long>(state_.samples_in_epoch),
+          a_.batch_size * a_.accumulate * static_cast<std::size_t>(world_),
+          a_.batch_size * a_.accumulate * static_cast<std::size_t>(before));
+    std::fflush(stdout);
+  }
+
   void describe() {
     if (rank_ != 0) return;
     std::size_t params = 0;
@@ -490,7 +569,8 @@ class Trainer {
     if (!out) throw loom::Error(fmt::format("loom-train: cannot write {}", a_.save_params));
   }
 
-  void summary(const std::vector<double>& epoch_loss) {
+  void summary() {
+    const std::vector<double>& epoch_loss = epoch_loss_;
     // Every rank's step times, averaged; throughput from the slowest rank.
     double mine[6] = {times_.forward,   times_.backward, times_.exposed,
                       times_.optimizer, times_.data,     times_.total};
@@ -500,11 +580,13 @@ class Trainer {
     const double single = calibrate_samples_per_s();
     if (rank_ != 0 || times_.steps == 0) return;
     const double steps = static_cast<double>(times_.steps);
-    const double samples = steps * static_cast<double>(a_.batch_size * a_.accumulate * world_);
-    const double rate = samples / std::max(slowest, 1e-9);
+    const double rate = static_cast<double>(times_.samples) / std::max(slowest, 1e-9);
     auto ms = [&](double s) { return 1e3 * s / steps; };
     std::printf("summary: %.0f samples/s (%d rank(s) x batch %zu, %zu steps)\n", rate, world_,
                 a_.batch_size * a_.accumulate, times_.steps);
+    if (shrinks_)
+      std::printf("shrunk %d time(s) after lost ranks: the run ended with %d rank(s)\n", shrinks_,
+                  world_);
     std::printf(
         "step time (ms, mean over ranks): forward %.2f, backward %.2f, exposed communication "
         "%.2f, optimizer %.2f, data %.2f, total %.2f\n",
@@ -524,6 +606,7 @@ class Trainer {
 
   Args a_;
   loom::Communicator* comm_;
+  std::optional<loom::Communicator> owned_comm_;  // the survivors', after a shrink
   int rank_, world_;
   Dataset data_;
   std::size_t held_out_;  // the last samples of data_, for --eval-every only
@@ -535,6 +618,10 @@ class Trainer {
   TrainingState state_;
   StepTimes times_;
   std::size_t steps_taken_ = 0;
+  std::size_t steps_done_here_ = 0, samples_done_here_ = 0;
+  std::vector<double> epoch_loss_;
+  Clock::time_point start_;
+  int shrinks_ = 0;
   Tensor x_;
   std::vector<int> labels_;
 };

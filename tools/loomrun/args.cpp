@@ -39,6 +39,12 @@ namespace {
       "Failures:\n"
       "  --max-restarts N      when a worker fails or a node is lost, stop the workers and start\n"
       "                        them all again (at the new node count), up to N times (default 0)\n"
+      "  --on-failure restart|shrink  restart (default): as above. shrink: a worker's failure or "
+      "a\n"
+      "                        lost node stops nothing; the others go on without it (loom-train\n"
+      "                        --on-failure shrink, Communicator::shrink; workers get\n"
+      "                        LOOM_ON_FAILURE=shrink). The job succeeds if the last workers to\n"
+      "                        end succeed; if they fail too, the restarts above apply\n"
       "  --monitor-interval S  seconds between looks at the rendezvous (default 0.1)\n"
       "  --grace SECONDS       wait after SIGTERM before SIGKILL when stopping workers (default "
       "5)\n"
@@ -174,6 +180,7 @@ constexpr ValueOption kValueOptions[] = {
     {"--rdzv-conf", "PET_RDZV_CONF"},
     {"--max-restarts", "PET_MAX_RESTARTS"},
     {"--monitor-interval", "PET_MONITOR_INTERVAL"},
+    {"--on-failure", "LOOM_ON_FAILURE"},
     {"--role", "PET_ROLE"},
     {"--local-addr", "PET_LOCAL_ADDR"},
 };
@@ -211,6 +218,10 @@ void apply(Args& a, Seen& seen, const std::string& flag, const std::string& v) {
     parse_conf(a, v);
   } else if (flag == "--max-restarts") {
     a.max_restarts = parse_int(flag, v, 0, 1 << 20);
+  } else if (flag == "--on-failure") {
+    if (v != "restart" && v != "exit" && v != "shrink")
+      bad("--on-failure " + v + ": restart or shrink");
+    a.shrink_on_failure = v == "shrink";
   } else if (flag == "--monitor-interval") {
     a.monitor_interval = millis(parse_seconds(flag, v, 0.01, 3600));
   } else if (flag == "--role") {

@@ -32,6 +32,7 @@ struct Args {
   std::string role = "default";
   double grace_s = 5.0;
   int max_restarts = 0;
+  bool shrink_on_failure = false;  // --on-failure shrink: the other workers go on
   std::chrono::milliseconds monitor_interval = std::chrono::milliseconds(100);
   bool prefix = true;
   std::string secret_file;

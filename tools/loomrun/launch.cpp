@@ -33,6 +33,7 @@ constexpr std::string_view kPerWorker[] = {"RANK=",
                                            "LOOM_STORE_HOSTED=",
                                            "LOOM_INIT_METHOD=",
                                            "LOOM_RESTART_COUNT=",
+                                           "LOOM_ON_FAILURE=",
                                            "TORCHELASTIC_"};
 
 }  // namespace
@@ -140,6 +141,7 @@ std::vector<WorkerSpec> worker_specs(const Args& args, const Placement& place,
     set("NODE_RANK", place.group_rank);
     set("LOOM_STORE_HOSTED", 1);  // also tells init() that loomrun launched it
     set("LOOM_RESTART_COUNT", place.restart_count);
+    set("LOOM_ON_FAILURE", args.shrink_on_failure ? "shrink" : "exit");
     specs.push_back(std::move(spec));
   }
   return specs;

@@ -55,7 +55,7 @@ int run_static(const Args& args, const std::vector<std::string>& base_env) {
     place.restart_count = attempt;
     log_round(args, place);
     const Outcome outcome = run_workers(args.command, worker_specs(args, place, base_env),
-                                        args.grace_s, args.prefix, nullptr);
+                                        args.grace_s, args.prefix, nullptr, args.shrink_on_failure);
     if (outcome.code == 0 || outcome.interrupted) return outcome.code;
     if (attempt >= args.max_restarts) {
       if (args.max_restarts > 0)
@@ -132,14 +132,18 @@ int run_dynamic(const Args& args, const std::vector<std::string>& base_env) {
 
     RoundEnd end = RoundEnd::running;
     auto next_poll = std::chrono::steady_clock::now();
-    const Outcome outcome = run_workers(args.command, worker_specs(args, place, base_env),
-                                        args.grace_s, args.prefix, [&] {
-                                          const auto now = std::chrono::steady_clock::now();
-                                          if (now < next_poll) return false;
-                                          next_poll = now + args.monitor_interval;
-                                          end = rdzv->poll(round);
-                                          return end != RoundEnd::running;
-                                        });
+    const Outcome outcome = run_workers(
+        args.command, worker_specs(args, place, base_env), args.grace_s, args.prefix,
+        [&] {
+          const auto now = std::chrono::steady_clock::now();
+          if (now < next_poll) return false;
+          next_poll = now + args.monitor_interval;
+          end = rdzv->poll(round);
+          // Shrinking, the workers go on without a lost node.
+          if (end == RoundEnd::failed && args.shrink_on_failure) return false;
+          return end != RoundEnd::running;
+        },
+        args.shrink_on_failure);
     if (outcome.interrupted) {
       rdzv->record_failure(round,
                            fmt::format("node {} ({}) was stopped by signal {}", round.group_rank,

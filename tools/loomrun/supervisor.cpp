@@ -93,10 +93,11 @@ pid_t start_worker(char* const* argv, char* const* envp, int out, int err) {
 
 Outcome run_workers_impl(const std::vector<std::string>& command,
                          const std::vector<WorkerSpec>& specs, double grace_s, bool prefix,
-                         const std::function<bool()>& should_stop) {
+                         const std::function<bool()>& should_stop, bool others_go_on) {
   std::vector<Worker> workers;
   std::optional<int> failure;  // the first failing worker's exit code
   int failed_rank = -1;
+  int last_code = 0, last_rank = -1;  // the last worker to end (others_go_on)
   bool stopped = false;
   for (const WorkerSpec& spec : specs) {
     Worker w;
@@ -177,7 +178,13 @@ Outcome run_workers_impl(const std::vector<std::string>& command,
           info.si_pid != w.pid)
         continue;
       w.exit_code = exit_code_of(info);
-      if (*w.exit_code != 0 && !failure && !stopped) {
+      last_code = *w.exit_code, last_rank = w.rank;
+      if (*w.exit_code != 0 && others_go_on && !stopped && !kill_at) {
+        std::fprintf(stderr,
+                     "loomrun: rank %d exited with code %d; the other workers go on without it "
+                     "(--on-failure shrink)\n",
+                     w.rank, *w.exit_code);
+      } else if (*w.exit_code != 0 && !failure && !stopped) {
         failure = *w.exit_code;
         failed_rank = w.rank;
         std::fprintf(stderr, "loomrun: rank %d exited with code %d; stopping the other workers\n",
@@ -220,6 +227,9 @@ Outcome run_workers_impl(const std::vector<std::string>& command,
       break;
     }
   }
+  // Going on without failed workers, the job is as good as the workers that ended it.
+  if (others_go_on && !failure && !stopped && last_code != 0)
+    failure = last_code, failed_rank = last_rank;
   return Outcome{failure.value_or(0), failed_rank, g_signal != 0, stopped};
 }
 
@@ -235,8 +245,9 @@ int received_signal() {
 }
 
 Outcome run_workers(const std::vector<std::string>& command, const std::vector<WorkerSpec>& specs,
-                    double grace_s, bool prefix, const std::function<bool()>& should_stop) {
-  return run_workers_impl(command, specs, grace_s, prefix, should_stop);
+                    double grace_s, bool prefix, const std::function<bool()>& should_stop,
+                    bool others_go_on) {
+  return run_workers_impl(command, specs, grace_s, prefix, should_stop, others_go_on);
 }
 
 }  // namespace loomrun

@@ -27,7 +27,10 @@ int received_signal();
 
 // Runs `command` once per spec and supervises the workers until all have exited. should_stop
 // is called every loop (50 ms); when it returns true the workers are stopped as after a failure.
+// A worker that fails stops the others, unless others_go_on (--on-failure shrink): then the
+// outcome is that of the last worker to end.
 Outcome run_workers(const std::vector<std::string>& command, const std::vector<WorkerSpec>& specs,
-                    double grace_s, bool prefix, const std::function<bool()>& should_stop);
+                    double grace_s, bool prefix, const std::function<bool()>& should_stop,
+                    bool others_go_on = false);
 
 }  // namespace loomrun

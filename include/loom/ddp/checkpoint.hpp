@@ -17,9 +17,12 @@ namespace loom::ddp {
 
 struct TrainingState {
   std::uint64_t epoch = 0;          // the epoch in progress (the sampler's epoch)
-  std::uint64_t step_in_epoch = 0;  // batches of it already done
+  std::uint64_t step_in_epoch = 0;  // optimizer steps of it done (at the ranks of the time)
   std::uint64_t global_step = 0;    // optimizer steps so far
   std::uint64_t seed = 0;           // the run's seed: initialisation, data, shuffling
+  // Places of the epoch's order already trained on, by all ranks together: where the sampler
+  // goes on from whatever the number of ranks now (DistributedSampler::reshard).
+  std::uint64_t samples_in_epoch = 0;
 };
 
 // The run's name: LOOM_RUN_ID, else TORCHELASTIC_RUN_ID (loomrun's or torchrun's --rdzv-id,
@@ -44,5 +47,13 @@ std::optional<TrainingState> resume_from_newest(Communicator& comm, const std::s
 std::optional<TrainingState> resume_from_newest(const std::string& dir, Module& model,
                                                 Optimizer& optimizer,
                                                 const std::string& run_id = default_run_id());
+
+// Collective: every rank takes rank 0's training state, parameters and optimizer state (as a
+// snapshot would carry them) and returns that state. After Communicator::shrink the survivors
+// may have got different distances into the step the lost rank broke off (one finished it,
+// another did not); this makes them one again. InvalidArgument, changing nothing, where a
+// rank's model or optimizer does not fit rank 0's.
+TrainingState adopt_rank0_state(Communicator& comm, Module& model, Optimizer& optimizer,
+                                const TrainingState& state);
 
 }  // namespace loom::ddp

@@ -52,19 +52,30 @@ class DistributedSampler {
  public:
   DistributedSampler(std::size_t size, int replicas, int rank, bool shuffle = true,
                      std::uint64_t seed = 0, bool drop_last = false);
-  void set_epoch(std::uint64_t epoch) { epoch_ = epoch; }
+  // A new epoch starts at the beginning of its order.
+  void set_epoch(std::uint64_t epoch);
   std::uint64_t epoch() const { return epoch_; }
   std::size_t num_samples() const { return num_samples_; }  // per rank
   std::vector<std::size_t> indices() const;
 
+  // Shares out what is left of this epoch among `replicas` (after a rank was lost, or a restart
+  // at another size): the epoch's order is the same, its first `consumed` places are taken as
+  // done (every rank's batches so far), and the rest is split as a fresh epoch would be.
+  void reshard(int replicas, int rank, std::size_t consumed);
+  int replicas() const { return replicas_; }
+  int rank() const { return rank_; }
+
  private:
+  void share_out();
+
   std::size_t size_;
   int replicas_, rank_;
   bool shuffle_;
   std::uint64_t seed_;
   bool drop_last_;
   std::uint64_t epoch_ = 0;
-  std::size_t num_samples_, total_size_;
+  std::size_t consumed_ = 0;  // places of this epoch's order already done
+  std::size_t num_samples_ = 0, total_size_ = 0;
 };
 
 }  // namespace loom::ddp

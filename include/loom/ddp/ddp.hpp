@@ -31,6 +31,8 @@ struct BucketInfo {
 
 class DistributedDataParallel {
  public:
+  class Impl;
+
   // Checks that every rank has the same parameter shapes (InvalidArgument naming the first
   // difference, on every rank), broadcasts rank 0's values, and makes each parameter's
   // gradient a view into its bucket. `module` and `comm` must outlive this object.
@@ -57,15 +59,25 @@ class DistributedDataParallel {
 
    private:
     DistributedDataParallel& ddp_;
+    Impl* impl_;
   };
   [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+
+  // After a failure and Communicator::shrink: abandons the pass in flight (every gradient is
+  // zeroed, and its optimizer step must not run) and goes on over `comm`, checking the shapes
+  // and broadcasting `comm`'s rank 0 parameters as at construction. Gradients are then averaged
+  // over comm.size() ranks. `comm` must outlive this object. Should that fail too, every later
+  // call raises InvalidArgument until a continue_on succeeds.
+  void continue_on(Communicator& comm);
 
   const std::vector<BucketInfo>& buckets() const;
   Module& module();
 
-  class Impl;
-
  private:
+  Impl& impl() const;
+
+  Module& module_;
+  DdpOptions options_;
   std::unique_ptr<Impl> impl_;
 };
 
