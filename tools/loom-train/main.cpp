@@ -322,6 +322,10 @@ class Trainer {
       auto resumed = comm_ ? resume_from_newest(*comm_, a_.snapshot, model_, *optimizer_)
                            : resume_from_newest(a_.snapshot, model_, *optimizer_);
       if (resumed) state_ = *resumed;
+      // A version 2 snapshot counts the epoch's steps only, at the size it was taken at.
+      if (resumed && state_.samples_in_epoch == 0 && state_.step_in_epoch > 0)
+        state_.samples_in_epoch =
+            state_.step_in_epoch * a_.batch_size * a_.accumulate * static_cast<std::size_t>(world_);
       if (resumed && rank_ == 0)
         std::printf("resumed at epoch %llu, step %llu\n",
                     static_cast<unsigned long long>(state_.epoch + 1),
