@@ -6,7 +6,8 @@
 #     restart (the same restart count), and the job finishes on 3 nodes;
 #   - --nnodes 2:3 on 3 nodes, one node SIGKILLed whole (loomrun and workers) mid-training: the
 #     other two re-rendezvous, restart at 2 nodes from the last snapshot and finish;
-#   - the same with node 1 killed, the node hosting the rendezvous store: node 2 takes it over.
+#   - the same with node 1 killed, the node hosting the rendezvous store: node 2 takes it over;
+#   - --on-failure shrink: a node killed, the other two nodes' workers go on without a restart.
 # Needs root (namespaces); exits 77 (CTest: skipped) with the reason where not permitted.
 set -u
 build=$1
@@ -109,4 +110,22 @@ echo "--nnodes 2:3, node 3 killed mid-training: the other 2 went on from the las
 kill_mid_training 1 hostlost
 grep -q "took it over" "$dir/node2.log" || fail "hostlost: node 2 did not take the rendezvous store over"
 echo "--nnodes 2:3, node 1 (hosting the rendezvous) killed: node 2 took the store over, the job finished"
+
+# --on-failure shrink: 3 nodes of --nnodes 2:3, one (not hosting the workers' store) killed whole
+# mid-training: the other two nodes' workers shrink and go on at once, no restart, and finish.
+rm -f "$dir"/node*.log
+for i in 1 2 3; do start "$i" 2:3 shrink --on-failure shrink $(train_args shrink); done
+wait_for 90 '[ -n "$(ls "$dir"/snap-shrink/snapshot-shrink-*.loom 2>/dev/null)" ]' || fail "shrink: no snapshot"
+victim=3
+grep -q "^  group_rank=0$" "$dir/node3.log" && victim=2
+"$cluster" kill "$victim"
+{ wait "${pid[$victim]}"; } 2>/dev/null
+for i in 1 2 3; do
+  [ "$i" = "$victim" ] && continue
+  finishes "$i" "shrink"
+  ! grep -q "restart_count=1" "$dir/node$i.log" || fail "shrink: node $i restarted its workers"
+done
+grep -q "going on with 2 of 3 ranks" "$dir"/node*.log || fail "shrink: the survivors did not shrink"
+grep -q "the run ended with 2 rank(s)" "$dir"/node*.log || fail "shrink: no summary at 2 ranks"
+echo "--nnodes 2:3 --on-failure shrink, node $victim killed: the other 2 went on without a restart"
 echo "elastic: all passed"

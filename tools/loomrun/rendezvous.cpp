@@ -490,6 +490,20 @@ void Rendezvous::finish(const Round& round) {
     const auto deadline = Clock::now() + config_.exit_barrier_timeout;
     for (;;) {
       auto present = guarded([&](loom::Store& s) { return s.check(done); });
+      // A node whose heartbeat stopped will never say it is done: lost while its workers went
+      // on without it (--on-failure shrink), it is not waited for.
+      const auto now = Clock::now();
+      for (int g = 0; g < n; ++g) {
+        const auto i = static_cast<std::size_t>(g);
+        if (present[i] || g == round.group_rank || i >= beats_.size()) continue;
+        const auto beat = guarded([&](loom::Store& s) {
+          return s.add(keys::rendezvous_heartbeat(run, round.number, g), 0);
+        });
+        if (beat != beats_[i])
+          beats_[i] = beat, beat_changed_[i] = now;
+        else if (now - beat_changed_[i] > config_.keep_alive_timeout)
+          present[i] = true;
+      }
       const bool all_done =
           std::all_of(present.begin(), present.end() - 1, [](bool b) { return b; });
       if (all_done || present.back() || Clock::now() > deadline) break;
