@@ -428,15 +428,7 @@ RoundEnd Rendezvous::poll(const Round& round) {
       });
       for (int g = 0; g < round.group_world_size(); ++g) {
         if (g == round.group_rank) continue;
-        const auto beat = guarded([&](loom::Store& s) {
-          return s.add(keys::rendezvous_heartbeat(run, round.number, g), 0);
-        });
-        auto& seen = beats_[static_cast<std::size_t>(g)];
-        auto& changed = beat_changed_[static_cast<std::size_t>(g)];
-        if (beat != seen) {
-          seen = beat;
-          changed = now;
-        } else if (now - changed > config_.keep_alive_timeout) {
+        if (heartbeat_stopped(round, g, now)) {
           const Member& m = round.members[static_cast<std::size_t>(g)];
           record_failure(
               round, fmt::format("node {} ({}, {}) sent no heartbeat for {} s", g, m.host, m.addr,
@@ -462,6 +454,20 @@ RoundEnd Rendezvous::poll(const Round& round) {
     last_failed_ = true;
     return RoundEnd::store_lost;
   }
+}
+
+bool Rendezvous::heartbeat_stopped(const Round& round, int g, Clock::time_point now) {
+  const auto beat = guarded([&](loom::Store& s) {
+    return s.add(keys::rendezvous_heartbeat(config_.run_id, round.number, g), 0);
+  });
+  auto& seen = beats_[static_cast<std::size_t>(g)];
+  auto& changed = beat_changed_[static_cast<std::size_t>(g)];
+  if (beat != seen) {
+    seen = beat;
+    changed = now;
+    return false;
+  }
+  return now - changed > config_.keep_alive_timeout;
 }
 
 bool Rendezvous::record_failure(const Round& round, const std::string& why) {
@@ -495,13 +501,7 @@ void Rendezvous::finish(const Round& round) {
       const auto now = Clock::now();
       for (int g = 0; g < n; ++g) {
         const auto i = static_cast<std::size_t>(g);
-        if (present[i] || g == round.group_rank || i >= beats_.size()) continue;
-        const auto beat = guarded([&](loom::Store& s) {
-          return s.add(keys::rendezvous_heartbeat(run, round.number, g), 0);
-        });
-        if (beat != beats_[i])
-          beats_[i] = beat, beat_changed_[i] = now;
-        else if (now - beat_changed_[i] > config_.keep_alive_timeout)
+        if (!present[i] && g != round.group_rank && heartbeat_stopped(round, g, now))
           present[i] = true;
       }
       const bool all_done =

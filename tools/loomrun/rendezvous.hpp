@@ -100,6 +100,8 @@ class Rendezvous {
   std::optional<Round> join_round(std::int64_t round, int max_restarts);
   std::int64_t current_round();
   std::string info_line() const;
+  // Whether member g's heartbeat has not moved for keep_alive_timeout (reads it once).
+  bool heartbeat_stopped(const Round& round, int g, std::chrono::steady_clock::time_point now);
 
   RendezvousConfig config_;
   std::string local_addr_, hostname_;
