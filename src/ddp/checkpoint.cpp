@@ -463,6 +463,19 @@ std::optional<TrainingState> resume_from_newest(const std::string& dir, Module& 
   return decode(*bytes, dir, model, optimizer);
 }
 
+namespace {
+
+// Rank 0's bytes (its size first), on every rank.
+std::vector<unsigned char> from_rank0(Communicator& comm, std::vector<unsigned char> bytes) {
+  std::uint64_t size = bytes.size();
+  comm.broadcast(&size, 1, DataType::u64, 0);
+  bytes.resize(size);
+  if (size > 0) comm.broadcast(bytes.data(), size, DataType::u8, 0);
+  return bytes;
+}
+
+}  // namespace
+
 std::optional<TrainingState> resume_from_newest(Communicator& comm, const std::string& dir,
                                                 Module& model, Optimizer& optimizer,
                                                 const std::string& run_id) {
@@ -470,22 +483,15 @@ std::optional<TrainingState> resume_from_newest(Communicator& comm, const std::s
   std::vector<unsigned char> bytes;
   if (comm.rank() == 0)
     if (auto found = newest_valid(dir, run_id, model, optimizer)) bytes = std::move(*found);
-  std::uint64_t size = bytes.size();
-  comm.broadcast(&size, 1, DataType::u64, 0);
-  if (size == 0) return std::nullopt;
-  bytes.resize(size);
-  comm.broadcast(bytes.data(), size, DataType::u8, 0);
+  bytes = from_rank0(comm, std::move(bytes));
+  if (bytes.empty()) return std::nullopt;
   return decode(bytes, fmt::format("{} (from rank 0)", dir), model, optimizer);
 }
 
 TrainingState adopt_rank0_state(Communicator& comm, Module& model, Optimizer& optimizer,
                                 const TrainingState& state) {
-  std::vector<unsigned char> bytes;
-  if (comm.rank() == 0) bytes = encode(model, optimizer, state, "");
-  std::uint64_t size = bytes.size();
-  comm.broadcast(&size, 1, DataType::u64, 0);
-  bytes.resize(size);
-  comm.broadcast(bytes.data(), size, DataType::u8, 0);
+  const auto bytes = from_rank0(
+      comm, comm.rank() == 0 ? encode(model, optimizer, state, "") : std::vector<unsigned char>{});
   if (comm.rank() == 0) return state;
   return decode(bytes, "the training state of rank 0", model, optimizer);
 }
