@@ -111,10 +111,13 @@ std::function<void()> Communicator::Impl::execute(const Collective& call, bool b
   return runtime ? runtime->end(call, true) : nullptr;
 }
 
+void Communicator::Impl::refuse_if_halted(const Collective& call) {
+  if (halt_.triggered()) halt_.raise_unusable(fmt::format("{}: rank {}", call.describe(), rank_));
+}
+
 void Communicator::Impl::run_engine(const Collective& call, bool background,
                                     gpu::Runtime* runtime) {
-  if (halt_.triggered())  // queued before the halt
-    halt_.raise_unusable(fmt::format("{}: rank {}", call.describe(), rank_));
+  refuse_if_halted(call);
   // Nothing to move, on every rank alike (all_to_all_v's blocks may be empty here only).
   if (call.count == 0 && call.kind != Kind::barrier && call.kind != Kind::all_to_all_v) return;
   progress_.word.store(call.tag().word, std::memory_order_relaxed);
@@ -189,12 +192,10 @@ void Communicator::Impl::run_point_to_point(std::unique_lock<std::mutex>& lock) 
       Queued q = std::move(queue_.front());
       queue_.pop_front();
       queued_.fetch_sub(1, std::memory_order_seq_cst);
-      if (halt_.triggered()) {  // queued before the halt
-        try {
-          halt_.raise_unusable(fmt::format("{}: rank {}", q.call.describe(), rank_));
-        } catch (...) {
-          q.state->finish(std::current_exception());
-        }
+      try {
+        refuse_if_halted(q.call);
+      } catch (...) {
+        q.state->finish(std::current_exception());
         continue;
       }
       Work::State* state = q.state.get();

@@ -100,6 +100,8 @@ class LOOM_INTERNAL Communicator::Impl {
   void admit(algorithms::Collective& call);
   std::function<void()> execute(const algorithms::Collective& call, bool background);
   void run_engine(const algorithms::Collective& call, bool background, gpu::Runtime* runtime);
+  // A call queued before the communicator halted raises what the halt says.
+  void refuse_if_halted(const algorithms::Collective& call);
   // In a handler: the error in flight, named with `call`, fails the communicator (fail()).
   [[noreturn]] void fail_in_flight(const algorithms::Collective& call);
   void work_loop();
