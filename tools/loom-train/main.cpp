@@ -354,12 +354,18 @@ class Trainer {
  private:
   bool reached_the_end() const { return a_.max_steps && state_.global_step >= a_.max_steps; }
 
+  // Optimizer steps over `samples` of this rank's (micro-batches of --batch-size, --accumulate
+  // of them a step).
+  std::size_t steps_over(std::size_t samples) const {
+    const std::size_t batches = (samples + a_.batch_size - 1) / a_.batch_size;
+    return (batches + a_.accumulate - 1) / a_.accumulate;
+  }
+
   // Optimizer steps of a whole epoch at the current number of ranks.
   std::size_t steps_per_epoch() const {
     DistributedSampler whole = sampler_;
     whole.reshard(world_, rank_, 0);
-    const std::size_t batches = (whole.num_samples() + a_.batch_size - 1) / a_.batch_size;
-    return (batches + a_.accumulate - 1) / a_.accumulate;
+    return steps_over(whole.num_samples());
   }
 
   // The rest of the epoch in progress (from state_); true once --steps is reached.
@@ -369,7 +375,7 @@ class Trainer {
     sampler_.reshard(world_, rank_, state_.samples_in_epoch);
     const auto indices = sampler_.indices();
     const std::size_t batches = (indices.size() + micro - 1) / micro;
-    const std::size_t steps = (batches + a_.accumulate - 1) / a_.accumulate;
+    const std::size_t steps = steps_over(indices.size());
     double loss_sum = 0, acc_sum = 0;
     std::size_t loss_count = 0;
     bool done = false;
@@ -380,10 +386,11 @@ class Trainer {
       loss_sum += loss, acc_sum += acc, ++loss_count;
       ++state_.global_step, ++steps_done_here_, ++state_.step_in_epoch;
       // Every rank trained on as many places of the order as this one.
-      const std::size_t mine = std::min(indices.size(), last * micro) - first * micro;
-      state_.samples_in_epoch += mine * static_cast<std::size_t>(world_);
-      samples_done_here_ += mine * static_cast<std::size_t>(world_);
-      if (steps_taken_ > a_.warmup_steps) times_.samples += mine * static_cast<std::size_t>(world_);
+      const std::size_t trained = (std::min(indices.size(), last * micro) - first * micro) *
+                                  static_cast<std::size_t>(world_);
+      state_.samples_in_epoch += trained;
+      samples_done_here_ += trained;
+      if (steps_taken_ > a_.warmup_steps) times_.samples += trained;
       if (step + 1 == steps) ++state_.epoch, state_.step_in_epoch = 0, state_.samples_in_epoch = 0;
       if (a_.save_every && !a_.snapshot.empty() && state_.global_step % a_.save_every == 0 &&
           rank_ == 0)
@@ -401,9 +408,10 @@ class Trainer {
     epoch_loss_.push_back(totals[0] / totals[2]);
     const double elapsed = seconds(Clock::now() - start_);
     const double rate = static_cast<double>(samples_done_here_) / std::max(elapsed, 1e-9);
+    const std::size_t whole_epoch = steps_per_epoch();
     std::size_t steps_left =
-        (a_.epochs - std::min<std::size_t>(a_.epochs, state_.epoch)) * steps_per_epoch() -
-        std::min<std::size_t>(state_.step_in_epoch, steps_per_epoch());
+        (a_.epochs - std::min<std::size_t>(a_.epochs, state_.epoch)) * whole_epoch -
+        std::min<std::size_t>(state_.step_in_epoch, whole_epoch);
     if (a_.max_steps)
       steps_left = std::min<std::size_t>(
           steps_left, a_.max_steps - std::min<std::size_t>(a_.max_steps, state_.global_step));
@@ -422,7 +430,7 @@ class Trainer {
   // are (one may have finished the step the lost rank broke off, another not), and go on from
   // there with the rest of the epoch shared out among them.
   void go_on_without_the_lost(const loom::Error& failure) {
-    if (!a_.shrink_on_failure || !comm_) throw;
+    if (!a_.shrink_on_failure || !comm_) throw;  // the failure being handled, as it was
     const int before = world_, rank_before = rank_;
     std::fprintf(stderr, "loom-train: rank %d: %s; shrinking (--on-failure shrink)\n", rank_,
                  failure.what());
@@ -574,7 +582,6 @@ class Trainer {
   }
 
   void summary() {
-    const std::vector<double>& epoch_loss = epoch_loss_;
     // Every rank's step times, averaged; throughput from the slowest rank.
     double mine[6] = {times_.forward,   times_.backward, times_.exposed,
                       times_.optimizer, times_.data,     times_.total};
@@ -600,9 +607,9 @@ class Trainer {
           "scaling efficiency: %.1f%% of %d x %.0f samples/s (one process, same batch, no "
           "communication)\n",
           100.0 * rate / (world_ * single), world_, single);
-    if (!epoch_loss.empty()) {
+    if (!epoch_loss_.empty()) {
       std::string curve;
-      for (double l : epoch_loss) curve += fmt::format("{}{:.4f}", curve.empty() ? "" : " ", l);
+      for (double l : epoch_loss_) curve += fmt::format("{}{:.4f}", curve.empty() ? "" : " ", l);
       std::printf("loss per epoch: %s\n", curve.c_str());
     }
     std::fflush(stdout);
