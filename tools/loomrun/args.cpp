@@ -45,6 +45,7 @@ namespace {
       "                        --on-failure shrink, Communicator::shrink; workers get\n"
       "                        LOOM_ON_FAILURE=shrink). The job succeeds if the last workers to\n"
       "                        end succeed; if they fail too, the restarts above apply\n"
+      "                        (default: $LOOM_ON_FAILURE, else restart)\n"
       "  --monitor-interval S  seconds between looks at the rendezvous (default 0.1)\n"
       "  --grace SECONDS       wait after SIGTERM before SIGKILL when stopping workers (default "
       "5)\n"

@@ -21,7 +21,8 @@ struct TrainingState {
   std::uint64_t global_step = 0;    // optimizer steps so far
   std::uint64_t seed = 0;           // the run's seed: initialisation, data, shuffling
   // Places of the epoch's order already trained on, by all ranks together: where the sampler
-  // goes on from whatever the number of ranks now (DistributedSampler::reshard).
+  // goes on from whatever the number of ranks now (DistributedSampler::reshard). 0 in a
+  // version 2 snapshot, which did not keep it: count step_in_epoch's samples at the size of then.
   std::uint64_t samples_in_epoch = 0;
 };
 
