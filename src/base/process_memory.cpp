@@ -1,12 +1,26 @@
 #include "base/process_memory.hpp"
 
+#include <signal.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 
 namespace loom::base {
+
+bool process_alive(int pid) {
+  if (::kill(pid, 0) != 0) return errno != ESRCH;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return true;  // no /proc: trust kill()
+  char state = 0;
+  int matched = std::fscanf(f, "%*d (%*[^)]) %c", &state);
+  std::fclose(f);
+  return matched != 1 || (state != 'Z' && state != 'X');
+}
 
 int read_process_memory(pid_t pid, const void* remote, void* local, std::size_t bytes) {
   auto* to = static_cast<std::byte*>(local);

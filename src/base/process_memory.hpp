@@ -1,5 +1,6 @@
-// Reading another process's memory in one copy (Linux cross-memory attach): the kernel copies
-// from the peer's pages straight into ours, where shared-memory slots copy twice.
+// Other processes of this host: whether one still runs, and reading its memory in one copy
+// (Linux cross-memory attach: the kernel copies from the peer's pages straight into ours, where
+// shared-memory slots copy twice).
 #pragma once
 
 #include <sys/types.h>
@@ -7,6 +8,10 @@
 #include <cstddef>
 
 namespace loom::base {
+
+// Whether process `pid` runs: not gone, and not a zombie waiting to be reaped (a launcher may
+// keep its dead workers unreaped). Without /proc, what kill(pid, 0) says.
+bool process_alive(int pid);
 
 // Whether this process may call process_vm_readv at all (a seccomp filter, as in some
 // containers, refuses it); checked once, by reading its own memory.

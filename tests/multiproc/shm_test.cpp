@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 
 #include "../support/ranks.hpp"
+#include "base/process_memory.hpp"
 #include "store/keys.hpp"
 #include "transports/shm/shm_transport.hpp"
 
@@ -323,8 +324,8 @@ TEST(SharedMemory, SegmentsLeftByAWholeJobKilledAreRemovedByTheNextJob) {
           ctx.store->set("held", "1");
           for (const char* key : {"pid/1", "pid/2"}) {
             const int pid = std::stoi(ctx.store->get_string(key, 30s));
-            for (int i = 0; i < 3000 && transport::shm::process_alive(pid); ++i) ::usleep(10000);
-            EXPECT_FALSE(transport::shm::process_alive(pid));
+            for (int i = 0; i < 3000 && base::process_alive(pid); ++i) ::usleep(10000);
+            EXPECT_FALSE(base::process_alive(pid));
           }
           EXPECT_TRUE(std::filesystem::exists("/dev/shm" + name)) << "nothing was left over";
           std::ofstream(note) << name;

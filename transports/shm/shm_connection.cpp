@@ -30,18 +30,6 @@ void futex_wake_shared(std::atomic<std::uint32_t>& word) {
 
 }  // namespace
 
-bool process_alive(int pid) {
-  if (::kill(pid, 0) != 0) return errno != ESRCH;
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-  FILE* f = std::fopen(path, "r");
-  if (f == nullptr) return true;  // no /proc: trust kill()
-  char state = 0;
-  int matched = std::fscanf(f, "%*d (%*[^)]) %c", &state);
-  std::fclose(f);
-  return matched != 1 || (state != 'Z' && state != 'X');
-}
-
 ShmConnection::ShmConnection(int self, int peer, int peer_pid, void* base, std::size_t bytes,
                              std::size_t slot_bytes, std::size_t slots, int side, std::string name)
     : self_(self),
@@ -209,7 +197,7 @@ void ShmConnection::sleep(int timeout_ms) {
   header_->waiting[side_].store(0, std::memory_order_relaxed);
   // A peer that died cannot ring. Check only when it has not moved: a peer may post its last
   // slot and exit, and that slot must still be read.
-  if (!moved() && peer_pid_ > 0 && !process_alive(peer_pid_))
+  if (!moved() && peer_pid_ > 0 && !base::process_alive(peer_pid_))
     peer_gone(fmt::format("process {} is gone (exited or crashed)", peer_pid_).c_str());
 }
 

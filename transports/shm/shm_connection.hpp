@@ -4,13 +4,11 @@
 
 #include <string>
 
+#include "base/process_memory.hpp"
 #include "transports/shm/shm_segment.hpp"
 #include "transports/transport.hpp"
 
 namespace loom::transport::shm {
-
-// Alive and not a zombie: a parent that has not reaped a dead child yet must not hide its death.
-bool process_alive(int pid);
 
 class ShmConnection final : public Connection {
  public:

@@ -18,6 +18,7 @@
 
 #include "base/auth.hpp"
 #include "base/logging.hpp"
+#include "base/process_memory.hpp"
 
 namespace loom::transport::shm {
 namespace {
@@ -250,7 +251,7 @@ std::string ShmTransport::await_segment_name(int peer, const std::string& key,
     if (halt.triggered())
       halt.raise(
           fmt::format("shm: rank {} (waiting for rank {} to create the segment)", rank_, peer));
-    if (pid > 0 && !process_alive(pid))
+    if (pid > 0 && !base::process_alive(pid))
       throw PeerError(fmt::format("shm: rank {} with rank {}: the peer's process {} is gone "
                                   "(exited or crashed) before it created the segment",
                                   rank_, peer, pid),
