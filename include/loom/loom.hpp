@@ -273,10 +273,10 @@ class LOOM_API Communicator {
   // After a failure (ncclCommShrink): a communicator of the ranks that call shrink() on this
   // one, renumbered in their order here, with its own key space, connections and monitor; its
   // errors name each rank's rank here too. Every survivor calls it; it returns as soon as every
-  // rank not known to have failed has joined, else after `timeout` with those that joined by
-  // then. A rank that joins after the members were fixed without it gets PeerError. It works on a
-  // healthy communicator as well (every rank joins). The store must still answer: a job whose store
-  // died with its host cannot shrink.
+  // rank not known to have failed has joined (a rank on this host whose process is gone counts
+  // as failed), else after `timeout` with those that joined by then. A rank that joins after the
+  // members were fixed without it gets PeerError. It works on a healthy communicator as well (every
+  // rank joins). The store must still answer: a job whose store died with its host cannot shrink.
   Communicator shrink(std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
   // Waits for pending work, closes connections. Later calls raise InvalidArgument.

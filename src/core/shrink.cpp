@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "base/logging.hpp"
+#include "base/process_memory.hpp"
 #include "core/communicator_impl.hpp"
 #include "store/keys.hpp"
 
@@ -48,6 +49,13 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
   for (int r = 0; r < size_; ++r) joined_keys.push_back(store::keys::shrink_joined(round, r));
   const std::string members_key = store::keys::shrink_members(round);
 
+  // A rank that dies after the failure that halted this communicator (before or while shrinking)
+  // is in no record; on this host its process tells. A rank elsewhere is waited for.
+  auto gone = [&](int r) {
+    const int pid = topology_.pid_of_rank[static_cast<std::size_t>(r)];
+    return topology_.same_host(r, rank_) && pid > 0 && !base::process_alive(pid);
+  };
+
   // Wait until every rank not known to have failed has joined, or the deadline; whoever decides
   // first fixes the members for all.
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -60,7 +68,7 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
     for (int r = 0; r < size_; ++r) {
       if (seen[static_cast<std::size_t>(r)])
         present.push_back(r);
-      else if (r != known_failed)
+      else if (r != known_failed && !gone(r))
         all_expected = false;
     }
     if (all_expected || std::chrono::steady_clock::now() >= deadline) break;

@@ -129,6 +129,39 @@ TEST(ShrinkMembership, ARankJoiningAfterTheTimeoutIsLeftOutAndTold) {
       opts);
 }
 
+TEST(ShrinkMembership, ARankDyingAfterTheFailureIsNotWaitedForOnItsHost) {
+  // Rank 2's death halts the communicator; rank 3 dies after it, before it could shrink: no
+  // record names it, but its process is gone, so the others do not wait out the timeout.
+  constexpr int kVictim = 2, kSecond = 3;
+  testing::RunOptions opts;
+  opts.may_die = {kVictim, kSecond};
+  testing::run_ranks_raw(
+      4,
+      [&](RankContext& ctx) {
+        Options o;
+        o.timeout = 60s;
+        Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+        comm.barrier();
+        if (ctx.rank == kVictim) {
+          ctx.store->add("done", 1);  // the harness's count of finished ranks
+          ::kill(::getpid(), SIGKILL);
+        }
+        run_until_peer_error(comm, kVictim);
+        if (ctx.rank == kSecond) {
+          ctx.store->add("done", 1);
+          ::kill(::getpid(), SIGKILL);
+        }
+        const auto started = std::chrono::steady_clock::now();
+        Communicator survivors = comm.shrink(60s);
+        EXPECT_LT(std::chrono::steady_clock::now() - started, 20s);
+        ASSERT_EQ(survivors.size(), 2);
+        EXPECT_EQ(survivors.rank(), ctx.rank);
+        EXPECT_EQ(sum_of_ranks_plus_one(survivors, ctx.rank + 1), 3);
+        survivors.destroy();
+      },
+      opts);
+}
+
 TEST(ShrinkMembership, OnAHealthyCommunicatorEveryRankGoesOnAndBothWork) {
   testing::run_ranks(3, [](Communicator& comm) {
     Communicator copy = comm.shrink();
