@@ -24,27 +24,30 @@ Waiter::Waiter(const Engine& engine) : engine_(engine) {}
 
 base::Clock::time_point Waiter::begin() {
   const auto now = base::Clock::now();
+  window_us_ = engine_.spin_budget().start_wait();
   open_spin_window(now);
   next_check_ = now + kCheckEvery;
   return now;
 }
 
 void Waiter::open_spin_window(base::Clock::time_point now) {
-  // Yield, and briefly, when ranks outnumber cores or this call runs beside its rank's work.
+  // Yield, and briefly, when ranks outnumber cores or this call runs beside its rank's work
+  // (which changes while the call runs: its caller may start waiting for it).
   yield_ = engine_.config().oversubscribed || engine_.sharing_core();
   // Yielding hands the core over already: the learned window is for pausing spins.
-  const SpinBudget& budget = engine_.spin_budget();
-  const int spin_us = yield_ ? std::min(budget.ceiling_us(), 20) : budget.window_us();
+  const int spin_us = yield_ ? std::min(engine_.spin_budget().ceiling_us(), 20) : window_us_;
   spin_until_ = now + std::chrono::microseconds(spin_us);
 }
 
 void Waiter::learn(base::Clock::time_point started, bool spun_out) {
   if (yield_) return;
-  // How long the wait took matters only to one that spun out.
+  // How long the wait took matters only to one that spun out, or one that explored.
+  SpinBudget& budget = engine_.spin_budget();
   const auto waited =
-      spun_out ? std::chrono::duration_cast<std::chrono::microseconds>(base::Clock::now() - started)
-               : std::chrono::microseconds(0);
-  engine_.spin_budget().record(waited, spun_out);
+      spun_out || budget.exploring()
+          ? std::chrono::duration_cast<std::chrono::microseconds>(base::Clock::now() - started)
+          : std::chrono::microseconds(0);
+  budget.record(waited, spun_out);
 }
 
 bool Waiter::spin(int peer, const char* what) {

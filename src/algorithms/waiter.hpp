@@ -59,7 +59,8 @@ class Waiter {
   base::Clock::time_point spin_until_;
   base::Clock::time_point next_check_;
   unsigned spins_ = 0;
-  bool yield_ = false;  // spin by yielding, briefly (decided at each begin())
+  bool yield_ = false;  // spin by yielding, briefly (decided whenever the window opens)
+  int window_us_ = 0;   // how long this wait pauses after the last movement (decided at begin())
   int sleep_cap_ms_ = 100;
 };
 

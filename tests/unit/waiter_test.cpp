@@ -114,6 +114,44 @@ TEST(SpinBudget, ShrinksOnShortWaitsThatSleptAndGrowsBackOnWaitsThatDidNot) {
   EXPECT_EQ(budget.window_us(), 200);
 }
 
+// A window too short to catch any wait never earns anything back by itself; one wait in
+// kExploreEvery spins the whole ceiling, and one that ends while spinning sets the window to twice
+// its length at once.
+TEST(SpinBudget, AWindowTooShortToCatchAnyWaitRecoversByExploring) {
+  using std::chrono::microseconds;
+  SpinBudget budget(200);
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(budget.start_wait(), budget.window_us());
+    budget.record(microseconds(300), true);
+  }
+  ASSERT_EQ(budget.window_us(), SpinBudget::kMinUs);
+  // Hand-overs of about 6 us: every wait spins out of a 1 us window, until the exploring one.
+  int waits = 20, explored_at = 0;
+  while (explored_at == 0 && waits < 20 + 2 * SpinBudget::kExploreEvery) {
+    const int window = budget.start_wait();
+    ++waits;
+    if (budget.exploring()) {
+      EXPECT_EQ(window, 200);
+      explored_at = waits;
+      budget.record(microseconds(6), false);
+    } else {
+      EXPECT_EQ(window, SpinBudget::kMinUs);
+      budget.record(microseconds(6), true);
+    }
+  }
+  ASSERT_NE(explored_at, 0);
+  EXPECT_LE(explored_at - 20, SpinBudget::kExploreEvery);
+  EXPECT_EQ(budget.window_us(), 13);  // twice the wait, plus one; the additive step is smaller
+  EXPECT_FALSE(budget.exploring());
+  // At its ceiling the window never explores.
+  for (int i = 0; i < 40; ++i) budget.record(microseconds(6), false);
+  ASSERT_EQ(budget.window_us(), 200);
+  for (int i = 0; i < 2 * SpinBudget::kExploreEvery; ++i) {
+    EXPECT_EQ(budget.start_wait(), 200);
+    EXPECT_FALSE(budget.exploring());
+  }
+}
+
 TEST(SpinBudget, ACeilingOfZeroNeverSpins) {
   SpinBudget budget(0);
   budget.record(std::chrono::microseconds(1), false);
