@@ -141,6 +141,36 @@ class LOOM_API Work {
   std::shared_ptr<State> state_;
 };
 
+// ---- The cost model ----------------------------------------------------------------------------
+// The calls estimate() asks about (LOOM_ALGO rules name them "allreduce", "alltoall", ...).
+enum class Operation : std::uint8_t {
+  all_reduce,
+  reduce_scatter,
+  all_gather,
+  broadcast,
+  reduce,
+  barrier,
+  send,
+  recv,
+  gather,
+  scatter,
+  all_to_all,
+  all_to_all_v,
+  all_gather_v,
+  reduce_scatter_v,
+};
+
+// What a call would run, and the time the cost model predicts for it.
+struct LOOM_API Estimate {
+  std::string algorithm;        // "ring", "recursive_doubling", "pairwise", ...
+  std::size_t slice_bytes = 0;  // what each slot hand-over carries (0: whole slots)
+  double microseconds = 0;      // predicted time of the call
+  bool forced = false;          // a LOOM_ALGO rule chose it, not the model
+  // Where the model's figures come from: "measured at init" (the init probe, LOOM_PROBE_US),
+  // or "defaults" where it did not run.
+  std::string model;
+};
+
 // ---- Communicator -------------------------------------------------------------------------------
 // A group of `size` ranks. Collectives must be issued by every rank in the same order.
 // Buffers passed to an _async call must stay valid until its Work completes.
@@ -285,6 +315,13 @@ class LOOM_API Communicator {
   // calls and every later one raise Aborted, and the connections are closed, so that peers
   // waiting on this rank fail with PeerError instead of at their timeout.
   void abort();
+
+  // What a call of `op` over `bytes` (its count times the element size, count as that call
+  // takes it: the whole buffer for all_reduce, one rank's block for all_gather) would run, and
+  // the cost model's prediction of its time; device: on GPU buffers. The same on every rank,
+  // and what the call itself runs. The model's figures are measured when the communicator is
+  // created (LOOM_PROBE_US) and logged against the measured times at LOOM_DEBUG=DEBUG.
+  Estimate estimate(Operation op, std::size_t bytes, bool device = false) const;
 
   // Host name, transport and settings, for logs and tools.
   std::string describe() const;

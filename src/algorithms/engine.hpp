@@ -3,6 +3,8 @@
 
 #include <array>
 #include <atomic>
+#include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "algorithms/collective.hpp"
@@ -106,8 +108,18 @@ class Engine {
     bool device = false;
     const Algorithm* algorithm = nullptr;  // none yet
     std::size_t slice = 0;
+    double predicted_us = 0;
   };
   Plan& plan() { return plan_; }
+  // The model against this rank's clock, per call class (collective, algorithm, power-of-two
+  // size class), kept only while DEBUG logging is on (selection.cpp logs it).
+  struct ClassTimes {
+    std::uint64_t calls = 0;
+    double predicted_us = 0;  // sums
+    double measured_us = 0;
+    double fastest_us = 0;
+  };
+  std::unordered_map<std::uint32_t, ClassTimes>& class_times() { return class_times_; }
   // How long this rank's waits spin before they sleep, learned across calls (waiter.hpp).
   SpinBudget& spin_budget() const { return spin_budget_; }
   // Whether a single-copy all-to-all failed to read a peer's memory on some rank of this
@@ -139,6 +151,7 @@ class Engine {
   bool background_ = false;
   std::size_t slice_bytes_ = 0;
   Plan plan_;
+  std::unordered_map<std::uint32_t, ClassTimes> class_times_;
   bool single_copy_refused_ = false;
   mutable SpinBudget spin_budget_;
   std::vector<transport::Connection*> by_peer_;         // connections made so far, by rank

@@ -18,7 +18,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -40,6 +43,103 @@ CostModel CostModel::defaults() {
   return m;
 }
 
+namespace {
+
+// The rates in the order encode() writes them, with their names.
+constexpr std::array<std::pair<const char*, double MachineRates::*>, 6> kRateFields = {{
+    {"copy_gbps", &MachineRates::copy_gbps},
+    {"reduce_gbps", &MachineRates::reduce_gbps},
+    {"handover_us", &MachineRates::handover_us},
+    {"wake_us", &MachineRates::wake_us},
+    {"loopback_us", &MachineRates::loopback_us},
+    {"loopback_gbps", &MachineRates::loopback_gbps},
+}};
+
+// Rates are better larger, times smaller; 0 is "not measured" and loses to any figure.
+bool is_time(double MachineRates::*field) {
+  return field == &MachineRates::handover_us || field == &MachineRates::wake_us ||
+         field == &MachineRates::loopback_us;
+}
+MachineRates pick(const MachineRates& a, const MachineRates& b, bool better) {
+  MachineRates r;
+  for (const auto& [name, field] : kRateFields) {
+    const double x = a.*field, y = b.*field;
+    if (x <= 0 || y <= 0) {
+      r.*field = std::max(x, y);
+      continue;
+    }
+    const bool x_better = is_time(field) ? x < y : x > y;
+    r.*field = x_better == better ? x : y;
+  }
+  return r;
+}
+
+}  // namespace
+
+std::string MachineRates::encode() const {
+  std::string out;
+  for (const auto& [name, field] : kRateFields)
+    out += fmt::format("{}{}={:.4g}", out.empty() ? "" : " ", name, this->*field);
+  return out;
+}
+
+MachineRates MachineRates::decode(std::string_view text) {
+  MachineRates r;
+  while (!text.empty()) {
+    const auto space = text.find(' ');
+    const std::string_view item = text.substr(0, space);
+    text = space == std::string_view::npos ? std::string_view{} : text.substr(space + 1);
+    const auto eq = item.find('=');
+    if (eq == std::string_view::npos) continue;
+    for (const auto& [name, field] : kRateFields) {
+      if (item.substr(0, eq) != name) continue;
+      const std::string value(item.substr(eq + 1));
+      char* end = nullptr;
+      const double v = std::strtod(value.c_str(), &end);
+      if (end != value.c_str() && *end == '\0' && std::isfinite(v) && v > 0) r.*field = v;
+    }
+  }
+  return r;
+}
+
+MachineRates MachineRates::better(const MachineRates& a, const MachineRates& b) {
+  return pick(a, b, true);
+}
+MachineRates MachineRates::worse(const MachineRates& a, const MachineRates& b) {
+  return pick(a, b, false);
+}
+
+// Shared memory: a rank copies each byte it sends into a slot, and copies out (gathering) or
+// reduces (reducing) each byte it receives; an all-reduce reduces half of its bytes. A hop is one
+// hand-over of a slot's flag, a slice two (filled, then released). TCP over loopback: the
+// stream's rate plus the reduction, a hop its latency.
+CostModel CostModel::measured(const MachineRates& r, bool tcp_on_loopback) {
+  CostModel m = defaults();
+  LinkCost& shm = m.by_kind[static_cast<std::size_t>(TransportKind::shm)];
+  LinkCost& tcp = m.by_kind[static_cast<std::size_t>(TransportKind::tcp)];
+  bool any = false;
+  const double reduce_per_byte = r.reduce_gbps > 0 ? 1.0 / (r.reduce_gbps * 1e3) : 0.0;
+  if (r.copy_gbps > 0 && r.reduce_gbps > 0) {
+    shm.beta_us_per_byte = 1.5 / (r.copy_gbps * 1e3) + 0.5 * reduce_per_byte;
+    any = true;
+  }
+  if (r.handover_us > 0) {
+    shm.alpha_us = r.handover_us;
+    shm.slice_us = 2.0 * r.handover_us;
+    any = true;
+  }
+  if (r.wake_us > 0) m.wake_us = r.wake_us, any = true;
+  if (tcp_on_loopback && r.loopback_us > 0 && r.loopback_gbps > 0) {
+    tcp.alpha_us = r.loopback_us;
+    tcp.beta_us_per_byte = 1.0 / (r.loopback_gbps * 1e3) + 0.5 * reduce_per_byte;
+    tcp.slice_us = r.loopback_us;
+    any = true;
+  }
+  if (any)
+    m.source = tcp_on_loopback ? "measured at init" : "measured at init (shm; tcp: defaults)";
+  return m;
+}
+
 bool SelectionInputs::hosts_even() const {
   for (const auto& h : hosts)
     if (h.size() != hosts.front().size()) return false;
@@ -48,8 +148,6 @@ bool SelectionInputs::hosts_even() const {
 
 namespace {
 
-// Ranks outnumbering cores hand slots over through the scheduler: a slice costs a switch.
-constexpr double kOversubscribedSliceFactor = 10.0;
 constexpr double kNever = 1e300;
 
 double to_d(std::size_t bytes) {
@@ -60,7 +158,8 @@ double to_d(std::size_t bytes) {
 std::size_t slice_for(const SelectionInputs& in, const LinkCost& link, double unit, int stages) {
   constexpr double kMin = 16 * 1024;
   const double slot = to_d(in.slot_bytes);
-  const double per_slice = link.slice_us * (in.oversubscribed ? kOversubscribedSliceFactor : 1.0);
+  // Ranks outnumbering cores hand slots over through the scheduler: a slice costs a wake-up.
+  const double per_slice = link.slice_us + (in.oversubscribed ? in.costs.wake_us : 0.0);
   const double best =
       std::sqrt(unit * per_slice / (std::max(1, stages - 1) * link.beta_us_per_byte));
   const auto s = static_cast<std::size_t>(std::clamp(best, std::min(kMin, slot), slot));
@@ -183,7 +282,7 @@ double linear_cost(const SelectionInputs& in, std::size_t bytes) {
 }
 // Ranks outnumbering cores: a slot handed to a peer that is not running waits for a switch.
 double switch_us(const SelectionInputs& in, const LinkCost& link) {
-  return in.oversubscribed ? link.slice_us * kOversubscribedSliceFactor : 0.0;
+  return in.oversubscribed ? link.slice_us + in.costs.wake_us : 0.0;
 }
 // Pairwise through the slots: each block crosses one hop, copied in and out; oversubscribed, a
 // switch about every half slot (the receiver drains while the sender fills).
@@ -413,6 +512,36 @@ void log_choice(const Selector& selector, const Collective& call, const Selector
 
 }  // namespace
 
+namespace {
+
+// At DEBUG, each call class's predicted time against this rank's measured one, at its 1st, 10th,
+// 100th, ... call: where the model is wrong, and by how much.
+void record_time(Engine& engine, const Collective& call, const Engine::Plan& plan,
+                 std::chrono::duration<double, std::micro> took) {
+  const auto index = static_cast<std::uint32_t>(plan.algorithm - algorithm_table().data());
+  const std::size_t bytes = plan.bytes;
+  const auto size_class = static_cast<std::uint32_t>(bytes == 0 ? 0 : 64 - __builtin_clzll(bytes));
+  const std::uint32_t key = static_cast<std::uint32_t>(call.kind) << 16 | index << 8 | size_class;
+  Engine::ClassTimes& t = engine.class_times()[key];
+  t.calls += 1;
+  t.predicted_us += plan.predicted_us;
+  t.measured_us += took.count();
+  t.fastest_us = t.calls == 1 ? took.count() : std::min(t.fastest_us, took.count());
+  std::uint64_t power = 1;
+  while (power * 10 <= t.calls) power *= 10;
+  if (t.calls != power) return;
+  const double calls = static_cast<double>(t.calls);
+  const std::size_t low = size_class == 0 ? 0 : std::size_t{1} << (size_class - 1);
+  base::log().debug(
+      "{} {} of {}-{} B: predicted {:.1f} us, measured {:.1f} us (fastest {:.1f}) on this rank, "
+      "mean of {} call(s); cost model {}",
+      to_string(call.kind), plan.algorithm->name, low, low == 0 ? 0 : 2 * low - 1,
+      t.predicted_us / calls, t.measured_us / calls, t.fastest_us, t.calls,
+      engine.selector().inputs().costs.source);
+}
+
+}  // namespace
+
 void select_and_run(Engine& engine, const Collective& call) {
   const std::size_t bytes = call.bytes();
   const bool device = call.device >= 0;
@@ -422,10 +551,17 @@ void select_and_run(Engine& engine, const Collective& call) {
       plan.algorithm == nullptr) {
     const Selector::Choice choice = engine.selector().choose(call.kind, bytes, device);
     log_choice(engine.selector(), call, choice, bytes);
-    plan = Engine::Plan{call.kind, bytes, device, choice.algorithm, choice.slice};
+    plan =
+        Engine::Plan{call.kind, bytes, device, choice.algorithm, choice.slice, choice.predicted_us};
   }
   engine.set_slice_bytes(plan.slice);
+  if (!base::log().should_log(spdlog::level::debug)) {
+    plan.algorithm->run(engine, call);
+    return;
+  }
+  const auto started = std::chrono::steady_clock::now();
   plan.algorithm->run(engine, call);
+  record_time(engine, call, plan, std::chrono::steady_clock::now() - started);
 }
 
 }  // namespace loom::algorithms

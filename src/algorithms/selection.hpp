@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,14 +31,42 @@ struct LinkCost {
   double slice_us;
 };
 
+// What the init probe measured on a host (core/machine_probe.cpp); 0: not measured.
+struct MachineRates {
+  double copy_gbps = 0;      // memcpy of 4 MiB (beyond a core's cache, within the shared one)
+  double reduce_gbps = 0;    // f32 sum of 1 MiB (a += b), bytes of output per second
+  double handover_us = 0;    // one way between two threads that spin on a shared word
+  double wake_us = 0;        // one way between two threads that sleep on a futex
+  double loopback_us = 0;    // 8 bytes one way over TCP loopback
+  double loopback_gbps = 0;  // one TCP loopback stream
+
+  // "copy=41.2 reduce=20.1 ..." (a rank's topology record carries it); decode() reads any
+  // field it knows and leaves the rest 0.
+  std::string encode() const;
+  static MachineRates decode(std::string_view text);
+  // Field by field, the better (the ranks of a host probe at once and disturb each other: the
+  // least disturbed figure is the machine's) or the worse (hosts: the slowest bounds a call).
+  static MachineRates better(const MachineRates& a, const MachineRates& b);
+  static MachineRates worse(const MachineRates& a, const MachineRates& b);
+};
+
 // Link costs by transport kind.
 struct CostModel {
   std::array<LinkCost, 4> by_kind;
+  // One slot hand-over through the scheduler (a sleeping peer woken), paid per slice when ranks
+  // outnumber cores.
+  double wake_us = 20.0;
+  // Where the figures come from: "defaults" or "measured at init".
+  std::string source = "defaults";
   const LinkCost& of(transport::TransportKind kind) const {
     return by_kind[static_cast<std::size_t>(kind)];
   }
   // Conservative figures for a 2-core machine: wake-ups dominate TCP's latency.
   static CostModel defaults();
+  // The model on measured rates. Shared memory from the copy and reduction rates and the
+  // hand-over; TCP from loopback when `tcp_on_loopback` (every rank on one host), else its
+  // defaults (links between hosts are not probed). A figure left unmeasured keeps its default.
+  static CostModel measured(const MachineRates& rates, bool tcp_on_loopback);
 };
 
 // What every choice of a communicator depends on.

@@ -142,6 +142,7 @@ Config Config::resolve(const Options& options, int world_size) {
   c.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (auto n = env_int("LOOM_CUDA_IPC", 0, 1)) c.cuda_ipc = *n == 1;
   if (auto n = env_int("LOOM_CUDA_DIRECT", 0, 1)) c.cuda_direct = *n == 1;
+  if (auto n = env_int("LOOM_PROBE_US", 0, 1000000)) c.probe_budget = std::chrono::microseconds(*n);
   if (auto n = env_int("LOOM_SPIN_US", 0, 1000000))
     c.spin_us = static_cast<int>(*n), c.spin_us_set = true;
   c.set_local_world_size(world_size);

@@ -44,6 +44,9 @@ struct Config {
   // Bytes of device slots per CUDA IPC connection (LOOM_CUDA_BUFFSIZE): larger than the host
   // FIFO, since every slot hand-over waits for the GPU and GPU copies run at TB/s.
   std::size_t cuda_buffer_bytes = std::size_t{32} << 20;
+  // How long init measures this host for the cost model (LOOM_PROBE_US; 0: the model's
+  // defaults). Ranks that skip it take the figures of those that probe.
+  std::chrono::microseconds probe_budget{10000};
   // Bounded spinning before blocking, in microseconds; 0 blocks at once.
   int spin_us = 200;
   bool spin_us_set = false;  // by LOOM_SPIN_US, which set_local_world_size leaves alone

@@ -99,7 +99,13 @@ void Communicator::Impl::start() {
       who(rank_), size_, host_name(), transport_summary_, listen_address_, config_.sockets_per_peer,
       config_.slots, config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10,
       config_.timeout.count() / 1000, kernels::simd_target());
-  if (rank_ == 0) base::log().info("topology: {}", topology_.describe());
+  if (rank_ == 0) {
+    base::log().info("topology: {}", topology_.describe());
+    const auto& costs = engine_->selector().inputs().costs;
+    base::log().info("cost model {}: {}", costs.source,
+                     costs.source == "defaults" ? "LOOM_PROBE_US=0 or one rank"
+                                                : topology_.machine_rates().encode());
+  }
   if (gpus_)
     base::log().info("{}: {}; device buffers of local peers via {}", who(rank_), device::describe(),
                      ipc_ ? "cudaipc" : "host slots");
@@ -152,6 +158,22 @@ std::string Communicator::Impl::describe() const {
                      rank_, size_, host_name(), transport_summary_, listen_address_,
                      config_.sockets_per_peer, config_.slots,
                      config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10);
+}
+
+Estimate Communicator::Impl::estimate(Operation op, std::size_t bytes, bool device) const {
+  // Operation lists the collectives in Kind's order; Kind starts at 1.
+  static_assert(std::size(algorithms::kAllKinds) ==
+                static_cast<std::size_t>(Operation::reduce_scatter_v) + 1);
+  const auto index = static_cast<std::size_t>(op);
+  if (index >= std::size(algorithms::kAllKinds))
+    throw InvalidArgument(fmt::format("estimate: rank {}: operation {} is not one of Loom's", rank_,
+                                      static_cast<int>(op)));
+  const algorithms::Kind kind = algorithms::kAllKinds[index];
+  // The engine's selector is built from the same inputs: this choice is the call's.
+  const algorithms::Selector selector(selection_inputs());
+  const algorithms::Selector::Choice c = selector.choose(kind, bytes, device);
+  return Estimate{std::string(c.algorithm->name), c.slice, c.predicted_us, c.forced,
+                  selector.inputs().costs.source};
 }
 
 void Communicator::Impl::shutdown() {
@@ -207,6 +229,10 @@ int Communicator::size() const {
 std::string Communicator::describe() const {
   LOOM_REQUIRE_IMPL("describe");
   return impl_->describe();
+}
+Estimate Communicator::estimate(Operation op, std::size_t bytes, bool device) const {
+  LOOM_REQUIRE_IMPL("estimate");
+  return impl_->estimate(op, bytes, device);
 }
 Communicator::Communicator(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 

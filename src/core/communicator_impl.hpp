@@ -47,6 +47,7 @@ class LOOM_INTERNAL Communicator::Impl {
   int rank() const { return rank_; }
   int size() const { return size_; }
   std::string describe() const;
+  Estimate estimate(Operation op, std::size_t bytes, bool device) const;
 
   // Validates, numbers and queues one call for the worker thread.
   Work submit(algorithms::Collective call);

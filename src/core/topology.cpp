@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -83,16 +84,30 @@ Topology Topology::of_ranks(const std::vector<int>& ranks) const {
     t.cores_of_rank.push_back(cores_of_rank[i]);
     t.rdma_of_rank.push_back(rdma_of_rank[i]);
     t.reads_peers_of_rank.push_back(reads_peers_of_rank[i]);
+    t.rates_of_rank.push_back(rates_of_rank[i]);
   }
   return t;
 }
 
+algorithms::MachineRates Topology::machine_rates() const {
+  std::map<std::string, algorithms::MachineRates> best_of_host;
+  for (std::size_t r = 0; r < host_of_rank.size(); ++r) {
+    auto [it, added] = best_of_host.emplace(host_of_rank[r], rates_of_rank[r]);
+    if (!added) it->second = algorithms::MachineRates::better(it->second, rates_of_rank[r]);
+  }
+  std::optional<algorithms::MachineRates> worst;
+  for (const auto& [host, rates] : best_of_host)
+    worst = worst ? algorithms::MachineRates::worse(*worst, rates) : rates;
+  return worst.value_or(algorithms::MachineRates{});
+}
+
 Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
-                           const std::string& rdma) {
+                           const std::string& rdma, const algorithms::MachineRates& rates) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  store.set(store::keys::topology(rank),
-            fmt::format("{} {} {} {}\n{}", ::getpid(), cores, rdma.empty() ? "-" : rdma,
-                        base::cross_memory_attach_available() ? 1 : 0, local_host_id()));
+  store.set(
+      store::keys::topology(rank),
+      fmt::format("{} {} {} {}\n{}\n{}", ::getpid(), cores, rdma.empty() ? "-" : rdma,
+                  base::cross_memory_attach_available() ? 1 : 0, local_host_id(), rates.encode()));
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(store::keys::topology(r));
   try {
@@ -122,7 +137,11 @@ Topology exchange_topology(Store& store, int rank, int size, std::chrono::millis
     t.cores_of_rank.push_back(cores);
     t.rdma_of_rank.push_back(port);
     t.reads_peers_of_rank.push_back(reads_peers == 1);
-    t.host_of_rank.push_back(v.substr(nl + 1));
+    const auto rates_line = v.find('\n', nl + 1);
+    t.host_of_rank.push_back(v.substr(nl + 1, rates_line - (nl + 1)));
+    t.rates_of_rank.push_back(rates_line == std::string::npos
+                                  ? algorithms::MachineRates{}
+                                  : algorithms::MachineRates::decode(v.substr(rates_line + 1)));
   }
   return t;
 }

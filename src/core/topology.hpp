@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/selection.hpp"
 #include "base/deadline.hpp"
 #include "loom/store.hpp"
 
@@ -22,6 +23,11 @@ struct Topology {
   // Whether each rank may read other processes' memory (process_vm_readv; a seccomp filter, as
   // in some containers, refuses it).
   std::vector<bool> reads_peers_of_rank;
+  // What each rank's init probe measured on its host (0s: it did not probe).
+  std::vector<algorithms::MachineRates> rates_of_rank;
+  // The machine the cost model assumes: each host's best figures (its ranks probed at once and
+  // disturbed each other), then the worst host's. The same on every rank.
+  algorithms::MachineRates machine_rates() const;
   // Whether any host runs more ranks than it has cores: the same answer on every rank.
   bool any_host_oversubscribed() const;
   bool same_host(int a, int b) const { return host_of_rank[a] == host_of_rank[b]; }
@@ -34,9 +40,11 @@ struct Topology {
   Topology of_ranks(const std::vector<int>& ranks) const;
 };
 
-// Publishes this rank's host id, pid, cores, RDMA port, whether it reads peers' memory (`rdma`, one
-// word, "-" for none) (store::keys::topology) and reads every rank's.
+// Publishes this rank's host id, pid, cores, RDMA port (`rdma`, one word, "-" for none), whether
+// it reads peers' memory and what its probe measured (store::keys::topology), and reads every
+// rank's.
 Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
-                           const std::string& rdma = "-");
+                           const std::string& rdma = "-",
+                           const algorithms::MachineRates& rates = {});
 
 }  // namespace loom::core

@@ -6,6 +6,7 @@
 
 #include "base/logging.hpp"
 #include "core/communicator_impl.hpp"
+#include "core/machine_probe.hpp"
 #include "store/keys.hpp"
 #include "transports/ibverbs/ib_device.hpp"
 #include "transports/ibverbs/ib_transport.hpp"
@@ -37,8 +38,14 @@ void Communicator::Impl::build_transports() {
       }
     }
   }
-  if (!child)
-    topology_ = core::exchange_topology(*store_, rank_, size_, config_.timeout, rdma_port);
+  if (!child) {
+    // Measured before the exchange, so that every rank models the same machine. TCP loopback
+    // only matters when TCP runs within a host, which LOOM_TRANSPORT=tcp alone asks for.
+    algorithms::MachineRates rates;
+    if (size_ > 1 && config_.probe_budget.count() > 0)
+      rates = core::probe_machine(config_.probe_budget, config_.transport == "tcp");
+    topology_ = core::exchange_topology(*store_, rank_, size_, config_.timeout, rdma_port, rates);
+  }
   // The spinning policy follows the ranks that really share this host's cores.
   config_.set_local_world_size(topology_.ranks_on_host_of(rank_));
   config_.any_host_oversubscribed = topology_.any_host_oversubscribed();
@@ -99,6 +106,7 @@ algorithms::SelectionInputs Communicator::Impl::selection_inputs() const {
       if (!topology_.same_host(a, b) && (link_of(a).empty() || link_of(a) != link_of(b)))
         rdma_everywhere = false;
   in.remote = rdma_everywhere ? TransportKind::ibverbs : TransportKind::tcp;
+  in.costs = algorithms::CostModel::measured(topology_.machine_rates(), in.hosts.size() == 1);
   in.slot_bytes = config_.buffer_bytes / static_cast<std::size_t>(config_.slots);
   in.slots = config_.slots;
   in.oversubscribed = config_.any_host_oversubscribed;

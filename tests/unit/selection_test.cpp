@@ -1,9 +1,11 @@
 // The algorithm chooser: the cost model's picks, the LOOM_ALGO rules, and their refusals.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 
 #include "algorithms/selection.hpp"
+#include "core/machine_probe.hpp"
 
 namespace loom::algorithms {
 namespace {
@@ -120,6 +122,104 @@ TEST(Selection, SlicesStayWithinOneSlotAndAreWholePagesForLargeBuffers) {
   EXPECT_LE(c.slice, s.inputs().slot_bytes);
   EXPECT_EQ(c.slice % 4096, 0u);
   EXPECT_EQ(s.choose(Kind::all_reduce, 64 << 20, true).slice, 0u);  // device: whole slots
+}
+
+}  // namespace
+}  // namespace loom::algorithms
+
+namespace loom::algorithms {
+namespace {
+
+// The probe's figures travel in the topology record as text: every field survives the trip, and a
+// field the reader does not know, a bad number or a missing one leaves 0 (not measured).
+TEST(MeasuredModel, RatesSurviveTheirRecordAndBadFieldsReadAsNotMeasured) {
+  MachineRates r;
+  r.copy_gbps = 41.5, r.reduce_gbps = 20.25, r.handover_us = 0.125, r.wake_us = 6.5;
+  r.loopback_us = 12.75, r.loopback_gbps = 3.5;
+  const MachineRates back = MachineRates::decode(r.encode());
+  EXPECT_EQ(back.encode(), r.encode());
+  EXPECT_DOUBLE_EQ(back.handover_us, 0.125);
+  const MachineRates bad =
+      MachineRates::decode("copy_gbps=x reduce_gbps=-3 wake_us=7 future=1 junk");
+  EXPECT_EQ(bad.copy_gbps, 0);
+  EXPECT_EQ(bad.reduce_gbps, 0);
+  EXPECT_EQ(bad.wake_us, 7);
+  EXPECT_EQ(MachineRates::decode("").encode(), MachineRates{}.encode());
+}
+
+// Within a host the better figure wins (rates larger, times smaller), across hosts the worse;
+// an unmeasured 0 never wins either way.
+TEST(MeasuredModel, BetterAndWorsePickPerFieldAndIgnoreUnmeasured) {
+  MachineRates a, b;
+  a.copy_gbps = 40, a.wake_us = 5, a.handover_us = 0;
+  b.copy_gbps = 30, b.wake_us = 8, b.handover_us = 0.2;
+  const MachineRates best = MachineRates::better(a, b), worst = MachineRates::worse(a, b);
+  EXPECT_EQ(best.copy_gbps, 40);
+  EXPECT_EQ(best.wake_us, 5);
+  EXPECT_EQ(worst.copy_gbps, 30);
+  EXPECT_EQ(worst.wake_us, 8);
+  EXPECT_EQ(best.handover_us, 0.2);
+  EXPECT_EQ(worst.handover_us, 0.2);
+}
+
+// The model on measured figures: shared memory's cost per byte follows the copy and reduction
+// rates (a rank copies 1.5 and reduces 0.5 of each byte through its busiest link), a hop the
+// hand-over; TCP takes loopback's figures only when every rank is on one host; what was not
+// measured keeps its default.
+TEST(MeasuredModel, TheModelFollowsTheMeasuredRates) {
+  MachineRates r;
+  r.copy_gbps = 30, r.reduce_gbps = 10, r.handover_us = 0.25, r.wake_us = 4;
+  r.loopback_us = 15, r.loopback_gbps = 2;
+  const CostModel defaults = CostModel::defaults();
+  const CostModel m = CostModel::measured(r, true);
+  const LinkCost& shm = m.of(TransportKind::shm);
+  EXPECT_DOUBLE_EQ(shm.beta_us_per_byte, 1.5 / 30e3 + 0.5 / 10e3);
+  EXPECT_DOUBLE_EQ(shm.alpha_us, 0.25);
+  EXPECT_DOUBLE_EQ(m.wake_us, 4);
+  EXPECT_DOUBLE_EQ(m.of(TransportKind::tcp).alpha_us, 15);
+  EXPECT_DOUBLE_EQ(m.of(TransportKind::tcp).beta_us_per_byte, 1.0 / 2e3 + 0.5 / 10e3);
+  EXPECT_EQ(m.source, "measured at init");
+  const CostModel across = CostModel::measured(r, false);
+  EXPECT_DOUBLE_EQ(across.of(TransportKind::tcp).alpha_us,
+                   defaults.of(TransportKind::tcp).alpha_us);
+  EXPECT_DOUBLE_EQ(across.of(TransportKind::ibverbs).alpha_us,
+                   defaults.of(TransportKind::ibverbs).alpha_us);
+  const CostModel none = CostModel::measured(MachineRates{}, true);
+  EXPECT_EQ(none.source, "defaults");
+  EXPECT_DOUBLE_EQ(none.of(TransportKind::shm).beta_us_per_byte,
+                   defaults.of(TransportKind::shm).beta_us_per_byte);
+}
+
+// A slower measured machine predicts longer calls, and its wake-up cost sets the slices of ranks
+// that outnumber their cores: a dearer wake-up, fewer and larger slices.
+TEST(MeasuredModel, PredictionsAndSlicesMoveWithTheFigures) {
+  MachineRates fast, slow;
+  fast.copy_gbps = 40, fast.reduce_gbps = 20, fast.handover_us = 0.1, fast.wake_us = 2;
+  slow = fast;
+  slow.copy_gbps = 5, slow.reduce_gbps = 2.5, slow.wake_us = 50;
+  auto in_fast = one_host(4), in_slow = one_host(4);
+  in_fast.oversubscribed = in_slow.oversubscribed = true;
+  in_fast.costs = CostModel::measured(fast, true);
+  in_slow.costs = CostModel::measured(slow, true);
+  const auto f = Selector(in_fast).choose(Kind::all_reduce, 64 << 20, false);
+  const auto s = Selector(in_slow).choose(Kind::all_reduce, 64 << 20, false);
+  EXPECT_GT(s.predicted_us, 4 * f.predicted_us);
+  EXPECT_GT(s.slice, f.slice);
+}
+
+// The init probe measures every part it is asked for and stops near its budget: a part that hung
+// would hang every init (the bound here is for a hang, not a speed).
+TEST(MachineProbe, MeasuresEveryPartAndEnds) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const MachineRates r = core::probe_machine(std::chrono::milliseconds(10), true);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  EXPECT_GT(r.copy_gbps, 0);
+  EXPECT_GT(r.reduce_gbps, 0);
+  EXPECT_GT(r.wake_us, 0);
+  EXPECT_GT(r.loopback_us, 0);
+  EXPECT_GT(r.loopback_gbps, 0);
+  EXPECT_GE(r.handover_us, 0);  // 0 where the two threads shared a core
+  EXPECT_EQ(core::probe_machine(std::chrono::milliseconds(1), false).loopback_gbps, 0);
 }
 
 }  // namespace
