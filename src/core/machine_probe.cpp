@@ -94,7 +94,9 @@ double handover_us(std::chrono::microseconds budget, bool sleeping) {
     for (unsigned spins = 0;; ++spins) {
       const std::uint32_t seen = w.value.load(std::memory_order_acquire);
       if (seen == v) return true;
-      if (spins % 64 == 0 && (stop.load(std::memory_order_relaxed) || Clock::now() > give_up))
+      // A sleeper looks every time: each of its rounds may have slept (a spinner every 64th).
+      if ((sleeping || spins % 64 == 0) &&
+          (stop.load(std::memory_order_relaxed) || Clock::now() > give_up))
         return false;
       if (sleeping)
         base::futex_wait(w.value, seen, 5);
