@@ -8,17 +8,9 @@
 
 #include <fmt/format.h>
 
-namespace loom::algorithms {
+#include "base/cpu_relax.hpp"
 
-namespace {
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-}  // namespace
+namespace loom::algorithms {
 
 Waiter::Waiter(const Engine& engine) : engine_(engine) {}
 
@@ -69,7 +61,7 @@ bool Waiter::spin(int peer, const char* what) {
       return true;
     }
   } else if ((++spins_ & 63) != 0 || base::Clock::now() < spin_until_) {
-    cpu_relax();  // reading the clock costs more than a pause: do it every 64 rounds
+    base::cpu_relax();  // reading the clock costs more than a pause: do it every 64 rounds
     return true;
   }
   return false;

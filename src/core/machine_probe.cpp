@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/cpu_relax.hpp"
 #include "base/futex.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 
@@ -39,14 +40,6 @@ double best_rate(std::chrono::microseconds budget, int least, F&& one) {
     if (i >= 1000) break;
   }
   return best;
-}
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
 }
 
 // The compiler must assume `p`'s memory is read: a copy nobody reads is not left out.
@@ -103,7 +96,7 @@ double handover_us(std::chrono::microseconds budget, bool sleeping) {
       else if (spins % 1024 == 1023)
         sched_yield();  // a peer without a core of its own gets one
       else
-        cpu_relax();
+        base::cpu_relax();
     }
   };
   auto pass = [&](Word& w, std::uint32_t v) {
