@@ -2,6 +2,7 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,13 +11,18 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "base/cpu_relax.hpp"
+#include "base/deadline.hpp"
 #include "base/futex.hpp"
+#include "base/socket_io.hpp"
+#include "base/tcp_connect.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "store/listen_socket.hpp"
 
 namespace loom::core {
 namespace {
@@ -132,6 +138,7 @@ struct Loopback {
   double gbps = 0;
 };
 
+// Closes its descriptor.
 class Socket {
  public:
   explicit Socket(int fd = -1) : fd_(fd) {}
@@ -145,54 +152,39 @@ class Socket {
   int fd_;
 };
 
-bool send_all(int fd, const void* p, std::size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    const ssize_t k = ::send(fd, c, n, MSG_NOSIGNAL);
-    if (k <= 0) return false;
-    c += k, n -= static_cast<std::size_t>(k);
-  }
-  return true;
-}
-bool recv_all(int fd, void* p, std::size_t n) {
-  char* c = static_cast<char*>(p);
-  while (n > 0) {
-    const ssize_t k = ::recv(fd, c, n, 0);
-    if (k <= 0) return false;
-    c += k, n -= static_cast<std::size_t>(k);
-  }
-  return true;
-}
+// Every read or write of the probe's sockets gives up after this.
+constexpr auto kIoTimeout = std::chrono::milliseconds(200);
 
-// Every blocking call on the probe's sockets gives up after this.
-void set_timeouts(int fd) {
-  timeval tv{0, 200 * 1000};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+bool read_all(int fd, void* p, std::size_t n) {
+  return base::read_exact(fd, p, n, base::Deadline(kIoTimeout)) == base::IoResult::ok;
+}
+bool write_all(int fd, const void* p, std::size_t n) {
+  return base::write_exact(fd, p, n, base::Deadline(kIoTimeout)) == base::IoResult::ok;
 }
 
 Loopback loopback(std::chrono::microseconds budget) {
-  Socket listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  // Sockets as the TCP transport has them: non-blocking, close-on-exec, TCP_NODELAY.
+  const Socket listener = [] {
+    try {
+      return Socket(store::listen_tcp("127.0.0.1", 0, 1));
+    } catch (const Error&) {
+      return Socket();
+    }
+  }();
   if (listener.fd() < 0) return {};
   sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(addr);
-  if (::bind(listener.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::listen(listener.fd(), 1) != 0 ||
-      ::getsockname(listener.fd(), reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+  if (::getsockname(listener.fd(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) return {};
+  std::string error;
+  Socket client(base::connect_tcp("127.0.0.1", ntohs(addr.sin_port), base::Deadline(kIoTimeout),
+                                  error, false));
+  if (client.fd() < 0 ||
+      base::wait_fd(listener.fd(), POLLIN, base::Deadline(kIoTimeout)) != base::IoResult::ok)
     return {};
-  Socket client(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (client.fd() < 0) return {};
-  set_timeouts(client.fd());
-  // Loopback's backlog takes the connection before accept().
-  if (::connect(client.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return {};
-  set_timeouts(listener.fd());
-  Socket server(::accept(listener.fd(), nullptr, nullptr));
+  Socket server(::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
   if (server.fd() < 0) return {};
-  set_timeouts(server.fd());
+  int one = 1;
+  ::setsockopt(server.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 
   // The echo: a header of 0 is a ping (echoed), n > 0 announces n bytes (answered once read), and
   // anything unreadable ends it.
@@ -200,13 +192,13 @@ Loopback loopback(std::chrono::microseconds budget) {
   try {
     echo = std::thread([fd = server.fd()] {
       std::vector<char> sink(256 << 10);
-      for (std::uint64_t header = 0; recv_all(fd, &header, sizeof(header));) {
+      for (std::uint64_t header = 0; read_all(fd, &header, sizeof(header));) {
         for (std::uint64_t left = header; left > 0;) {
           const std::size_t n = std::min<std::uint64_t>(left, sink.size());
-          if (!recv_all(fd, sink.data(), n)) return;
+          if (!read_all(fd, sink.data(), n)) return;
           left -= n;
         }
-        if (!send_all(fd, &header, sizeof(header))) return;
+        if (!write_all(fd, &header, sizeof(header))) return;
       }
     });
   } catch (const std::system_error&) {
@@ -218,7 +210,7 @@ Loopback loopback(std::chrono::microseconds budget) {
     constexpr int kTrips = 4;
     for (int i = 0; i < kTrips; ++i) {
       std::uint64_t header = 0;
-      if (!send_all(fd, &header, sizeof(header)) || !recv_all(fd, &header, sizeof(header)))
+      if (!write_all(fd, &header, sizeof(header)) || !read_all(fd, &header, sizeof(header)))
         return 0.0;
     }
     return static_cast<double>(kTrips);
@@ -228,10 +220,10 @@ Loopback loopback(std::chrono::microseconds budget) {
   const double bytes_per_us = best_rate(budget * 2 / 3, 2, [&] {
     constexpr int kChunks = 2;
     std::uint64_t header = kChunks * kProbeBytes;
-    if (!send_all(fd, &header, sizeof(header))) return 0.0;
+    if (!write_all(fd, &header, sizeof(header))) return 0.0;
     for (int i = 0; i < kChunks; ++i)
-      if (!send_all(fd, bulk.data(), bulk.size())) return 0.0;
-    if (!recv_all(fd, &header, sizeof(header))) return 0.0;
+      if (!write_all(fd, bulk.data(), bulk.size())) return 0.0;
+    if (!read_all(fd, &header, sizeof(header))) return 0.0;
     return static_cast<double>(kChunks * kProbeBytes);
   });
   result.gbps = bytes_per_us / 1e3;
