@@ -485,14 +485,29 @@ Selector::Choice Selector::choose(Kind kind, std::size_t bytes, bool device) con
 
 namespace {
 
-// Logs each (collective, algorithm, size class) choice once, so INFO shows what ran without
-// flooding; a flag table rather than a locked set, since this runs on every call.
+// What the logs group calls by: the collective, the algorithm's place in the table, and the
+// size's bit width (0 for 0 bytes; k for 2^(k-1) up to 2^k - 1 bytes).
+struct CallClass {
+  std::uint32_t kind;
+  std::uint32_t algorithm;
+  std::uint32_t size_class;
+  CallClass(Kind k, const Algorithm* a, std::size_t bytes)
+      : kind(static_cast<std::uint32_t>(k)),
+        algorithm(static_cast<std::uint32_t>(a - algorithm_table().data())),
+        size_class(bytes == 0 ? 0 : static_cast<std::uint32_t>(64 - __builtin_clzll(bytes))) {}
+  std::size_t lowest_bytes() const {
+    return size_class == 0 ? 0 : std::size_t{1} << (size_class - 1);
+  }
+  std::size_t highest_bytes() const { return size_class == 0 ? 0 : 2 * lowest_bytes() - 1; }
+};
+
+// Logs each call class's choice once, so INFO shows what ran without flooding; a flag table
+// rather than a locked set, since this runs on every call.
 void log_choice(const Selector& selector, const Collective& call, const Selector::Choice& c,
                 std::size_t bytes) {
   static std::atomic<bool> seen[16][32][65];
-  const auto index = static_cast<std::size_t>(c.algorithm - algorithm_table().data());
-  const int size_class = bytes == 0 ? 0 : 64 - __builtin_clzll(bytes);  // bit width
-  auto& flag = seen[static_cast<int>(call.kind) & 15][index & 31][size_class];
+  const CallClass cls(call.kind, c.algorithm, bytes);
+  auto& flag = seen[cls.kind & 15][cls.algorithm & 31][cls.size_class];
   if (flag.load(std::memory_order_relaxed) || flag.exchange(true, std::memory_order_relaxed))
     return;
   std::string table;
@@ -510,19 +525,13 @@ void log_choice(const Selector& selector, const Collective& call, const Selector
                    transport::to_string(in.bottleneck_kind()), table);
 }
 
-}  // namespace
-
-namespace {
-
 // At DEBUG, each call class's predicted time against this rank's measured one, at its 1st, 10th,
 // 100th, ... call: where the model is wrong, and by how much.
 void record_time(Engine& engine, const Collective& call, const Engine::Plan& plan,
                  std::chrono::duration<double, std::micro> took) {
-  const auto index = static_cast<std::uint32_t>(plan.algorithm - algorithm_table().data());
-  const std::size_t bytes = plan.bytes;
-  const auto size_class = static_cast<std::uint32_t>(bytes == 0 ? 0 : 64 - __builtin_clzll(bytes));
-  const std::uint32_t key = static_cast<std::uint32_t>(call.kind) << 16 | index << 8 | size_class;
-  Engine::ClassTimes& t = engine.class_times()[key];
+  const CallClass cls(call.kind, plan.algorithm, plan.bytes);
+  Engine::ClassTimes& t =
+      engine.class_times()[cls.kind << 16 | cls.algorithm << 8 | cls.size_class];
   t.calls += 1;
   t.predicted_us += plan.predicted_us;
   t.measured_us += took.count();
@@ -531,11 +540,10 @@ void record_time(Engine& engine, const Collective& call, const Engine::Plan& pla
   while (power * 10 <= t.calls) power *= 10;
   if (t.calls != power) return;
   const double calls = static_cast<double>(t.calls);
-  const std::size_t low = size_class == 0 ? 0 : std::size_t{1} << (size_class - 1);
   base::log().debug(
       "{} {} of {}-{} B: predicted {:.1f} us, measured {:.1f} us (fastest {:.1f}) on this rank, "
       "mean of {} call(s); cost model {}",
-      to_string(call.kind), plan.algorithm->name, low, low == 0 ? 0 : 2 * low - 1,
+      to_string(call.kind), plan.algorithm->name, cls.lowest_bytes(), cls.highest_bytes(),
       t.predicted_us / calls, t.measured_us / calls, t.fastest_us, t.calls,
       engine.selector().inputs().costs.source);
 }
