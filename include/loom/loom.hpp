@@ -143,8 +143,9 @@ class LOOM_API Work {
 
 // ---- The cost model ----------------------------------------------------------------------------
 // The calls estimate() asks about (LOOM_ALGO rules name them "allreduce", "alltoall", ...).
+// Numbered from 1: every message carries the number of the call it belongs to.
 enum class Operation : std::uint8_t {
-  all_reduce,
+  all_reduce = 1,
   reduce_scatter,
   all_gather,
   broadcast,

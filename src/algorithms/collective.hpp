@@ -15,22 +15,8 @@ namespace loom::algorithms {
 // only in their root must have different tags.
 inline constexpr int kMaxWorldSize = 1 << 20;
 
-enum class Kind : std::uint8_t {
-  all_reduce = 1,
-  reduce_scatter,
-  all_gather,
-  broadcast,
-  reduce,
-  barrier,
-  send,
-  recv,
-  gather,
-  scatter,
-  all_to_all,
-  all_to_all_v,
-  all_gather_v,
-  reduce_scatter_v,
-};
+// The public Operation: its values, from 1, go into every tag.
+using Kind = Operation;
 inline constexpr Kind kAllKinds[] = {
     Kind::all_reduce,   Kind::reduce_scatter,  Kind::all_gather, Kind::broadcast,
     Kind::reduce,       Kind::barrier,         Kind::send,       Kind::recv,

@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -36,18 +37,18 @@ struct RingPosition {
 class Engine {
  public:
   // `halt` is triggered from any thread (abort(), another rank's failure): waits then raise
-  // its error. `callers_waiting` counts threads blocked in Work::wait. `selection`: what the
-  // choice of algorithms depends on (the hosts and their ranks among it); its LOOM_ALGO rules
-  // are checked here (InvalidArgument).
+  // its error. `callers_waiting` counts threads blocked in Work::wait. `selector`: the choice of
+  // algorithms, shared with the communicator's estimate().
   Engine(int rank, int size, transport::Transport& transport, const base::Config& config,
-         const base::Halt& halt, const std::atomic<int>& callers_waiting, SelectionInputs selection)
+         const base::Halt& halt, const std::atomic<int>& callers_waiting,
+         std::shared_ptr<const Selector> selector)
       : rank_(rank),
         size_(size),
         transport_(transport),
         config_(config),
         halt_(halt),
         callers_waiting_(callers_waiting),
-        selector_(std::move(selection)),
+        selector_(std::move(selector)),
         spin_budget_(config.spin_us) {}
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -56,8 +57,8 @@ class Engine {
   const base::Deadline& deadline() const { return deadline_; }
   const base::Halt& halt() const { return halt_; }
   // The ranks of each host, hosts ordered by their lowest rank, ranks ascending.
-  const std::vector<std::vector<int>>& hosts() const { return selector_.inputs().hosts; }
-  const Selector& selector() const { return selector_; }
+  const std::vector<std::vector<int>>& hosts() const { return selector_->inputs().hosts; }
+  const Selector& selector() const { return *selector_; }
   int ring_next(int k = 1) const { return positive_mod(rank_ + k, size_); }
   int ring_prev(int k = 1) const { return positive_mod(rank_ - k, size_); }
   // The ring of all ranks in rank order, connected (a ring of one: no connections).
@@ -146,7 +147,7 @@ class Engine {
   base::Config config_;
   const base::Halt& halt_;
   const std::atomic<int>& callers_waiting_;
-  Selector selector_;
+  std::shared_ptr<const Selector> selector_;
   const Collective* call_ = nullptr;
   bool background_ = false;
   std::size_t slice_bytes_ = 0;

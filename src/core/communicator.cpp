@@ -2,6 +2,7 @@
 // of which builds one call and runs or queues it.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -91,8 +92,10 @@ Communicator::Impl::Impl(const Impl& parent, std::shared_ptr<Store> store, std::
 }
 
 void Communicator::Impl::start() {
+  // Its LOOM_ALGO rules are checked here (InvalidArgument).
+  selector_ = std::make_shared<const algorithms::Selector>(selection_inputs());
   engine_ = std::make_unique<algorithms::Engine>(rank_, size_, *transport_, config_, halt_,
-                                                 *callers_waiting_, selection_inputs());
+                                                 *callers_waiting_, selector_);
   base::log().info(
       "{}/{} on {}: {}; tcp at {}, {} sockets per peer; {} slots of {} KiB; timeout {} s; "
       "reduction kernels {}",
@@ -101,7 +104,7 @@ void Communicator::Impl::start() {
       config_.timeout.count() / 1000, kernels::simd_target());
   if (rank_ == 0) {
     base::log().info("topology: {}", topology_.describe());
-    const auto& costs = engine_->selector().inputs().costs;
+    const auto& costs = selector_->inputs().costs;
     base::log().info("cost model {}: {}", costs.source,
                      costs.source == "defaults" ? "LOOM_PROBE_US=0 or one rank"
                                                 : topology_.machine_rates().encode());
@@ -161,19 +164,14 @@ std::string Communicator::Impl::describe() const {
 }
 
 Estimate Communicator::Impl::estimate(Operation op, std::size_t bytes, bool device) const {
-  // Operation lists the collectives in Kind's order; Kind starts at 1.
-  static_assert(std::size(algorithms::kAllKinds) ==
-                static_cast<std::size_t>(Operation::reduce_scatter_v) + 1);
-  const auto index = static_cast<std::size_t>(op);
-  if (index >= std::size(algorithms::kAllKinds))
+  if (std::find(std::begin(algorithms::kAllKinds), std::end(algorithms::kAllKinds), op) ==
+      std::end(algorithms::kAllKinds))
     throw InvalidArgument(fmt::format("estimate: rank {}: operation {} is not one of Loom's", rank_,
                                       static_cast<int>(op)));
-  const algorithms::Kind kind = algorithms::kAllKinds[index];
-  // The engine's selector is built from the same inputs: this choice is the call's.
-  const algorithms::Selector selector(selection_inputs());
-  const algorithms::Selector::Choice c = selector.choose(kind, bytes, device);
+  // The engine's own selector: this choice is the call's.
+  const algorithms::Selector::Choice c = selector_->choose(op, bytes, device);
   return Estimate{std::string(c.algorithm->name), c.slice, c.predicted_us, c.forced,
-                  selector.inputs().costs.source};
+                  selector_->inputs().costs.source};
 }
 
 void Communicator::Impl::shutdown() {

@@ -132,6 +132,8 @@ class LOOM_INTERNAL Communicator::Impl {
   std::string listen_address_;
   std::string transport_summary_;
   std::unique_ptr<transport::TransportTable> transport_;
+  // Made once the topology is known; kept after shutdown (estimate() still answers).
+  std::shared_ptr<const algorithms::Selector> selector_;
   std::unique_ptr<algorithms::Engine> engine_;
 
   // Calls on device buffers: the runtime is created by the first one, on the caller's thread.

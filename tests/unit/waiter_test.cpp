@@ -63,7 +63,8 @@ Clock::duration time_to_fail(std::chrono::milliseconds timeout, base::Halt& halt
   SelectionInputs selection;
   selection.size = 2;
   selection.hosts = {{0}, {1}};
-  Engine engine(0, 2, transport, config, halt, callers_waiting, selection);
+  Engine engine(0, 2, transport, config, halt, callers_waiting,
+                std::make_shared<const Selector>(selection));
   std::vector<std::byte> out(4096);
   Collective call;
   call.kind = Kind::recv;
