@@ -75,8 +75,7 @@ TEST_P(BeforeConnecting, ARankKilledRightAfterJoiningMakesEverySurvivorFailWithi
         o.timeout = 60s;
         Communicator comm(ctx.store, ctx.rank, ctx.size, o);
         if (ctx.rank == kVictim) {
-          ctx.store->add("done", 1);  // the harness's count of finished ranks
-          ::raise(SIGKILL);
+          testing::die_by_sigkill(ctx);
         }
         expect_survivor_fails_fast(ctx, comm);
       },

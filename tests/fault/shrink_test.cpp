@@ -34,6 +34,18 @@ void run_until_peer_error(Communicator& comm, int victim) {
   }
 }
 
+// Every rank joins; then `victim` dies and the others run collectives until its death reaches
+// them. Returns the halted communicator the survivors shrink.
+Communicator join_then_lose(RankContext& ctx, int victim) {
+  Options o;
+  o.timeout = 60s;
+  Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+  comm.barrier();
+  if (ctx.rank == victim) testing::die_by_sigkill(ctx);
+  run_until_peer_error(comm, victim);
+  return comm;
+}
+
 class Shrink : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Shrink, SurvivorsOfAKilledRankGoOnRenumberedInTheirOrder) {
@@ -52,8 +64,7 @@ TEST_P(Shrink, SurvivorsOfAKilledRankGoOnRenumberedInTheirOrder) {
         if (ctx.rank == kVictim) {
           std::thread([&ctx] {
             std::this_thread::sleep_for(20ms);
-            ctx.store->add("done", 1);  // the harness's count of finished ranks
-            ::kill(::getpid(), SIGKILL);
+            testing::die_by_sigkill(ctx);
           }).detach();
           std::vector<std::int32_t> buf(1 << 16, 1);
           for (;;) comm.all_reduce(buf.data(), buf.size(), DataType::i32, ReduceOp::sum);
@@ -97,15 +108,7 @@ TEST(ShrinkMembership, ARankJoiningAfterTheTimeoutIsLeftOutAndTold) {
   testing::run_ranks_raw(
       4,
       [&](RankContext& ctx) {
-        Options o;
-        o.timeout = 60s;
-        Communicator comm(ctx.store, ctx.rank, ctx.size, o);
-        comm.barrier();
-        if (ctx.rank == kVictim) {
-          ctx.store->add("done", 1);  // the harness's count of finished ranks
-          ::kill(::getpid(), SIGKILL);
-        }
-        run_until_peer_error(comm, kVictim);
+        Communicator comm = join_then_lose(ctx, kVictim);
         if (ctx.rank == kLate) {
           ctx.store->get("shrunk", 60s);  // the others have fixed their members by now
           try {
@@ -138,19 +141,8 @@ TEST(ShrinkMembership, ARankDyingAfterTheFailureIsNotWaitedForOnItsHost) {
   testing::run_ranks_raw(
       4,
       [&](RankContext& ctx) {
-        Options o;
-        o.timeout = 60s;
-        Communicator comm(ctx.store, ctx.rank, ctx.size, o);
-        comm.barrier();
-        if (ctx.rank == kVictim) {
-          ctx.store->add("done", 1);  // the harness's count of finished ranks
-          ::kill(::getpid(), SIGKILL);
-        }
-        run_until_peer_error(comm, kVictim);
-        if (ctx.rank == kSecond) {
-          ctx.store->add("done", 1);
-          ::kill(::getpid(), SIGKILL);
-        }
+        Communicator comm = join_then_lose(ctx, kVictim);
+        if (ctx.rank == kSecond) testing::die_by_sigkill(ctx);
         const auto started = std::chrono::steady_clock::now();
         Communicator survivors = comm.shrink(60s);
         EXPECT_LT(std::chrono::steady_clock::now() - started, 20s);

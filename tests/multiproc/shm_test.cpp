@@ -129,8 +129,7 @@ TEST(SharedMemory, SegmentsAreGoneAfterAPeerIsKilled) {
         std::vector<float> v(1 << 18, 1.0f);
         comm.all_reduce(v.data(), v.size(), DataType::f32, ReduceOp::sum);
         if (ctx.rank == 1) {
-          ctx.store->add("done", 1);
-          ::kill(::getpid(), SIGKILL);
+          testing::die_by_sigkill(ctx);
         }
         EXPECT_THROW(comm.all_reduce(v.data(), v.size(), DataType::f32, ReduceOp::sum), PeerError);
         comm.destroy();

@@ -34,6 +34,10 @@ struct RunOptions {
   std::function<std::string(int rank, int size)> host_id;
 };
 
+// Counts this rank among the finished ones (the harness's rank 0 keeps the store up until all
+// are), then SIGKILLs it: a rank that dies on purpose.
+[[noreturn]] void die_by_sigkill(RankContext& ctx);
+
 void run_ranks(int world, const std::function<void(Communicator&)>& body, RunOptions opts = {});
 void run_ranks_raw(int world, const std::function<void(RankContext&)>& body, RunOptions opts = {});
 
