@@ -16,6 +16,7 @@ void recursive_doubling_all_reduce(Engine& engine, const Collective& call);
 void one_shot_all_reduce(Engine& engine, const Collective& call);
 void ring_reduce_scatter(Engine& engine, const Collective& call);
 void ring_all_gather(Engine& engine, const Collective& call);
+void bruck_all_gather(Engine& engine, const Collective& call);
 void pipelined_broadcast(Engine& engine, const Collective& call);
 void pipelined_reduce(Engine& engine, const Collective& call);
 void dissemination_barrier(Engine& engine, const Collective& call);

@@ -24,7 +24,12 @@ void pairwise_all_to_all(Engine& engine, const Collective& call) {
     const int to = positive_mod(r + k, n), from = positive_mod(r - k, n);
     const auto [send_at, send_count] = blocks.sent_to(to);
     const auto [recv_at, recv_count] = blocks.received_from(from);
-    Primitives(engine, &engine.connection(from), &engine.connection(to))
+    // Connections are made at first use: rank r+k's first, then rank r-k's, on every rank (an
+    // order left to the compiler's argument evaluation could differ between builds and close a
+    // cycle of ranks each waiting for a peer to connect).
+    transport::Connection& next = engine.connection(to);
+    transport::Connection& prev = engine.connection(from);
+    Primitives(engine, &prev, &next)
         .send_recv(in + send_at * elem, send_count, out + recv_at * elem, recv_count,
                    blocks.uneven());
   }

@@ -313,6 +313,25 @@ double single_copy_cost(const SelectionInputs& in, std::size_t bytes) {
   return (in.size - 1) * (2.0 * m.alpha_us + switch_us(in, m) + kReadCallUs + copy);
 }
 
+// All-gather, `bytes` one rank's block: every other rank's block reaches each rank. The ring
+// takes n-1 hops; Bruck's ceil(log2 n) rounds, not pipelined, and a rotation copy at the end.
+// Oversubscribed, each hop or round waits for a peer to be switched in.
+double ring_gather_cost(const SelectionInputs& in, std::size_t bytes) {
+  const LinkCost& m = in.bottleneck();
+  return (in.size - 1) * (m.alpha_us + switch_us(in, m) + to_d(bytes) * m.beta_us_per_byte);
+}
+const char* small_host_blocks(const SelectionInputs& in, std::size_t bytes, bool device) {
+  if (device) return "host buffers only";
+  return bytes * static_cast<std::size_t>(in.size) <= 1024 * 1024 ? nullptr : "too large";
+}
+double bruck_cost(const SelectionInputs& in, std::size_t bytes) {
+  const LinkCost& m = in.bottleneck();
+  int rounds = 0;
+  for (int d = 1; d < in.size; d *= 2) ++rounds;
+  return rounds * (m.alpha_us + switch_us(in, m)) +
+         (in.size - 0.5) * to_d(bytes) * m.beta_us_per_byte;
+}
+
 // The uneven calls: the blocks' average crosses the ring.
 std::size_t uneven_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
   return chain_slice(in, bytes / static_cast<std::size_t>(std::max(1, in.size)), device);
@@ -341,7 +360,8 @@ const std::vector<Algorithm>& algorithm_table() {
       {Kind::all_reduce, "hierarchical", even_hosts, hierarchical_cost, no_slice,
        hierarchical_all_reduce},
       {Kind::reduce_scatter, "ring", fits_always, chain_cost, chain_slice, ring_reduce_scatter},
-      {Kind::all_gather, "ring", fits_always, chain_cost, chain_slice, ring_all_gather},
+      {Kind::all_gather, "ring", fits_always, ring_gather_cost, chain_slice, ring_all_gather},
+      {Kind::all_gather, "bruck", small_host_blocks, bruck_cost, no_slice, bruck_all_gather},
       {Kind::broadcast, "chain", fits_always, chain_cost, chain_slice, pipelined_broadcast},
       {Kind::reduce, "chain", fits_always, chain_cost, chain_slice, pipelined_reduce},
       {Kind::barrier, "dissemination", fits_always, barrier_cost, no_slice, dissemination_barrier},

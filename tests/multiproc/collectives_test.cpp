@@ -103,9 +103,9 @@ void check(Communicator& comm, Coll coll, DataType t, ReduceOp op, std::size_t c
   }
 }
 
-// World size, the all-reduce algorithm forced through Options ("" lets the cost model pick),
-// and the transport: "tcp", "shm", or "auto" with the ranks split over two pretend hosts, so
-// that the automatic choice mixes shared memory (within a half) and TCP (across).
+// World size, the all-reduce (and all-gather) algorithms forced through Options ("" lets the
+// cost model pick), and the transport: "tcp", "shm", or "auto" with the ranks split over two
+// pretend hosts, so that the automatic choice mixes shared memory (within a half) and TCP (across).
 class Collectives : public ::testing::TestWithParam<std::tuple<int, std::string, std::string>> {
  protected:
   int world() const { return std::get<0>(GetParam()); }
@@ -139,7 +139,7 @@ TEST_P(Collectives, EveryCollectiveDtypeAndOpMatchesTheReference) {
 TEST_P(Collectives, MegaElementCountsPipelineThroughTheSlots) {
   if (world() > 5)
     GTEST_SKIP() << "covered at smaller world sizes; keeps the suite short on 2 cores";
-  if (!std::get<1>(GetParam()).empty() && std::get<1>(GetParam()) != "ring")
+  if (!std::get<1>(GetParam()).empty() && std::get<1>(GetParam()).rfind("ring", 0) != 0)
     GTEST_SKIP() << "beyond the small-message algorithms' size limit the ring runs";
   run_ranks(
       world(),
@@ -156,11 +156,15 @@ TEST_P(Collectives, MegaElementCountsPipelineThroughTheSlots) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
-                                            ::testing::Values("", "ring", "recursive_doubling",
+                                            ::testing::Values("", "ring,allgather:ring",
+                                                              "recursive_doubling,allgather:bruck",
                                                               "one_shot"),
                                             ::testing::Values("tcp", "shm", "auto")),
                          [](const auto& info) {
-                           const std::string& algo = std::get<1>(info.param);
+                           // "ring,allgather:ring" names the test ring_allgather_ring.
+                           std::string algo = std::get<1>(info.param);
+                           for (char& c : algo)
+                             if (c == ',' || c == ':') c = '_';
                            return std::get<2>(info.param) + "_world" +
                                   std::to_string(std::get<0>(info.param)) + "_" +
                                   (algo.empty() ? std::string("auto") : algo);
@@ -210,6 +214,46 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return std::get<1>(info.param) + "_world" + std::to_string(std::get<0>(info.param));
     });
+
+// Connections are made at a communicator's first call. A first call that reaches peers on two
+// transports (a TCP dialer waits for its acceptor, a shared-memory opener for the segment's
+// creator) must connect in one order on every rank, or the waits close a cycle: Bruck's
+// all-gather once did, on two hosts of two ranks each.
+TEST(CollectiveEdgeCases, AFirstCallOverMixedTransportsConnectsWithoutACycleOfWaits) {
+  for (const char* layout : {"halves", "pairs", "cyclic"})
+    for (const char* algorithm : {"allgather:bruck", "allgather:ring", "alltoall:pairwise"})
+      for (int world : {4, 8}) {
+        testing::RunOptions o;
+        o.timeout = std::chrono::seconds(60);
+        o.options.transport = "auto";
+        o.options.algorithm = algorithm;
+        const std::string layout_name = layout;
+        o.host_id = [layout_name](int rank, int size) {
+          const int host = layout_name == "halves"  ? (rank < size / 2 ? 0 : 1)
+                           : layout_name == "pairs" ? rank / 2
+                                                    : rank % 2;
+          return "host-" + std::to_string(host);
+        };
+        SCOPED_TRACE(::testing::Message() << layout << " " << algorithm << " world " << world);
+        const bool all_to_all = std::string(algorithm).rfind("alltoall", 0) == 0;
+        run_ranks(
+            world,
+            [all_to_all](Communicator& comm) {
+              const int n = comm.size();
+              std::vector<std::int32_t> in(static_cast<std::size_t>(n)), out(in.size(), -1);
+              for (int j = 0; j < n; ++j) in[static_cast<std::size_t>(j)] = comm.rank() * 100 + j;
+              if (all_to_all) {
+                comm.all_to_all(in.data(), out.data(), 1, DataType::i32);
+                for (int j = 0; j < n; ++j)
+                  EXPECT_EQ(out[static_cast<std::size_t>(j)], j * 100 + comm.rank());
+              } else {
+                comm.all_gather(in.data(), out.data(), 1, DataType::i32);
+                for (int j = 0; j < n; ++j) EXPECT_EQ(out[static_cast<std::size_t>(j)], j * 100);
+              }
+            },
+            o);
+      }
+}
 
 TEST(CollectiveEdgeCases, SixteenMebiElementAllReduceIsExactOnEveryTransport) {
   for (const char* transport : {"tcp", "shm"})

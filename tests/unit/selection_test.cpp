@@ -42,6 +42,18 @@ TEST(Selection, SmallAllReducesTakeOneHopAndLargeOnesTheRing) {
   EXPECT_EQ(pick(in, Kind::all_reduce, 64 << 20), "ring");
 }
 
+// Bruck's log2 rounds beat the ring's n-1 hops for small blocks; large blocks pipeline through
+// the ring, and device buffers never take Bruck's host scratch.
+TEST(Selection, SmallAllGathersTakeBrucksRoundsAndLargeOnesTheRing) {
+  for (bool oversubscribed : {false, true}) {
+    auto in = one_host(8);
+    in.oversubscribed = oversubscribed;
+    EXPECT_EQ(pick(in, Kind::all_gather, 16), "bruck") << oversubscribed;
+    EXPECT_EQ(pick(in, Kind::all_gather, 16 << 20), "ring") << oversubscribed;
+    EXPECT_EQ(pick(in, Kind::all_gather, 16, true), "ring") << oversubscribed;
+  }
+}
+
 TEST(Selection, OneShotTakesHostBuffersOnly) {
   const auto in = one_host(2);
   EXPECT_NE(pick(in, Kind::all_reduce, 8, true), "one_shot");
