@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -238,27 +239,51 @@ TEST(SharedMemory, APredictableNameTakenByAnotherProcessDoesNotStopTheJob) {
   });
 }
 
-TEST(SharedMemory, AFullDevShmIsAPeerErrorNamingTheSegmentAndItsSize) {
-  const std::size_t bytes = transport::shm::segment_bytes(512 << 10, 8);
-  const int code = in_child([bytes] {
+// A connection reserves the pages every message touches when it is made, and each slot's when
+// its sender first fills it: a communicator of small messages (a split's barrier) costs a few
+// pages, and a /dev/shm too small for the slots is an error naming the segment at the slot that
+// does not fit, never a SIGBUS.
+TEST(SharedMemory, SlotsAreReservedWhenFirstFilledAndAFullDevShmIsAPeerErrorNamingTheSegment) {
+  const std::size_t slot_bytes = 512 << 10;
+  const int code = in_child([slot_bytes] {
     // A /dev/shm of 1 MiB, in a mount namespace of this process only.
     if (::unshare(CLONE_NEWNS) != 0 ||
         ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
         ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") != 0)
       return 77;
     ScratchStore scratch;
-    base::Config config;  // 8 slots of 512 KiB: a segment of about 4 MiB
+    base::Config config;  // 8 slots of 512 KiB: a segment of about 8 MiB, sparse
     const int pid = static_cast<int>(::getpid());
     ShmTransport shm(scratch.store, 0, 0x1234, config, {pid, pid});
     base::Halt halt;
+    transport::Connection& conn = shm.connect(1, base::Deadline(5s), halt);
+    const auto used = [] {
+      struct statvfs fs {};
+      ::statvfs("/dev/shm", &fs);
+      return (fs.f_blocks - fs.f_bfree) * fs.f_frsize;
+    };
+    if (used() >= 64 * 1024) {
+      std::fprintf(stderr, "a new connection holds %zu bytes of /dev/shm\n",
+                   static_cast<std::size_t>(used()));
+      return 1;
+    }
     try {
-      shm.connect(1, base::Deadline(5s), halt);
-      std::fprintf(stderr, "connect succeeded on a full /dev/shm\n");
+      for (std::uint64_t k = 0; k < 8; ++k) {
+        if (conn.try_acquire_send_slot() == nullptr) return 1;
+        conn.post_send(slot_bytes, transport::Tag{k + 1, 0});
+        if (used() < (k + 1) * slot_bytes) {
+          std::fprintf(stderr, "slot %zu filled, but its pages are not reserved\n",
+                       static_cast<std::size_t>(k));
+          return 1;
+        }
+      }
+      std::fprintf(stderr, "8 slots of 512 KiB fit a /dev/shm of 1 MiB\n");
       return 1;
     } catch (const PeerError& e) {
       const std::string what = e.what();
       const bool named = what.find("/loom-0000000000001234-0-1-") != std::string::npos &&
-                         what.find(std::to_string(bytes)) != std::string::npos;
+                         what.find(std::to_string(slot_bytes)) != std::string::npos &&
+                         what.find("/dev/shm") != std::string::npos;
       if (!named)
         std::fprintf(stderr, "the error does not name the segment and size: %s\n", e.what());
       return named ? 0 : 1;

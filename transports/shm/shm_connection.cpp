@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 
 #include <fmt/format.h>
@@ -31,11 +32,13 @@ void futex_wake_shared(std::atomic<std::uint32_t>& word) {
 }  // namespace
 
 ShmConnection::ShmConnection(int self, int peer, int peer_pid, void* base, std::size_t bytes,
-                             std::size_t slot_bytes, std::size_t slots, int side, std::string name)
+                             std::size_t slot_bytes, std::size_t slots, int side, std::string name,
+                             int fd)
     : self_(self),
       peer_(peer),
       peer_pid_(peer_pid),
       side_(side),
+      fd_(fd),
       base_(base),
       bytes_(bytes),
       name_(std::move(name)),
@@ -60,6 +63,7 @@ ShmConnection::ShmConnection(int self, int peer, int peer_pid, void* base, std::
 ShmConnection::~ShmConnection() {
   close();
   ::munmap(base_, bytes_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void ShmConnection::close() {
@@ -98,6 +102,15 @@ std::byte* ShmConnection::try_acquire_send_slot() {
   check_peer_open();
   if (posted_ - send_->tail.load(std::memory_order_acquire) >= slots_) {
     return nullptr;
+  }
+  if (posted_ == reserved_ && reserved_ < slots_ && fd_ >= 0) {  // the slot's first fill
+    const std::size_t offset = slot_offset(side_, posted_, slot_bytes_, slots_);
+    if (const int err = reserve_pages(fd_, offset, slot_bytes_); err != 0)
+      throw PeerError(fmt::format("rank {} -> rank {} (shm {}): cannot reserve {} bytes (is "
+                                  "/dev/shm large enough?): {}",
+                                  self_, peer_, name_, slot_bytes_, std::strerror(err)),
+                      peer_);
+    ++reserved_;
   }
   return send_data_ + (posted_ % slots_) * slot_bytes_;
 }

@@ -16,8 +16,10 @@ class ShmConnection final : public Connection {
   // peer_pid: the peer's process, checked while sleeping so a dead peer is noticed.
   // slot_bytes, slots: the layout as checked against the header, which is never read again
   // (the peer's process can change it at any time).
+  // fd: the segment, owned from here on; each send slot's pages are reserved through it when the
+  // slot is first filled (-1: they are, already).
   ShmConnection(int self, int peer, int peer_pid, void* base, std::size_t bytes,
-                std::size_t slot_bytes, std::size_t slots, int side, std::string name);
+                std::size_t slot_bytes, std::size_t slots, int side, std::string name, int fd = -1);
   ~ShmConnection() override;
 
   int peer() const override { return peer_; }
@@ -53,6 +55,7 @@ class ShmConnection final : public Connection {
   [[noreturn]] void peer_gone(const char* why) const;
 
   int self_, peer_, peer_pid_, side_;
+  int fd_;
   void* base_;
   std::size_t bytes_;
   std::string name_;
@@ -66,6 +69,7 @@ class ShmConnection final : public Connection {
   Mailbox* send_mail_;
   Mailbox* recv_mail_;
   std::uint64_t posted_ = 0;           // our copy of send_->head
+  std::uint64_t reserved_ = 0;         // send slots whose pages are reserved
   std::uint64_t consumed_ = 0;         // our copy of recv_->tail
   std::uint64_t inline_sent_ = 0;      // inline messages posted
   std::uint64_t inline_received_ = 0;  // our copy of recv_->acked

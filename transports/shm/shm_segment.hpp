@@ -8,6 +8,8 @@
 //            mailboxes of low -> high, mailboxes of high -> low (the inline channel)
 #pragma once
 
+#include <fcntl.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -66,8 +68,22 @@ T read_once(const T& field) {
   return std::atomic_ref<T>(const_cast<T&>(field)).load(std::memory_order_relaxed);
 }
 
+// Allocates [from, from + length) of the segment's file: 0, or the error number.
+inline int reserve_pages(int fd, std::size_t from, std::size_t length) {
+  return ::posix_fallocate(fd, static_cast<off_t>(from), static_cast<off_t>(length));
+}
+
+// Layout: the header page, the two FIFO control pages, the slots low-to-high then high-to-low,
+// then the mailboxes of both directions.
 inline std::size_t segment_bytes(std::size_t slot_bytes, std::size_t slots) {
   return 3 * kPage + 2 * (slot_bytes + sizeof(Mailbox)) * slots;
+}
+inline std::size_t slot_offset(int direction, std::size_t slot, std::size_t slot_bytes,
+                               std::size_t slots) {
+  return 3 * kPage + (static_cast<std::size_t>(direction) * slots + slot) * slot_bytes;
+}
+inline std::size_t mailboxes_offset(std::size_t slot_bytes, std::size_t slots) {
+  return 3 * kPage + 2 * slot_bytes * slots;
 }
 
 }  // namespace loom::transport::shm

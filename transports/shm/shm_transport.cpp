@@ -143,9 +143,11 @@ Connection& ShmTransport::connect(int peer, const base::Deadline& deadline,
   const std::size_t bytes = segment_bytes(slot_bytes, slots);
   std::string name;
   void* base = nullptr;
+  int fd = -1;  // the connection's own, to reserve its slots' pages with
   if (rank_ == low) {
     name = name_prefix(peer) + random_hex();
     base = create_segment(peer, name, bytes);
+    fd = ::fcntl(created_[peer].fd, F_DUPFD_CLOEXEC, 0);
     auto* h = new (base) SegmentHeader{};
     h->magic = kSegmentMagic;
     h->slot_bytes = slot_bytes;
@@ -167,13 +169,14 @@ Connection& ShmTransport::connect(int peer, const base::Deadline& deadline,
                                   "one of this pair",
                                   rank_, peer, name),
                       peer);
-    base = open_segment(peer, name, bytes);
+    base = open_segment(peer, name, bytes, fd);
     auto* h = static_cast<SegmentHeader*>(base);
     const std::uint64_t magic = read_once(h->magic);
     const std::uint64_t their_slot_bytes = read_once(h->slot_bytes);
     const std::uint32_t their_slots = read_once(h->slots);
     if (magic != kSegmentMagic || their_slot_bytes != slot_bytes || their_slots != slots) {
       ::munmap(base, bytes);
+      ::close(fd);
       throw PeerError(fmt::format("shm: rank {} with rank {}: segment {} has another layout", rank_,
                                   peer, name),
                       peer);
@@ -181,7 +184,7 @@ Connection& ShmTransport::connect(int peer, const base::Deadline& deadline,
   }
   auto conn =
       std::make_unique<ShmConnection>(rank_, peer, pids_[static_cast<std::size_t>(peer)], base,
-                                      bytes, slot_bytes, slots, rank_ == low ? 0 : 1, name);
+                                      bytes, slot_bytes, slots, rank_ == low ? 0 : 1, name, fd);
   base::log().debug("connected: {}", conn->describe());
   return *(connections_[peer] = std::move(conn));
 }
@@ -199,17 +202,26 @@ void* ShmTransport::create_segment(int peer, const std::string& name, std::size_
     return fail(what, err);
   };
   if (!lock_shared(fd)) throw discard("lock", errno);
-  // Reserved now, so that a full /dev/shm is this error rather than SIGBUS at a first touch.
-  if (const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0)
-    throw discard(fmt::format("cannot reserve {} bytes (is /dev/shm large enough?) for", bytes),
-                  err);
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) throw discard("size", errno);
+  // The pages every message touches are reserved now, so that a full /dev/shm is this error
+  // rather than SIGBUS at a first touch; each slot's pages when its sender first fills it
+  // (ShmConnection), so that a communicator of small messages costs a few pages, not its slots.
+  const std::size_t slot_bytes = config_.buffer_bytes / static_cast<std::size_t>(config_.slots);
+  const std::size_t slots = static_cast<std::size_t>(config_.slots);
+  const std::size_t mail = mailboxes_offset(slot_bytes, slots);
+  for (const auto& [from, length] :
+       {std::pair{std::size_t{0}, 3 * kPage}, std::pair{mail, bytes - mail}})
+    if (const int err = reserve_pages(fd, from, length); err != 0)
+      throw discard(fmt::format("cannot reserve {} bytes (is /dev/shm large enough?) for", length),
+                    err);
   void* base = map_fd(fd, bytes);
   if (!base) throw discard("map", errno);
   created_[peer] = Created{name, fd};
   return base;
 }
 
-void* ShmTransport::open_segment(int peer, const std::string& name, std::size_t bytes) {
+void* ShmTransport::open_segment(int peer, const std::string& name, std::size_t bytes,
+                                 int& fd_out) {
   const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0)
     throw PeerError(fmt::format("shm: rank {} with rank {}: open {}: {}", rank_, peer, name,
@@ -227,7 +239,7 @@ void* ShmTransport::open_segment(int peer, const std::string& name, std::size_t 
                     st.st_size, bytes);
   void* base = wrong.empty() ? map_fd(fd, bytes) : nullptr;
   const int map_error = errno;
-  ::close(fd);
+  if (!base) ::close(fd);
   if (!wrong.empty())
     throw PeerError(
         fmt::format("shm: rank {} with rank {}: segment {} {}", rank_, peer, name, wrong), peer);
@@ -236,6 +248,7 @@ void* ShmTransport::open_segment(int peer, const std::string& name, std::size_t 
     throw PeerError(fmt::format("shm: rank {} with rank {}: map {}: {}", rank_, peer, name,
                                 std::strerror(map_error)),
                     peer);
+  fd_out = fd;
   return base;
 }
 

@@ -37,7 +37,8 @@ class ShmTransport final : public Transport {
     int fd;
   };
   void* create_segment(int peer, const std::string& name, std::size_t bytes);
-  void* open_segment(int peer, const std::string& name, std::size_t bytes);
+  // fd_out: the open segment, for the connection to reserve its slots' pages with.
+  void* open_segment(int peer, const std::string& name, std::size_t bytes, int& fd_out);
   // The name the creator published, once it has; raises when the halt comes, the deadline
   // passes or the creator's process is gone first.
   std::string await_segment_name(int peer, const std::string& key, const base::Deadline& deadline,
