@@ -34,6 +34,11 @@ inline constexpr std::size_t kDefaultStreamBytes = std::size_t{8} << 20;
 void set_stream_threshold(std::size_t bytes);
 std::size_t stream_threshold();
 
+// memcpy whose stores bypass the caches (non-temporal), for copies into outputs too large to stay
+// cached: the cache keeps what the next copy reads, and no line is read before it is written.
+// dst must not overlap src.
+void stream_copy(void* dst, const void* src, std::size_t bytes);
+
 // The SIMD target the kernels run on here ("AVX3", "AVX2", "NEON", ...), for logs and benchmarks.
 const char* simd_target();
 

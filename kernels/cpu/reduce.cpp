@@ -199,6 +199,29 @@ const char* TargetName() {
   return hwy::TargetName(HWY_TARGET);
 }
 
+// memcpy with non-temporal stores from the first aligned vector of dst on.
+void StreamCopy(void* dst, const void* src, std::size_t bytes) {
+  const hn::ScalableTag<uint8_t> d;
+  const std::size_t lanes = hn::Lanes(d);
+  auto* out = static_cast<uint8_t*>(dst);
+  const auto* in = static_cast<const uint8_t*>(src);
+  if (lanes < 16 || bytes < 4 * lanes) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  const std::size_t misaligned = reinterpret_cast<std::uintptr_t>(out) % lanes;
+  std::size_t i = misaligned ? lanes - misaligned : 0;
+  std::memcpy(out, in, i);
+  for (; i + 2 * lanes <= bytes; i += 2 * lanes) {
+    const auto v0 = hn::LoadU(d, in + i);
+    const auto v1 = hn::LoadU(d, in + i + lanes);
+    hn::Stream(v0, d, out + i);
+    hn::Stream(v1, d, out + i + lanes);
+  }
+  hwy::FlushStream();
+  std::memcpy(out + i, in + i, bytes - i);
+}
+
 // dst = src / divisor, for floats on vectors (integers: the reference).
 template <typename T>
 void DivideLoop(std::byte* dst, const std::byte* src, std::size_t n, int divisor) {
@@ -259,6 +282,7 @@ HWY_EXPORT(ReduceCopy);
 HWY_EXPORT(Divide);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(Convert);
+HWY_EXPORT(StreamCopy);
 
 void reduce(void* dst, const void* a, const void* b, std::size_t n, DataType dtype, ReduceOp op) {
   HWY_DYNAMIC_DISPATCH(ReduceCopy)
@@ -285,6 +309,10 @@ void convert(void* dst, DataType to, const void* src, DataType from, std::size_t
 
 const char* simd_target() {
   return HWY_DYNAMIC_DISPATCH(TargetName)();
+}
+
+void stream_copy(void* dst, const void* src, std::size_t bytes) {
+  HWY_DYNAMIC_DISPATCH(StreamCopy)(dst, src, bytes);
 }
 
 }  // namespace loom::kernels

@@ -17,9 +17,19 @@ void pairwise_all_to_all(Engine& engine, const Collective& call) {
   auto* out = static_cast<std::byte*>(call.out);
   blocks.check_kept(r);
   const auto [own_from, own_count] = blocks.sent_to(r);
-  if (own_count > 0)
-    engine.data().copy(out + blocks.received_from(r).first * elem, in + own_from * elem,
-                       own_count * elem);
+  // Outgrowing the cache, the copies into and out of the slots stream past it: cached, each would
+  // evict what the next one reads, and the output's lines would be read before being written.
+  // Measured, 4 ranks on 2 cores (Zen 4, 32 MiB L3), 16 MiB per rank: 3.4-4.1 ms, not 8.7-10.
+  std::size_t total = 0;
+  for (int j = 0; j < n; ++j) total += blocks.sent_to(j).second + blocks.received_from(j).second;
+  const bool streaming = engine.beyond_cache(total * elem);
+  if (own_count > 0) {
+    std::byte* own_out = out + blocks.received_from(r).first * elem;
+    if (streaming)
+      engine.data().copy_streaming(own_out, in + own_from * elem, own_count * elem);
+    else
+      engine.data().copy(own_out, in + own_from * elem, own_count * elem);
+  }
   for (int k = 1; k < n; ++k) {
     const int to = positive_mod(r + k, n), from = positive_mod(r - k, n);
     const auto [send_at, send_count] = blocks.sent_to(to);
@@ -29,9 +39,10 @@ void pairwise_all_to_all(Engine& engine, const Collective& call) {
     // cycle of ranks each waiting for a peer to connect).
     transport::Connection& next = engine.connection(to);
     transport::Connection& prev = engine.connection(from);
-    Primitives(engine, &prev, &next)
-        .send_recv(in + send_at * elem, send_count, out + recv_at * elem, recv_count,
-                   blocks.uneven());
+    Primitives prims(engine, &prev, &next);
+    prims.stream_copies(streaming);
+    prims.send_recv(in + send_at * elem, send_count, out + recv_at * elem, recv_count,
+                    blocks.uneven());
   }
 }
 

@@ -17,6 +17,10 @@ class DataPath {
  public:
   virtual ~DataPath() = default;
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  // A copy that need not stay cached (large calls): host memory streams past the caches.
+  virtual void copy_streaming(void* dst, const void* src, std::size_t bytes) {
+    copy(dst, src, bytes);
+  }
   // r = a op b (divided by `divisor` for avg), to dst and, unless null, dst2
   // (kernels::reduce_copy).
   virtual void reduce_copy(void* dst, void* dst2, const void* a, const void* b, std::size_t n,
@@ -38,6 +42,9 @@ class HostDataPath final : public DataPath {
  public:
   void copy(void* dst, const void* src, std::size_t bytes) override {
     std::memcpy(dst, src, bytes);
+  }
+  void copy_streaming(void* dst, const void* src, std::size_t bytes) override {
+    kernels::stream_copy(dst, src, bytes);
   }
   void reduce_copy(void* dst, void* dst2, const void* a, const void* b, std::size_t n,
                    DataType dtype, ReduceOp op, int divisor) override {

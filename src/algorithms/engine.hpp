@@ -126,6 +126,12 @@ class Engine {
   // Whether a single-copy all-to-all failed to read a peer's memory on some rank of this
   // communicator; every rank learned it in the same call and uses the slots from then on.
   bool single_copy_refused() const { return single_copy_refused_; }
+  // Whether a call whose buffers take `bytes` on each rank outgrows the last-level cache, counted
+  // over the ranks on this host (they share it).
+  bool beyond_cache(std::size_t bytes) const {
+    return bytes * static_cast<std::size_t>(std::max(1, config_.local_world_size)) >=
+           selector_->inputs().cache_bytes;
+  }
   void refuse_single_copy() { single_copy_refused_ = true; }
   // A background call shares the rank's core with the rank's computation, unless the rank's
   // thread is waiting for it.

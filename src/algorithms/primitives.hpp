@@ -19,6 +19,9 @@ class Primitives {
 
   // Elements per slice: the most whole elements that fit one slot.
   std::size_t slice_elems() const { return slice_elems_; }
+  // Host copies in and out of the slots stream past the caches: for calls whose buffers, on all
+  // of a host's ranks, outgrow its last-level cache (engine.beyond_cache()).
+  void stream_copies(bool on) { streaming_ = on; }
 
   void send(const void* src, std::size_t count);
   void recv(void* dst, std::size_t count);
@@ -61,6 +64,8 @@ class Primitives {
   void copy(void* dst, const void* src, std::size_t bytes) {
     if (device_)
       device_->copy(dst, src, bytes);
+    else if (streaming_)
+      host_.copy_streaming(dst, src, bytes);
     else
       host_.copy(dst, src, bytes);
   }
@@ -92,6 +97,7 @@ class Primitives {
   std::size_t slice_elems_;
   std::size_t send_inline_max_;  // 0 when send_to has no inline channel
   std::size_t recv_inline_max_;
+  bool streaming_ = false;
   bool send_inline_ = false;  // the channel of the message being sent / received
   bool recv_inline_ = false;
 };

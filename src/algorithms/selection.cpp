@@ -304,12 +304,20 @@ const char* one_host_readable(const SelectionInputs& in, std::size_t, bool devic
 // Zen 4 and in bench/compare), so it costs what the slots' two copies do: where every rank has
 // a core the slots, whose copies stay in cache, win at every size; oversubscribed, the reads
 // save the slots' switches.
+//
+// Where the host's buffers outgrow the last-level cache, the slots' copies stream past it
+// (all_to_all.cpp) and the kernel's cannot: measured, 4 ranks on 2 cores, 16 MiB per rank, the
+// reads took 5.6 ms and the streaming slots 3.4-4.1.
 double single_copy_cost(const SelectionInputs& in, std::size_t bytes) {
   constexpr double kReadCallUs = 5.0;
   constexpr double kKernelCopyFactor = 1.2;  // measured: 2 ranks, 1-64 MiB, 1.05-1.25x pairwise
+  constexpr double kBeyondCacheFactor = 2.0;
   const LinkCost& m = in.costs.of(in.local);
-  const double copy =
-      to_d(bytes) * m.beta_us_per_byte * (in.oversubscribed ? 1.0 : kKernelCopyFactor);
+  const double host_bytes = 2.0 * in.size * to_d(bytes) * in.size;  // in and out, every rank
+  const double factor = host_bytes >= to_d(in.cache_bytes) ? kBeyondCacheFactor
+                        : in.oversubscribed                ? 1.0
+                                                           : kKernelCopyFactor;
+  const double copy = to_d(bytes) * m.beta_us_per_byte * factor;
   return (in.size - 1) * (2.0 * m.alpha_us + switch_us(in, m) + kReadCallUs + copy);
 }
 

@@ -81,7 +81,8 @@ struct SelectionInputs {
   int slots = 8;
   bool oversubscribed = false;  // some host runs more ranks than cores: hand-overs cost more
   bool reads_peers = false;     // every rank may read its peers' memory (process_vm_readv)
-  std::string overrides;        // LOOM_ALGO
+  std::size_t cache_bytes = std::size_t{32} << 20;  // the last-level cache a host's ranks share
+  std::string overrides;                            // LOOM_ALGO
 
   bool one_host() const { return hosts.size() <= 1; }
   // The link that bounds an algorithm spanning every rank.

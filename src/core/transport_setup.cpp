@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "base/cpu_cache.hpp"
 #include "base/logging.hpp"
 #include "core/communicator_impl.hpp"
 #include "core/machine_probe.hpp"
@@ -112,6 +113,7 @@ algorithms::SelectionInputs Communicator::Impl::selection_inputs() const {
   in.oversubscribed = config_.any_host_oversubscribed;
   in.reads_peers = std::all_of(topology_.reads_peers_of_rank.begin(),
                                topology_.reads_peers_of_rank.end(), [](bool b) { return b; });
+  in.cache_bytes = base::last_level_cache_bytes();
   in.overrides = config_.algorithm;
   return in;
 }

@@ -214,6 +214,28 @@ TEST(Kernels, MatchTheReferenceOnAMebiElementBuffer) {
   }
 }
 
+// stream_copy: every byte, for every length around the vector sizes and every misalignment of
+// either end, on every target; nothing written before or past the destination.
+TEST(Kernels, StreamCopyCopiesEveryByteAtEveryLengthAndAlignment) {
+  for_each_target([](const char* target) {
+    std::mt19937 rng(11);
+    std::vector<std::byte> src(4096 + 128), dst(src.size() + 128);
+    for (auto& b : src) b = static_cast<std::byte>(rng());
+    for (std::size_t bytes : {0u, 1u, 15u, 63u, 64u, 255u, 256u, 257u, 1000u, 4096u})
+      for (std::size_t src_off : {0u, 1u, 33u})
+        for (std::size_t dst_off : {0u, 7u, 32u, 63u}) {
+          std::fill(dst.begin(), dst.end(), std::byte{0x77});
+          stream_copy(dst.data() + 64 + dst_off, src.data() + src_off, bytes);
+          ASSERT_EQ(std::memcmp(dst.data() + 64 + dst_off, src.data() + src_off, bytes), 0)
+              << target << " bytes " << bytes << " offsets " << src_off << "/" << dst_off;
+          for (std::size_t i = 0; i < 64 + dst_off; ++i)
+            ASSERT_EQ(dst[i], std::byte{0x77}) << target << ": wrote before the destination";
+          for (std::size_t i = 64 + dst_off + bytes; i < dst.size(); ++i)
+            ASSERT_EQ(dst[i], std::byte{0x77}) << target << ": wrote past the destination";
+        }
+  });
+}
+
 TEST(Kernels, LargeOutputsMatchTheReferenceWhenStreamed) {
   // 16 MiB of f32 and of bf16 outputs, not aliasing the inputs: the streaming path.
   for_each_target([](const char*) {
