@@ -9,12 +9,15 @@
 
 #include <poll.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "base/deadline.hpp"
@@ -133,6 +136,16 @@ class Transport {
   virtual void abort() = 0;
   // Whether every peer is reached through shared memory.
   virtual bool all_shared_memory() const { return false; }
+  // Lets peers that are connecting to this rank progress for up to `timeout_ms` (TCP: accepts
+  // and moves their handshakes), while this rank waits for a connection of another transport.
+  // Else a rank waiting as a segment's opener, whose creator dials a third rank that dials this
+  // one, would close a cycle of waits. By default it only sleeps.
+  virtual void serve_connecting_peers(int timeout_ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+  }
+  // What this transport does while its own connect waits for a peer (serve_connecting_peers of
+  // another transport of this rank); by default it sleeps.
+  virtual void set_connect_wait(std::function<void(int timeout_ms)>) {}
 };
 
 }  // namespace loom::transport

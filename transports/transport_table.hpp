@@ -17,6 +17,7 @@ class TransportTable final : public Transport {
   TransportTable(std::unique_ptr<Transport> tcp, std::unique_ptr<Transport> shm,
                  std::vector<bool> shm_peers)
       : tcp_(std::move(tcp)), shm_(std::move(shm)), shm_peers_(std::move(shm_peers)) {
+    if (shm_) shm_->set_connect_wait(serve_tcp());
     int shared = 0;
     for (bool b : shm_peers_) shared += b;
     all_shared_memory_ = shared > 0 && shared + 1 == static_cast<int>(shm_peers_.size());
@@ -32,13 +33,17 @@ class TransportTable final : public Transport {
   }
   bool all_shared_memory() const override { return all_shared_memory_; }
   // Device-memory connections for the peers shared memory reaches (CUDA IPC), when available.
-  void set_device_transport(std::unique_ptr<Transport> device) { device_ = std::move(device); }
+  void set_device_transport(std::unique_ptr<Transport> device) {
+    device_ = std::move(device);
+    device_->set_connect_wait(serve_tcp());
+  }
   Connection& connect_device(int peer, const base::Deadline& deadline,
                              const base::Halt& halt) override {
     return device_ && shm_peers_[static_cast<std::size_t>(peer)]
                ? device_->connect(peer, deadline, halt)
                : connect(peer, deadline, halt);
   }
+  void serve_connecting_peers(int timeout_ms) override { tcp_->serve_connecting_peers(timeout_ms); }
   void abort() override {
     tcp_->abort();
     if (shm_) shm_->abort();
@@ -53,6 +58,11 @@ class TransportTable final : public Transport {
     if (shm_peers_[p]) return *shm_;
     if (rdma_ && rdma_peers_[p]) return *rdma_;
     return *tcp_;
+  }
+
+  // The pause of a connect waiting for a same-host peer: TCP peers connecting to this rank move.
+  std::function<void(int)> serve_tcp() {
+    return [this](int timeout_ms) { tcp_->serve_connecting_peers(timeout_ms); };
   }
 
   std::unique_ptr<Transport> tcp_;

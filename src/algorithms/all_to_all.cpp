@@ -19,7 +19,7 @@ void pairwise_all_to_all(Engine& engine, const Collective& call) {
   const auto [own_from, own_count] = blocks.sent_to(r);
   // Outgrowing the cache, the copies into and out of the slots stream past it: cached, each would
   // evict what the next one reads, and the output's lines would be read before being written.
-  // Measured, 4 ranks on 2 cores (Zen 4, 32 MiB L3), 16 MiB per rank: 3.4-4.1 ms, not 8.7-10.
+  // Measured, 4 ranks on 2 cores (Zen 4, 32 MiB L3), 16 MiB per rank: 4.6-6.0 ms, not 8.7-10.
   std::size_t total = 0;
   for (int j = 0; j < n; ++j) total += blocks.sent_to(j).second + blocks.received_from(j).second;
   const bool streaming = engine.beyond_cache(total * elem);

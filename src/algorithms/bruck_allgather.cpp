@@ -4,7 +4,8 @@
 // r-d and appends as many from rank r+d, which are that rank's first ones. One rotation into
 // place ends it. Each round waits for a peer, so where ranks outnumber cores (every hop a
 // wake-up) the fewer rounds matter most.
-#include <vector>
+#include <algorithm>
+#include <memory>
 
 #include "algorithms/algorithms.hpp"
 #include "algorithms/primitives.hpp"
@@ -15,8 +16,11 @@ void bruck_all_gather(Engine& engine, const Collective& call) {
   const int n = engine.size(), r = engine.rank();
   const std::size_t block = call.count * size_of(call.dtype);
   auto* out = static_cast<std::byte*>(call.out);
-  std::vector<std::byte> scratch(block * static_cast<std::size_t>(n));
-  engine.data().copy(scratch.data(), call.in, block);
+  // Not zero-filled: every byte is written before it is read.
+  const auto scratch_bytes = std::make_unique_for_overwrite<std::byte[]>(
+      std::max<std::size_t>(1, block * static_cast<std::size_t>(n)));
+  std::byte* const scratch = scratch_bytes.get();
+  if (block > 0) engine.data().copy(scratch, call.in, block);
   for (int d = 1; d < n; d *= 2) {
     const auto blocks = static_cast<std::size_t>(std::min(d, n - d));
     // Connections are made at first use, in this order (as the pairwise all-to-all makes them):
@@ -25,13 +29,13 @@ void bruck_all_gather(Engine& engine, const Collective& call) {
     transport::Connection& from = engine.connection(positive_mod(r + d, n));
     transport::Connection& to = engine.connection(positive_mod(r - d, n));
     Primitives(engine, &from, &to)
-        .send_recv(scratch.data(), blocks * call.count,
-                   scratch.data() + static_cast<std::size_t>(d) * block, blocks * call.count,
-                   false);
+        .send_recv(scratch, blocks * call.count, scratch + static_cast<std::size_t>(d) * block,
+                   blocks * call.count, false);
   }
+  if (block == 0) return;
   const std::size_t head = static_cast<std::size_t>(n - r) * block;  // ranks r..n-1
-  engine.data().copy(out + static_cast<std::size_t>(r) * block, scratch.data(), head);
-  engine.data().copy(out, scratch.data() + head, static_cast<std::size_t>(r) * block);
+  engine.data().copy(out + static_cast<std::size_t>(r) * block, scratch, head);
+  engine.data().copy(out, scratch + head, static_cast<std::size_t>(r) * block);
 }
 
 }  // namespace loom::algorithms

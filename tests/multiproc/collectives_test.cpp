@@ -222,7 +222,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(CollectiveEdgeCases, AFirstCallOverMixedTransportsConnectsWithoutACycleOfWaits) {
   for (const char* layout : {"halves", "pairs", "cyclic"})
     for (const char* algorithm : {"allgather:bruck", "allgather:ring", "alltoall:pairwise"})
-      for (int world : {4, 8}) {
+      for (int world : {3, 4, 5, 8}) {
         testing::RunOptions o;
         o.timeout = std::chrono::seconds(60);
         o.options.transport = "auto";

@@ -322,7 +322,7 @@ TEST(SharedMemory, AConnectionKeepsTheLayoutTheOpenerCheckedWhateverTheHeaderSay
   header->slot_bytes = slot_bytes << 20;  // rewritten after the check
   header->slots = 64;
   transport::shm::ShmConnection conn(1, 0, static_cast<int>(::getpid()), base, bytes, slot_bytes,
-                                     slots, 1, "test");
+                                     slots, 1, "test", -1);
   EXPECT_EQ(conn.slot_bytes(), slot_bytes);
   EXPECT_EQ(conn.slots(), slots);
   EXPECT_EQ(conn.host_regions().front().bytes, bytes);

@@ -49,6 +49,9 @@ class CudaIpcTransport final : public IpcTransport {
   void prepare(int device) override;
   Connection& connect(int peer, const base::Deadline& deadline, const base::Halt& halt) override;
   void abort() override { control_.abort(); }
+  void set_connect_wait(std::function<void(int timeout_ms)> wait) override {
+    control_.set_connect_wait(std::move(wait));
+  }
 
  private:
   Store& store_;

@@ -106,11 +106,15 @@ std::byte* ShmConnection::try_acquire_send_slot() {
   if (posted_ == reserved_ && reserved_ < slots_ && fd_ >= 0) {  // the slot's first fill
     const std::size_t offset = slot_offset(side_, posted_, slot_bytes_, slots_);
     if (const int err = reserve_pages(fd_, offset, slot_bytes_); err != 0)
-      throw PeerError(fmt::format("rank {} -> rank {} (shm {}): cannot reserve {} bytes (is "
-                                  "/dev/shm large enough?): {}",
-                                  self_, peer_, name_, slot_bytes_, std::strerror(err)),
-                      peer_);
-    ++reserved_;
+      // This rank's failure, not the peer's: no peer is named as the one at fault.
+      throw PeerError(
+          fmt::format("rank {} -> rank {} (shm {}): cannot reserve {} bytes (is "
+                      "/dev/shm large enough?): {}",
+                      self_, peer_, name_, slot_bytes_, std::strerror(err)));
+    if (++reserved_ == slots_) {  // every slot has its pages: the descriptor is done
+      ::close(fd_);
+      fd_ = -1;
+    }
   }
   return send_data_ + (posted_ % slots_) * slot_bytes_;
 }

@@ -17,9 +17,9 @@ class ShmConnection final : public Connection {
   // slot_bytes, slots: the layout as checked against the header, which is never read again
   // (the peer's process can change it at any time).
   // fd: the segment, owned from here on; each send slot's pages are reserved through it when the
-  // slot is first filled (-1: they are, already).
+  // slot is first filled (-1: they need not be: reserved already, or never written).
   ShmConnection(int self, int peer, int peer_pid, void* base, std::size_t bytes,
-                std::size_t slot_bytes, std::size_t slots, int side, std::string name, int fd = -1);
+                std::size_t slot_bytes, std::size_t slots, int side, std::string name, int fd);
   ~ShmConnection() override;
 
   int peer() const override { return peer_; }

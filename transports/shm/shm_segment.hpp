@@ -10,6 +10,8 @@
 
 #include <fcntl.h>
 
+#include <cerrno>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -70,7 +72,10 @@ T read_once(const T& field) {
 
 // Allocates [from, from + length) of the segment's file: 0, or the error number.
 inline int reserve_pages(int fd, std::size_t from, std::size_t length) {
-  return ::posix_fallocate(fd, static_cast<off_t>(from), static_cast<off_t>(length));
+  int err = 0;
+  do err = ::posix_fallocate(fd, static_cast<off_t>(from), static_cast<off_t>(length));
+  while (err == EINTR);  // a handled signal (a profiler's, Python's SIGINT) interrupts it
+  return err;
 }
 
 // Layout: the header page, the two FIFO control pages, the slots low-to-high then high-to-low,

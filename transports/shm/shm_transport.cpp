@@ -147,7 +147,14 @@ Connection& ShmTransport::connect(int peer, const base::Deadline& deadline,
   if (rank_ == low) {
     name = name_prefix(peer) + random_hex();
     base = create_segment(peer, name, bytes);
-    fd = ::fcntl(created_[peer].fd, F_DUPFD_CLOEXEC, 0);
+    // CUDA IPC's control connections keep their data in device memory: their slots are never
+    // written, so their pages need no reserving.
+    if (space_ != store::keys::Space::cudaipc_control) {
+      fd = ::fcntl(created_[peer].fd, F_DUPFD_CLOEXEC, 0);
+      if (fd < 0)
+        throw PeerError(fmt::format("shm: rank {} with rank {}: duplicate the descriptor of {}: {}",
+                                    rank_, peer, name, std::strerror(errno)));
+    }
     auto* h = new (base) SegmentHeader{};
     h->magic = kSegmentMagic;
     h->slot_bytes = slot_bytes;
@@ -159,7 +166,12 @@ Connection& ShmTransport::connect(int peer, const base::Deadline& deadline,
     for (std::size_t i = 0; i < 2 * slots; ++i) new (mail + i) Mailbox{};
     // Never wait here for the peer to map: connections are made lazily in ring order, and a
     // creator that waited could close a cycle of waits. The peer unlinks the name once mapped.
-    store_.set(key, name);
+    try {
+      store_.set(key, name);
+    } catch (...) {
+      if (fd >= 0) ::close(fd);
+      throw;
+    }
   } else {
     name = await_segment_name(peer, key, deadline, halt);
     const std::string prefix = name_prefix(peer);
@@ -170,6 +182,7 @@ Connection& ShmTransport::connect(int peer, const base::Deadline& deadline,
                                   rank_, peer, name),
                       peer);
     base = open_segment(peer, name, bytes, fd);
+    if (space_ == store::keys::Space::cudaipc_control) ::close(fd), fd = -1;
     auto* h = static_cast<SegmentHeader*>(base);
     const std::uint64_t magic = read_once(h->magic);
     const std::uint64_t their_slot_bytes = read_once(h->slot_bytes);
@@ -274,8 +287,12 @@ std::string ShmTransport::await_segment_name(int peer, const std::string& key,
           "shm: rank {} timed out waiting for rank {} to create the segment (is rank {} in the "
           "same collective?)",
           rank_, peer, peer));
-    std::this_thread::sleep_for(
-        std::min(pause, std::chrono::milliseconds(deadline.remaining_ms(kSetupPollMs))));
+    const auto wait =
+        std::min(pause, std::chrono::milliseconds(deadline.remaining_ms(kSetupPollMs)));
+    if (connect_wait_)
+      connect_wait_(static_cast<int>(wait.count()));
+    else
+      std::this_thread::sleep_for(wait);
     pause = std::min(pause * 2, std::chrono::milliseconds(kSetupPollMs));
   }
 }

@@ -29,6 +29,9 @@ class ShmTransport final : public Transport {
   TransportKind kind_to(int) const override { return TransportKind::shm; }
   Connection& connect(int peer, const base::Deadline& deadline, const base::Halt& halt) override;
   void abort() override;
+  void set_connect_wait(std::function<void(int timeout_ms)> wait) override {
+    connect_wait_ = std::move(wait);
+  }
 
  private:
   // A segment this rank created: its name, and the descriptor that holds its lock.
@@ -54,6 +57,7 @@ class ShmTransport final : public Transport {
   store::keys::Space space_;
   std::map<int, std::unique_ptr<ShmConnection>> connections_;
   std::map<int, Created> created_;
+  std::function<void(int timeout_ms)> connect_wait_;  // an opener's pause (default: a sleep)
 };
 
 // Whether `name` (in /dev/shm, without the slash) has the form of a segment name of this build.

@@ -257,6 +257,22 @@ void TcpTransport::accept_until(int peer, const base::Deadline& deadline, const 
   }
 }
 
+void TcpTransport::serve_connecting_peers(int timeout_ms) {
+  advance_handshakes();
+  std::vector<pollfd> fds;
+  const bool listening = listen_fd_ >= 0 && Clock::now() >= accept_paused_until_;
+  if (listening) fds.push_back(pollfd{listen_fd_, POLLIN, 0});
+  for (const auto& h : handshakes_) fds.push_back(pollfd{h->fd(), h->events(), 0});
+  if (fds.empty()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+    return;
+  }
+  ::poll(fds.data(), fds.size(), timeout_ms);
+  if (listening && (fds.front().revents & POLLIN))
+    accept_waiting(base::Deadline(std::chrono::milliseconds(kHelloBudget)));
+  advance_handshakes();
+}
+
 void TcpTransport::accept_waiting(const base::Deadline& deadline) {
   for (std::size_t taken = 0; taken < kMaxHandshakes; ++taken) {
     if (handshakes_.size() >= kMaxHandshakes) {

@@ -32,6 +32,7 @@ class TcpTransport final : public Transport {
   Connection& connect(int peer, const base::Deadline& deadline, const base::Halt& halt) override;
   // Also closes the listener: a peer that has not connected yet is refused at once.
   void abort() override;
+  void serve_connecting_peers(int timeout_ms) override;
   const std::string& listen_address() const { return listen_address_; }
 
  private:
