@@ -27,6 +27,8 @@ constexpr const char* kShmDirectory = "/dev/shm";
 constexpr std::size_t kRandomHexDigits = 32;
 // A segment without size and lock may be one whose creator is between shm_open and flock.
 constexpr auto kUnsizedSegmentGrace = std::chrono::seconds(60);
+// How long a transport being destroyed waits for live peers to map the segments it created.
+constexpr auto kLingerForPeers = std::chrono::seconds(5);
 
 void* map_fd(int fd, std::size_t bytes) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -112,6 +114,18 @@ ShmTransport::ShmTransport(Store& store, int rank, std::uint64_t job_token,
 }
 
 ShmTransport::~ShmTransport() {
+  // A segment's creator may be done with it before the peer has mapped it: its last message to the
+  // peer waits in a slot (Bruck's all-gather, a broadcast's chain). Unlinking the name now would
+  // lose that message, so wait, a bounded time and only while the peer lives and nothing failed,
+  // until the peer has mapped it (it unlinks the name then).
+  const auto until = std::chrono::steady_clock::now() + kLingerForPeers;
+  for (const auto& [peer, segment] : created_) {
+    const int pid = pids_[static_cast<std::size_t>(peer)];
+    const std::string path = std::string(kShmDirectory) + segment.name;
+    while (!aborted_ && ::access(path.c_str(), F_OK) == 0 &&
+           std::chrono::steady_clock::now() < until && (pid <= 0 || base::process_alive(pid)))
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   connections_.clear();
   // Normally the opener has unlinked the name already; a peer that died before mapping leaves
   // it to the creator, and a creator that died before the peer mapped to the sweep.
@@ -123,6 +137,7 @@ ShmTransport::~ShmTransport() {
 }
 
 void ShmTransport::abort() {
+  aborted_ = true;
   for (auto& [peer, conn] : connections_) conn->close();
 }
 

@@ -8,6 +8,8 @@
 // removes such segments of its user when it starts and when it ends.
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -58,6 +60,7 @@ class ShmTransport final : public Transport {
   std::map<int, std::unique_ptr<ShmConnection>> connections_;
   std::map<int, Created> created_;
   std::function<void(int timeout_ms)> connect_wait_;  // an opener's pause (default: a sleep)
+  std::atomic<bool> aborted_{false};                  // after a failure no peer is waited for
 };
 
 // Whether `name` (in /dev/shm, without the slash) has the form of a segment name of this build.
