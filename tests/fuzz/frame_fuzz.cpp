@@ -70,7 +70,7 @@ void shm_segment(const std::uint8_t* data, std::size_t size) {
   header->closed[1] = 1;  // whatever was posted is read, then the connection ends
   std::byte* recv_data = b + 3 * kPage + kSlotBytes * kSlots;
   try {
-    ShmConnection conn(0, 1, ::getpid(), base, bytes, kSlotBytes, kSlots, 0, "fuzz");
+    ShmConnection conn(0, 1, ::getpid(), base, bytes, kSlotBytes, kSlots, 0, "fuzz", -1);
     for (int i = 0; i < 2 * kSlots; ++i) {
       if (auto slot = conn.try_recv_slot()) {
         check_slot(*slot, recv_data, kSlotBytes * kSlots);
