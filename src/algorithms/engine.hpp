@@ -129,8 +129,7 @@ class Engine {
   // Whether a call whose buffers take `bytes` on each rank outgrows the last-level cache, counted
   // over the ranks on this host (they share it).
   bool beyond_cache(std::size_t bytes) const {
-    return bytes * static_cast<std::size_t>(std::max(1, config_.local_world_size)) >=
-           selector_->inputs().cache_bytes;
+    return selector_->inputs().beyond_cache(static_cast<double>(bytes), config_.local_world_size);
   }
   void refuse_single_copy() { single_copy_refused_ = true; }
   // A background call shares the rank's core with the rank's computation, unless the rank's

@@ -150,6 +150,13 @@ namespace {
 
 constexpr double kNever = 1e300;
 
+// Rounds of doubling distance that reach n ranks: ceil(log2 n).
+int doubling_rounds(int n) {
+  int rounds = 0;
+  for (int k = 1; k < n; k *= 2) ++rounds;
+  return rounds;
+}
+
 double to_d(std::size_t bytes) {
   return static_cast<double>(bytes);
 }
@@ -247,9 +254,7 @@ std::size_t chain_slice(const SelectionInputs& in, std::size_t bytes, bool devic
   return slice_for(in, in.bottleneck(), to_d(bytes), std::max(2, in.size - 1));
 }
 double barrier_cost(const SelectionInputs& in, std::size_t) {
-  int rounds = 0;
-  for (int k = 1; k < in.size; k *= 2) ++rounds;
-  return rounds * in.bottleneck().alpha_us;
+  return doubling_rounds(in.size) * in.bottleneck().alpha_us;
 }
 double p2p_cost(const SelectionInputs& in, std::size_t bytes) {
   const LinkCost& m = in.bottleneck();
@@ -266,15 +271,18 @@ std::size_t p2p_slice(const SelectionInputs& in, std::size_t bytes, bool device)
 
 // The root's link carries n-1 blocks either way; the tree saves hops but copies through its
 // ranks' host memory: small host blocks only.
-const char* small_tree(const SelectionInputs& in, std::size_t bytes, bool device) {
+// Host buffers whose n blocks of `bytes` take at most `limit` bytes.
+const char* host_blocks_within(const SelectionInputs& in, std::size_t bytes, bool device,
+                               std::size_t limit) {
   if (device) return "host buffers only";
-  return bytes * static_cast<std::size_t>(in.size) <= 64 * 1024 ? nullptr : "too large";
+  return bytes * static_cast<std::size_t>(in.size) <= limit ? nullptr : "too large";
+}
+const char* small_tree(const SelectionInputs& in, std::size_t bytes, bool device) {
+  return host_blocks_within(in, bytes, device, 64 * 1024);
 }
 double tree_cost(const SelectionInputs& in, std::size_t bytes) {
   const LinkCost& m = in.bottleneck();
-  int rounds = 0;
-  for (int k = 1; k < in.size; k *= 2) ++rounds;
-  return rounds * m.alpha_us + (in.size - 1) * to_d(bytes) * m.beta_us_per_byte;
+  return doubling_rounds(in.size) * m.alpha_us + (in.size - 1) * to_d(bytes) * m.beta_us_per_byte;
 }
 double linear_cost(const SelectionInputs& in, std::size_t bytes) {
   const LinkCost& m = in.bottleneck();
@@ -315,10 +323,10 @@ double single_copy_cost(const SelectionInputs& in, std::size_t bytes) {
   constexpr double kKernelCopyFactor = 1.2;  // measured: 2 ranks, 1-64 MiB, 1.05-1.25x pairwise
   constexpr double kBeyondCacheFactor = 2.0;
   const LinkCost& m = in.costs.of(in.local);
-  const double host_bytes = 2.0 * in.size * to_d(bytes) * in.size;  // in and out, every rank
-  const double factor = host_bytes >= to_d(in.cache_bytes) ? kBeyondCacheFactor
-                        : in.oversubscribed                ? 1.0
-                                                           : kKernelCopyFactor;
+  // Each rank's in and out: n blocks each.
+  const double factor = in.beyond_cache(2.0 * in.size * to_d(bytes), in.size) ? kBeyondCacheFactor
+                        : in.oversubscribed                                   ? 1.0
+                                                                              : kKernelCopyFactor;
   const double copy = to_d(bytes) * m.beta_us_per_byte * factor;
   return (in.size - 1) * (2.0 * m.alpha_us + switch_us(in, m) + kReadCallUs + copy);
 }
@@ -331,14 +339,11 @@ double ring_gather_cost(const SelectionInputs& in, std::size_t bytes) {
   return (in.size - 1) * (m.alpha_us + switch_us(in, m) + to_d(bytes) * m.beta_us_per_byte);
 }
 const char* small_host_blocks(const SelectionInputs& in, std::size_t bytes, bool device) {
-  if (device) return "host buffers only";
-  return bytes * static_cast<std::size_t>(in.size) <= 1024 * 1024 ? nullptr : "too large";
+  return host_blocks_within(in, bytes, device, 1024 * 1024);
 }
 double bruck_cost(const SelectionInputs& in, std::size_t bytes) {
   const LinkCost& m = in.bottleneck();
-  int rounds = 0;
-  for (int d = 1; d < in.size; d *= 2) ++rounds;
-  return rounds * (m.alpha_us + switch_us(in, m)) +
+  return doubling_rounds(in.size) * (m.alpha_us + switch_us(in, m)) +
          (in.size - 0.5) * to_d(bytes) * m.beta_us_per_byte;
 }
 

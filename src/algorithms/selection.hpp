@@ -8,6 +8,7 @@
 // connection choose alike.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <optional>
@@ -85,6 +86,10 @@ struct SelectionInputs {
   std::string overrides;                            // LOOM_ALGO
 
   bool one_host() const { return hosts.size() <= 1; }
+  // Whether buffers of `bytes` on each of `ranks` ranks of a host outgrow its last-level cache.
+  bool beyond_cache(double bytes, int ranks) const {
+    return bytes * std::max(1, ranks) >= static_cast<double>(cache_bytes);
+  }
   // The link that bounds an algorithm spanning every rank.
   const LinkCost& bottleneck() const { return costs.of(one_host() ? local : remote); }
   transport::TransportKind bottleneck_kind() const { return one_host() ? local : remote; }

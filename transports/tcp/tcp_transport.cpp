@@ -247,29 +247,24 @@ void TcpTransport::accept_until(int peer, const base::Deadline& deadline, const 
           "tcp connect: rank {} timed out waiting for rank {} to connect (is rank {} alive and in "
           "the same collective?)",
           rank_, peer, peer));
-    fds.clear();
-    const bool listening = listen_fd_ >= 0 && Clock::now() >= accept_paused_until_;
-    if (listening) fds.push_back(pollfd{listen_fd_, POLLIN, 0});
-    for (const auto& h : handshakes_) fds.push_back(pollfd{h->fd(), h->events(), 0});
-    ::poll(fds.data(), fds.size(), deadline.remaining_ms(kSetupPollMs));
-    if (listening && (fds.front().revents & POLLIN)) accept_waiting(deadline);
-    advance_handshakes();
+    poll_handshakes(deadline.remaining_ms(kSetupPollMs), deadline, fds);
   }
 }
 
 void TcpTransport::serve_connecting_peers(int timeout_ms) {
   advance_handshakes();
   std::vector<pollfd> fds;
+  poll_handshakes(timeout_ms, base::Deadline(kHelloBudget), fds);
+}
+
+void TcpTransport::poll_handshakes(int timeout_ms, const base::Deadline& deadline,
+                                   std::vector<pollfd>& fds) {
+  fds.clear();
   const bool listening = listen_fd_ >= 0 && Clock::now() >= accept_paused_until_;
   if (listening) fds.push_back(pollfd{listen_fd_, POLLIN, 0});
   for (const auto& h : handshakes_) fds.push_back(pollfd{h->fd(), h->events(), 0});
-  if (fds.empty()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
-    return;
-  }
-  ::poll(fds.data(), fds.size(), timeout_ms);
-  if (listening && (fds.front().revents & POLLIN))
-    accept_waiting(base::Deadline(std::chrono::milliseconds(kHelloBudget)));
+  ::poll(fds.data(), fds.size(), timeout_ms);  // with nothing to watch: a pause
+  if (listening && (fds.front().revents & POLLIN)) accept_waiting(deadline);
   advance_handshakes();
 }
 

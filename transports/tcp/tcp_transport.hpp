@@ -40,6 +40,9 @@ class TcpTransport final : public Transport {
   int dial(int peer, int index, const std::string& address, const base::Deadline& deadline,
            const base::Halt& halt);
   void accept_until(int peer, const base::Deadline& deadline, const base::Halt& halt);
+  // One wait of up to `timeout_ms` on the listener and the handshakes under way, then accepts
+  // what waits (its hellos due by `deadline`) and moves every handshake. `fds`: scratch.
+  void poll_handshakes(int timeout_ms, const base::Deadline& deadline, std::vector<pollfd>& fds);
   // Takes every connection waiting on the listener into a handshake.
   void accept_waiting(const base::Deadline& deadline);
   // Moves every handshake; those done join accepted_, the refused and the late are closed.
