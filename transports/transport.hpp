@@ -86,6 +86,31 @@ class Connection {
   virtual std::optional<RecvSlot> try_recv_inline() { return std::nullopt; }
   virtual void release_inline() { no_inline_channel(); }
 
+  // Caller memory. A transport that copies through the kernel anyway (TCP) can send straight
+  // from the caller's buffer and receive straight into it, saving the copy into and out of a
+  // slot at each end. The engine opts in per algorithm, where a source stays unchanged until
+  // the call ends and a destination is not read before its message arrives.
+  virtual bool moves_caller_memory() const { return false; }
+  // Posts the message of the slot just acquired (try_acquire_send_slot) from `src` instead of the
+  // slot: the bytes at src are read until send_idle(), or until settle_sends() copies what is left.
+  virtual void post_send_from(const std::byte* src, std::size_t bytes, Tag tag) {
+    (void)src, (void)bytes, (void)tag;
+    no_caller_memory();
+  }
+  // Copies what posted sends have not yet handed over from the caller's memory into their slots,
+  // so that the caller may reuse it (a call that fails before its sends drain).
+  virtual void settle_sends() {}
+  // The message `ahead` places after the oldest unreleased receive slot goes to `dst` instead of
+  // its slot, provided it has exactly `bytes` and `tag` and none of it has been read yet; then
+  // try_recv_slot() returns it with data == dst. Returns false when that message is beyond the
+  // receive window (ask again once slots are released); true when it is steered or can no longer
+  // be (already read, or arriving in the slot).
+  virtual bool steer_recv(std::size_t ahead, std::byte* dst, std::size_t bytes, Tag tag) {
+    (void)ahead, (void)dst, (void)bytes, (void)tag;
+    return true;
+  }
+  // Forgets every steered receive not yet arrived: its message arrives in its slot.
+  virtual void unsteer() {}
   // Moves bytes without blocking; returns whether anything moved. Raises PeerError when the
   // peer is gone or breaks the protocol.
   virtual bool progress() = 0;
@@ -114,6 +139,9 @@ class Connection {
  private:
   [[noreturn]] static void no_inline_channel() {
     throw std::logic_error("this transport has no inline channel (inline_capacity() is 0)");
+  }
+  [[noreturn]] static void no_caller_memory() {
+    throw std::logic_error("this transport does not move caller memory (moves_caller_memory())");
   }
 };
 

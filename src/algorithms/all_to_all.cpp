@@ -23,6 +23,8 @@ void pairwise_all_to_all(Engine& engine, const Collective& call) {
   std::size_t total = 0;
   for (int j = 0; j < n; ++j) total += blocks.sent_to(j).second + blocks.received_from(j).second;
   const bool streaming = engine.beyond_cache(total * elem);
+  // The input is read and the output written once (unless a v-layout makes them overlap).
+  const bool caller_memory = !blocks.buffers_overlap(n);
   if (own_count > 0) {
     std::byte* own_out = out + blocks.received_from(r).first * elem;
     if (streaming)
@@ -41,6 +43,7 @@ void pairwise_all_to_all(Engine& engine, const Collective& call) {
     transport::Connection& prev = engine.connection(from);
     Primitives prims(engine, &prev, &next);
     prims.stream_copies(streaming);
+    prims.use_caller_memory(caller_memory);
     prims.send_recv(in + send_at * elem, send_count, out + recv_at * elem, recv_count,
                     blocks.uneven());
   }

@@ -16,6 +16,7 @@ void pipelined_broadcast(Engine& engine, const Collective& call) {
   transport::Connection* next = pos < n - 1 ? &engine.connection(engine.ring_next()) : nullptr;
   transport::Connection* prev = pos > 0 ? &engine.connection(engine.ring_prev()) : nullptr;
   Primitives prims(engine, prev, next);
+  prims.use_caller_memory(true);  // the root's input is read, the others' output written, once
   if (pos == 0)
     prims.send(call.in, call.count);
   else if (pos < n - 1)

@@ -54,8 +54,18 @@ void Engine::run(const Collective& call, bool background, DataPath* device_path,
     history_[(call.tag().word >> 33) % kHistory] = call.tag();
   // The direct path leaves the GPU to order itself: the host waits for none of its work.
   const bool direct = peer_memory_ && direct_device_call(*this, call);
-  if (!direct) select_and_run(*this, call);
-  flush();
+  try {
+    if (!direct) select_and_run(*this, call);
+    flush();
+  } catch (...) {
+    // The caller's buffers are free once the call ends, failed or not: nothing queued may still
+    // read or write them.
+    for (transport::Connection* c : used_) {
+      c->settle_sends();
+      c->unsteer();
+    }
+    throw;
+  }
   if (device_path_ && !direct) device_path_->complete();
 }
 

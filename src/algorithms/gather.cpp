@@ -15,7 +15,9 @@ void linear_gather(Engine& engine, const Collective& call) {
   const int n = engine.size(), r = engine.rank(), root = call.root;
   const std::size_t bytes = call.count * size_of(call.dtype);
   if (r != root) {
-    Primitives(engine, nullptr, &engine.connection(root)).send(call.in, call.count);
+    Primitives(engine, nullptr, &engine.connection(root))
+        .use_caller_memory(true)
+        .send(call.in, call.count);
     return;
   }
   auto* out = static_cast<std::byte*>(call.out);
@@ -24,6 +26,7 @@ void linear_gather(Engine& engine, const Collective& call) {
   for (int k = 1; k < n; ++k) {
     const int from = positive_mod(root + k, n);
     Primitives(engine, &engine.connection(from), nullptr)
+        .use_caller_memory(true)
         .recv(out + static_cast<std::size_t>(from) * bytes, call.count);
   }
 }

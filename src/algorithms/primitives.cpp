@@ -23,6 +23,37 @@ Primitives::Primitives(Engine& engine, transport::Connection* recv_from,
   slice_elems_ = std::max<std::size_t>(1, slot / elem_);
 }
 
+Primitives& Primitives::use_caller_memory(bool on) {
+  send_direct_ = on && device_ == nullptr && send_to_ != nullptr && send_to_->moves_caller_memory();
+  recv_direct_ =
+      on && device_ == nullptr && recv_from_ != nullptr && recv_from_->moves_caller_memory();
+  return *this;
+}
+
+void Primitives::post_from(std::byte* slot, const std::byte* src, std::size_t bytes) {
+  if (send_direct_ && !send_inline_) {
+    send_to_->post_send_from(src, bytes, engine_.call().tag());
+    return;
+  }
+  copy(slot, src, bytes);
+  complete();
+  post(bytes);
+}
+
+std::size_t Primitives::steer(std::byte* dst, std::size_t count, std::size_t received,
+                              std::size_t steered) {
+  if (!recv_direct_) return steered;
+  const std::size_t slices = (count + slice_elems_ - 1) / slice_elems_;
+  for (; steered < slices; ++steered) {
+    const std::size_t off = steered * slice_elems_;
+    const std::size_t bytes = std::min(slice_elems_, count - off) * elem_;
+    if (bytes <= recv_inline_max_) continue;  // the inline channel is never steered
+    if (!recv_from_->steer_recv(steered - received, dst + off * elem_, bytes, engine_.call().tag()))
+      break;
+  }
+  return steered;
+}
+
 std::byte* Primitives::try_send(std::size_t bytes) {
   send_inline_ = send_inline_max_ > 0 && bytes <= send_inline_max_;  // 0: no inline channel
   return send_inline_ ? send_to_->try_acquire_inline() : send_to_->try_acquire_send_slot();
@@ -101,17 +132,17 @@ void Primitives::send(const void* src, std::size_t count) {
   auto* s = static_cast<const std::byte*>(src);
   for (std::size_t off = 0; off < count; off += slice_elems_) {
     const std::size_t bytes = std::min(slice_elems_, count - off) * elem_;
-    copy(wait_send(bytes), s + off * elem_, bytes);
-    complete();
-    post(bytes);
+    post_from(wait_send(bytes), s + off * elem_, bytes);
   }
 }
 
 void Primitives::recv(void* dst, std::size_t count) {
   auto* d = static_cast<std::byte*>(dst);
-  for (std::size_t off = 0; off < count; off += slice_elems_) {
+  std::size_t steered = 0, received = 0;
+  for (std::size_t off = 0; off < count; off += slice_elems_, ++received) {
+    steered = steer(d, count, received, steered);
     const std::size_t bytes = std::min(slice_elems_, count - off) * elem_;
-    copy(d + off * elem_, wait_recv(bytes).data, bytes);
+    copy_out(d + off * elem_, wait_recv(bytes), bytes);
     complete();
     release();
   }
@@ -177,12 +208,20 @@ void Primitives::recv_reduce_copy(const void* local, void* dst, std::size_t coun
 
 void Primitives::recv_copy_send(void* dst, std::size_t count) {
   auto* d = static_cast<std::byte*>(dst);
-  for (std::size_t off = 0; off < count; off += slice_elems_) {
+  std::size_t steered = 0, received = 0;
+  for (std::size_t off = 0; off < count; off += slice_elems_, ++received) {
+    steered = steer(d, count, received, steered);
     const std::size_t bytes = std::min(slice_elems_, count - off) * elem_;
     auto slot = wait_recv(bytes);
     std::byte* out = wait_send(bytes);
+    copy_out(d + off * elem_, slot, bytes);
+    if (send_direct_ && !send_inline_) {
+      complete();
+      release();
+      post_from(out, d + off * elem_, bytes);  // forwarded from where it landed
+      continue;
+    }
     copy(out, slot.data, bytes);
-    copy(d + off * elem_, slot.data, bytes);
     complete();
     post(bytes);
     release();
@@ -199,7 +238,7 @@ void Primitives::send_recv(const void* src, std::size_t send_count, void* dst,
     return count == 0 ? (empty_message ? 1 : 0) : (count + slice_elems_ - 1) / slice_elems_;
   };
   const std::size_t to_send = slices(send_count), to_receive = slices(recv_count);
-  std::size_t sent = 0, received = 0;
+  std::size_t sent = 0, received = 0, steered = 0;
   // Slices go out and come in as each side allows: sending everything before receiving would
   // deadlock exchanges whose FIFOs fill up, each rank waiting for the next to receive.
   while (sent < to_send || received < to_receive) {
@@ -210,17 +249,16 @@ void Primitives::send_recv(const void* src, std::size_t send_count, void* dst,
             const std::size_t off = sent * slice_elems_;
             const std::size_t bytes = std::min(slice_elems_, send_count - off) * elem_;
             if (std::byte* slot = try_send(bytes)) {
-              copy(slot, s + off * elem_, bytes);
-              complete();
-              post(bytes);
+              post_from(slot, s + off * elem_, bytes);
               ++sent, moved = true;
             }
           }
           if (received < to_receive) {
+            steered = steer(d, recv_count, received, steered);
             const std::size_t off = received * slice_elems_;
             const std::size_t bytes = std::min(slice_elems_, recv_count - off) * elem_;
             if (auto slot = try_recv(bytes)) {
-              copy(d + off * elem_, slot->data, bytes);
+              copy_out(d + off * elem_, *slot, bytes);
               complete();
               release();
               ++received, moved = true;

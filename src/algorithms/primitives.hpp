@@ -22,6 +22,10 @@ class Primitives {
   // Host copies in and out of the slots stream past the caches: for calls whose buffers, on all
   // of a host's ranks, outgrow its last-level cache (engine.beyond_cache()).
   void stream_copies(bool on) { streaming_ = on; }
+  // The transport may read a source and write a destination of host memory directly, at any
+  // time until the call ends (TCP: no copy into or out of a slot). For algorithms whose sources
+  // stay unchanged until then and whose destinations are not read before their data arrives.
+  Primitives& use_caller_memory(bool on);
 
   void send(const void* src, std::size_t count);
   void recv(void* dst, std::size_t count);
@@ -58,6 +62,15 @@ class Primitives {
   // The message waiting on the channel not expected, if any: it means the peer runs another call.
   std::optional<transport::RecvSlot> other_channel(bool inline_expected);
   [[noreturn]] void mismatch(const transport::RecvSlot& slot, std::size_t expected_bytes) const;
+  // Caller memory: posts a message from src (after try_send), or copies it into the slot.
+  void post_from(std::byte* slot, const std::byte* src, std::size_t bytes);
+  // Steers the receive slices [steered, total) of a transfer into `dst`, as far as the window
+  // allows; `received` slices of it have arrived. Returns the new `steered`.
+  std::size_t steer(std::byte* dst, std::size_t count, std::size_t received, std::size_t steered);
+  // A received slice to its destination, unless the transport put it there already.
+  void copy_out(std::byte* dst, const transport::RecvSlot& slot, std::size_t bytes) {
+    if (slot.data != dst) copy(dst, slot.data, bytes);
+  }
 
   // The data path: the host's (HostDataPath is final, so its calls are direct and inline on the
   // latency path), or the GPU path of a call on device buffers.
@@ -98,6 +111,8 @@ class Primitives {
   std::size_t send_inline_max_;  // 0 when send_to has no inline channel
   std::size_t recv_inline_max_;
   bool streaming_ = false;
+  bool send_direct_ = false;  // use_caller_memory, where send_to_ (recv_from_) can
+  bool recv_direct_ = false;
   bool send_inline_ = false;  // the channel of the message being sent / received
   bool recv_inline_ = false;
 };

@@ -36,6 +36,8 @@ void RingPasses::reduce_scatter_round(std::size_t round, const void* input, void
                                       int divisor, bool forward) {
   auto* in = static_cast<const std::byte*>(input);
   const int n = ring_.size;
+  // An in-place call's input is its output, which the all-gather pass overwrites.
+  prims_.use_caller_memory(false);
   int b = block(1);
   prims_.send(in + at(b, round), piece(b, round));
   for (int j = 2; j < n; ++j) {
@@ -51,6 +53,8 @@ void RingPasses::reduce_scatter_round(std::size_t round, const void* input, void
 void RingPasses::all_gather_round(std::size_t round, void* output, bool forwarded) {
   auto* out = static_cast<std::byte*>(output);
   const int n = ring_.size;
+  // Each piece of the output is written once, then only read.
+  prims_.use_caller_memory(true);
   int b = ring_.position;
   if (!forwarded) prims_.send(out + at(b, round), piece(b, round));
   for (int j = 1; j < n - 1; ++j) {

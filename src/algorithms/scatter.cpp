@@ -14,13 +14,16 @@ void linear_scatter(Engine& engine, const Collective& call) {
   const int n = engine.size(), r = engine.rank(), root = call.root;
   const std::size_t bytes = call.count * size_of(call.dtype);
   if (r != root) {
-    Primitives(engine, &engine.connection(root), nullptr).recv(call.out, call.count);
+    Primitives(engine, &engine.connection(root), nullptr)
+        .use_caller_memory(true)
+        .recv(call.out, call.count);
     return;
   }
   const auto* in = static_cast<const std::byte*>(call.in);
   for (int k = 1; k < n; ++k) {
     const int to = positive_mod(root + k, n);
     Primitives(engine, nullptr, &engine.connection(to))
+        .use_caller_memory(true)
         .send(in + static_cast<std::size_t>(to) * bytes, call.count);
   }
   const auto* mine = in + static_cast<std::size_t>(root) * bytes;

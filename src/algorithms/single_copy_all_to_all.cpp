@@ -46,11 +46,6 @@ std::uint64_t fresh_nonce() {
   return n;
 }
 
-// [begin, end) of bytes `a` and `b` overlap.
-bool overlap(const std::byte* a, std::size_t a_bytes, const std::byte* b, std::size_t b_bytes) {
-  return a_bytes > 0 && b_bytes > 0 && a < b + b_bytes && b < a + a_bytes;
-}
-
 }  // namespace
 
 void single_copy_all_to_all(Engine& engine, const Collective& call) {
@@ -58,19 +53,12 @@ void single_copy_all_to_all(Engine& engine, const Collective& call) {
   const int n = engine.size(), r = engine.rank();
   const std::size_t elem = size_of(call.dtype);
   const AllToAllBlocks blocks(call);
-  std::size_t in_elems = 0, out_elems = 0;
-  for (int j = 0; j < n; ++j) {
-    const auto [sf, sc] = blocks.sent_to(j);
-    const auto [rf, rc] = blocks.received_from(j);
-    if (sc > 0) in_elems = std::max(in_elems, sf + sc);
-    if (rc > 0) out_elems = std::max(out_elems, rf + rc);
-  }
   auto* out = static_cast<std::byte*>(call.out);
   const auto* in = static_cast<const std::byte*>(call.in);
-  // In place (or overlapping): the peers read a copy, since this rank overwrites its input.
+  // Overlapping: the peers read a copy, since this rank overwrites its input.
   std::vector<std::byte> staged;
-  if (overlap(in, in_elems * elem, out, out_elems * elem)) {
-    staged.assign(in, in + in_elems * elem);
+  if (blocks.buffers_overlap(n)) {
+    staged.assign(in, in + blocks.input_end(n) * elem);
     in = staged.data();
   }
   blocks.check_kept(r);

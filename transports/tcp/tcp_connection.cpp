@@ -23,7 +23,8 @@ TcpConnection::TcpConnection(int self, int peer, std::vector<int> fds, std::size
       send_buffer_(new std::byte[slot_bytes * static_cast<std::size_t>(slots)]),
       recv_buffer_(new std::byte[slot_bytes * static_cast<std::size_t>(slots)]),
       send_slots_(static_cast<std::size_t>(slots)),
-      recv_slots_(static_cast<std::size_t>(slots)) {
+      recv_slots_(static_cast<std::size_t>(slots)),
+      steers_(static_cast<std::size_t>(slots)) {
   for (std::size_t k = 0; k < fds.size(); ++k) {
     Socket s{};
     s.fd = fds[k];
@@ -39,16 +40,34 @@ TcpConnection::~TcpConnection() {
 
 std::byte* TcpConnection::try_acquire_send_slot() {
   if (send_posted_ >= send_done_ + slots_) return nullptr;
-  return send_buffer_.get() + (send_posted_ % slots_) * slot_bytes_;
+  return send_slot(send_posted_);
 }
 
 void TcpConnection::post_send(std::size_t bytes, Tag tag) {
+  post(bytes, tag, nullptr);
+}
+
+void TcpConnection::post_send_from(const std::byte* src, std::size_t bytes, Tag tag) {
+  post(bytes, tag, src);
+}
+
+void TcpConnection::post(std::size_t bytes, Tag tag, const std::byte* from) {
   SlotInfo& info = send_slots_[send_posted_ % slots_];
-  info = SlotInfo{bytes, tag, false};
+  info = SlotInfo{bytes, tag, false, from};
   ++send_posted_;
   // Hand the frame to the kernel now: the engine may not poll this connection again soon.
   write_some(sockets_[(send_posted_ - 1) % sockets_.size()]);
   advance_send_done();
+}
+
+void TcpConnection::settle_sends() {
+  // A frame partly written goes on from the same offset: the slot holds the same bytes.
+  for (std::uint64_t seq = send_done_; seq < send_posted_; ++seq) {
+    SlotInfo& info = send_slots_[seq % slots_];
+    if (info.ready || info.data == nullptr) continue;
+    std::memcpy(send_slot(seq), info.data, info.bytes);
+    info.data = nullptr;
+  }
 }
 
 void TcpConnection::advance_send_done() {
@@ -58,6 +77,27 @@ void TcpConnection::advance_send_done() {
   }
 }
 
+bool TcpConnection::steer_recv(std::size_t ahead, std::byte* dst, std::size_t bytes, Tag tag) {
+  if (ahead >= slots_) return false;
+  const std::uint64_t seq = recv_consumed_ + ahead;
+  const Socket& s = sockets_[seq % sockets_.size()];
+  // Arrived, or its payload is being read into the slot already: too late to steer.
+  if (recv_slots_[seq % slots_].ready || (s.next_recv == seq && s.recv_into != nullptr))
+    return true;
+  steers_[seq % slots_] = Steer{dst, bytes, tag};
+  return true;
+}
+
+void TcpConnection::unsteer() {
+  for (auto& s : sockets_) {
+    // A payload being read into a steered buffer goes on in its slot, with what came so far.
+    if (s.recv_into == nullptr || s.recv_into == recv_slot(s.next_recv)) continue;
+    std::memcpy(recv_slot(s.next_recv), s.recv_into, s.recv_offset - sizeof(FrameHeader));
+    s.recv_into = recv_slot(s.next_recv);
+  }
+  for (auto& steer : steers_) steer = Steer{};
+}
+
 std::optional<RecvSlot> TcpConnection::try_recv_slot() {
   const SlotInfo& info = recv_slots_[recv_consumed_ % slots_];
   if (!info.ready) {
@@ -65,12 +105,12 @@ std::optional<RecvSlot> TcpConnection::try_recv_slot() {
     if (sockets_[recv_consumed_ % sockets_.size()].closed) fail("receive", 0);
     return std::nullopt;
   }
-  return RecvSlot{recv_buffer_.get() + (recv_consumed_ % slots_) * slot_bytes_, info.bytes,
-                  info.tag};
+  return RecvSlot{info.data, info.bytes, info.tag};
 }
 
 void TcpConnection::release_recv_slot() {
   recv_slots_[recv_consumed_ % slots_].ready = false;
+  steers_[recv_consumed_ % slots_] = Steer{};
   ++recv_consumed_;
 }
 
@@ -96,14 +136,14 @@ bool TcpConnection::write_some(Socket& s) {
     const std::size_t total = sizeof(FrameHeader) + info.bytes;
     iovec iov[2];
     int iovcnt = 0;
-    std::byte* payload = send_buffer_.get() + slot * slot_bytes_;
+    const std::byte* payload = info.data != nullptr ? info.data : send_slot(s.next_send);
     if (s.send_offset < sizeof(FrameHeader)) {
       iov[iovcnt++] = {reinterpret_cast<char*>(&s.send_header) + s.send_offset,
                        sizeof(FrameHeader) - s.send_offset};
-      if (info.bytes) iov[iovcnt++] = {payload, info.bytes};
+      if (info.bytes) iov[iovcnt++] = {const_cast<std::byte*>(payload), info.bytes};
     } else {
       std::size_t done = s.send_offset - sizeof(FrameHeader);
-      iov[iovcnt++] = {payload + done, info.bytes - done};
+      iov[iovcnt++] = {const_cast<std::byte*>(payload) + done, info.bytes - done};
     }
     msghdr msg{};
     msg.msg_iov = iov;
@@ -135,8 +175,16 @@ bool TcpConnection::read_some(Socket& s) {
                  sizeof(FrameHeader) - s.recv_offset, MSG_DONTWAIT);
     } else {
       std::size_t done = s.recv_offset - sizeof(FrameHeader);
-      n = ::recv(s.fd, recv_buffer_.get() + slot * slot_bytes_ + done, s.recv_header.bytes - done,
-                 MSG_DONTWAIT);
+      if (s.recv_into == nullptr) {
+        // The payload's first byte: it goes where the engine steered it, if it is the message
+        // expected there (else to the slot, where the engine finds the mismatch).
+        const Steer& steer = steers_[slot];
+        const Tag tag{s.recv_header.tag_word, s.recv_header.tag_count};
+        s.recv_into = steer.dst != nullptr && steer.bytes == s.recv_header.bytes && steer.tag == tag
+                          ? steer.dst
+                          : recv_slot(s.next_recv);
+      }
+      n = ::recv(s.fd, s.recv_into + done, s.recv_header.bytes - done, MSG_DONTWAIT);
     }
     if (n == 0) {
       s.closed = true;
@@ -162,8 +210,10 @@ bool TcpConnection::read_some(Socket& s) {
     }
     if (s.recv_offset == sizeof(FrameHeader) + s.recv_header.bytes) {
       recv_slots_[slot] =
-          SlotInfo{s.recv_header.bytes, Tag{s.recv_header.tag_word, s.recv_header.tag_count}, true};
+          SlotInfo{s.recv_header.bytes, Tag{s.recv_header.tag_word, s.recv_header.tag_count}, true,
+                   s.recv_into != nullptr ? s.recv_into : recv_slot(s.next_recv)};
       s.recv_offset = 0;
+      s.recv_into = nullptr;
       s.next_recv += sockets_.size();
     }
   }

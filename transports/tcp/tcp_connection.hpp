@@ -1,5 +1,7 @@
 // A TCP connection to one peer over several sockets. Slot sequence number s travels on socket
-// s % nsocks as one frame (16-byte header + payload); each socket carries its frames in order.
+// s % nsocks as one frame (24-byte header + payload); each socket carries its frames in order. The
+// payload is written from a slot or from the caller's memory, and read into a slot or into a
+// steered buffer.
 #pragma once
 
 #include <memory>
@@ -35,6 +37,11 @@ class TcpConnection final : public Connection {
   void post_send(std::size_t bytes, Tag tag) override;
   std::optional<RecvSlot> try_recv_slot() override;
   void release_recv_slot() override;
+  bool moves_caller_memory() const override { return true; }
+  void post_send_from(const std::byte* src, std::size_t bytes, Tag tag) override;
+  void settle_sends() override;
+  bool steer_recv(std::size_t ahead, std::byte* dst, std::size_t bytes, Tag tag) override;
+  void unsteer() override;
   bool progress() override;
   bool send_idle() const override { return send_done_ == send_posted_; }
   void add_poll_fds(std::vector<pollfd>& fds) const override;
@@ -51,6 +58,15 @@ class TcpConnection final : public Connection {
     std::size_t bytes = 0;
     Tag tag;
     bool ready = false;  // send: fully written; recv: fully received
+    // Send: the caller's memory the payload is written from (null: the slot). Receive: where the
+    // payload went once ready.
+    const std::byte* data = nullptr;
+  };
+  // Where a receive slot's message goes instead of the slot, if it comes as expected.
+  struct Steer {
+    std::byte* dst = nullptr;
+    std::size_t bytes = 0;
+    Tag tag;
   };
   struct Socket {
     int fd;
@@ -60,8 +76,16 @@ class TcpConnection final : public Connection {
     std::uint64_t next_recv;
     std::size_t recv_offset = 0;  // bytes of header + payload read for next_recv
     FrameHeader recv_header{};
+    std::byte* recv_into = nullptr;  // where next_recv's payload goes, fixed at its first byte
     bool closed = false;  // end of stream: the peer may close once it has sent all it had to
   };
+  void post(std::size_t bytes, Tag tag, const std::byte* from);
+  std::byte* send_slot(std::uint64_t seq) const {
+    return send_buffer_.get() + (seq % slots_) * slot_bytes_;
+  }
+  std::byte* recv_slot(std::uint64_t seq) const {
+    return recv_buffer_.get() + (seq % slots_) * slot_bytes_;
+  }
   bool write_some(Socket& s);
   bool read_some(Socket& s);
   void advance_send_done();
@@ -77,6 +101,7 @@ class TcpConnection final : public Connection {
   std::unique_ptr<std::byte[]> recv_buffer_;
   std::vector<SlotInfo> send_slots_;
   std::vector<SlotInfo> recv_slots_;
+  std::vector<Steer> steers_;        // per receive slot
   std::uint64_t send_posted_ = 0;    // slots < this are posted
   std::uint64_t send_done_ = 0;      // slots < this are written to the kernel
   std::uint64_t recv_consumed_ = 0;  // slots < this are released by the engine
