@@ -215,8 +215,7 @@ void Primitives::recv_copy_send(void* dst, std::size_t count) {
     auto slot = wait_recv(bytes);
     std::byte* out = wait_send(bytes);
     copy_out(d + off * elem_, slot, bytes);
-    if (send_direct_ && !send_inline_) {
-      complete();
+    if (send_direct_ && !send_inline_) {  // host memory only: nothing to complete
       release();
       post_from(out, d + off * elem_, bytes);  // forwarded from where it landed
       continue;

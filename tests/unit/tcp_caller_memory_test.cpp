@@ -54,6 +54,15 @@ class TcpCallerMemory : public ::testing::Test {
     ASSERT_NE(a_->try_acquire_send_slot(), nullptr);
     a_->post_send_from(src.data(), src.size(), tag);
   }
+  // The next message b receives: in its slot (not at `steered`), with exactly the bytes of `want`.
+  void expect_next_in_slot(const std::vector<std::byte>& want, const std::byte* steered) {
+    ASSERT_TRUE(pump([&] { return b_->try_recv_slot().has_value(); }));
+    const auto slot = *b_->try_recv_slot();
+    EXPECT_NE(slot.data, steered);
+    ASSERT_EQ(slot.bytes, want.size());
+    EXPECT_EQ(std::memcmp(slot.data, want.data(), want.size()), 0);
+    b_->release_recv_slot();
+  }
   int a_fd_ = -1;
   std::unique_ptr<TcpConnection> a_, b_;
 };
@@ -84,14 +93,8 @@ TEST_F(TcpCallerMemory, AnotherCallsMessageOrSizeArrivesInItsSlotAndLeavesTheBuf
   const auto first = pattern(kSlotBytes, 2), second = pattern(kSlotBytes / 2, 3);
   send_from(first, other);
   send_from(second, expected);
-  for (const auto* sent : {&first, &second}) {
-    ASSERT_TRUE(pump([&] { return b_->try_recv_slot().has_value(); }));
-    const auto slot = *b_->try_recv_slot();
-    EXPECT_NE(slot.data, dst.data());
-    ASSERT_EQ(slot.bytes, sent->size());
-    EXPECT_EQ(std::memcmp(slot.data, sent->data(), sent->size()), 0);
-    b_->release_recv_slot();
-  }
+  for (const auto* sent : {&first, &second})
+    ASSERT_NO_FATAL_FAILURE(expect_next_in_slot(*sent, dst.data()));
   EXPECT_EQ(dst, untouched);
 }
 
@@ -104,11 +107,7 @@ TEST_F(TcpCallerMemory, ASteerAfterThePayloadStartedIsDeclinedAndTheSlotKeepsThe
   ASSERT_FALSE(b_->try_recv_slot().has_value());
   std::vector<std::byte> dst(kSlotBytes);
   EXPECT_TRUE(b_->steer_recv(0, dst.data(), dst.size(), tag));  // too late: declined
-  ASSERT_TRUE(pump([&] { return b_->try_recv_slot().has_value(); }));
-  const auto slot = *b_->try_recv_slot();
-  EXPECT_NE(slot.data, dst.data());
-  EXPECT_EQ(std::memcmp(slot.data, src.data(), src.size()), 0);
-  b_->release_recv_slot();
+  expect_next_in_slot(src, dst.data());
 }
 
 TEST_F(TcpCallerMemory, BeyondTheReceiveWindowASteerIsRefusedUntilSlotsAreReleased) {
@@ -127,13 +126,7 @@ TEST_F(TcpCallerMemory, SettledSendsNoLongerReadTheCallersBuffer) {
   EXPECT_FALSE(a_->send_idle());
   a_->settle_sends();
   for (auto& s : sources) std::fill(s.begin(), s.end(), std::byte{0});  // the caller reuses them
-  for (const auto& want : expected) {
-    ASSERT_TRUE(pump([&] { return b_->try_recv_slot().has_value(); }));
-    const auto slot = *b_->try_recv_slot();
-    ASSERT_EQ(slot.bytes, want.size());
-    EXPECT_EQ(std::memcmp(slot.data, want.data(), want.size()), 0);
-    b_->release_recv_slot();
-  }
+  for (const auto& want : expected) ASSERT_NO_FATAL_FAILURE(expect_next_in_slot(want, nullptr));
 }
 
 TEST_F(TcpCallerMemory, UnsteeringMidPayloadFinishesTheMessageInItsSlotWithEveryByte) {
@@ -148,10 +141,7 @@ TEST_F(TcpCallerMemory, UnsteeringMidPayloadFinishesTheMessageInItsSlotWithEvery
   ASSERT_EQ(dst[0], src[0]);
   b_->unsteer();  // the call ends (fails) here: dst is the caller's again
   std::fill(dst.begin(), dst.end(), std::byte{0});
-  ASSERT_TRUE(pump([&] { return b_->try_recv_slot().has_value(); }));
-  const auto slot = *b_->try_recv_slot();
-  EXPECT_NE(slot.data, dst.data());
-  EXPECT_EQ(std::memcmp(slot.data, src.data(), src.size()), 0);
+  ASSERT_NO_FATAL_FAILURE(expect_next_in_slot(src, dst.data()));
   EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [](std::byte x) { return x == std::byte{0}; }));
 }
 
