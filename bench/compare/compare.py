@@ -64,6 +64,10 @@ def options():
     common.add_argument("--kernels", choices=["native", "avx2", "both"], default="native",
                         help="Loom's reduction kernels: as dispatched, without AVX-512 "
                              "(LOOM_AVX512_DISABLE=1), or both as separate columns")
+    common.add_argument("--loom-buffers", choices=["host", "shared", "both"], default="host",
+                        help="Loom's buffers: plain host memory (as every other library's), "
+                             "memory from Communicator::alloc that the host's ranks read in "
+                             "place (column loom-shared; shm only), or both")
     common.add_argument("--iters-scale", type=float, default=1.0,
                         help="scale every iteration count (quick runs: 0.1)")
     common.add_argument("--timeout", type=int, default=300, help="seconds per launch")
@@ -107,6 +111,10 @@ def main():
         return 1 if cliffs else 0
     variants = {"native": {"loom": {}}, "avx2": {"loom-avx2": {"LOOM_AVX512_DISABLE": "1"}},
                 "both": {"loom": {}, "loom-avx2": {"LOOM_AVX512_DISABLE": "1"}}}[a.kernels]
+    if a.loom_buffers != "host":
+        shared = {f"{impl}-shared": {**env, drivers.SHARED_BUFFERS: "1"}
+                  for impl, env in variants.items()}
+        variants = shared if a.loom_buffers == "shared" else {**variants, **shared}
     drv = drivers.Drivers(a.build, variants)
     missing = drv.missing()
     if "loom" in missing:

@@ -29,7 +29,9 @@ namespace {
       "  --mean     a barrier, then time(us) is the slowest rank's mean over the calls\n"
       "  --inplace  run in place (not alltoall)\n"
       "  --device D host (default) or cuda: buffers in the memory of the local rank's GPU\n"
-      "             (LOCAL_RANK modulo the visible GPUs), calls ordered on a CUDA stream\n"
+      "             (LOCAL_RANK modulo the visible GPUs), calls ordered on a CUDA stream;\n"
+      "             or shared: host memory from Communicator::alloc, which the ranks of a\n"
+      "             host read in place\n"
       "  -c, --check  verify results: count wrong elements (#wrong)\n"
       "  --csv      print CSV rows instead of the table\n"
       "  --json F   also write the rows to F as JSON\n"
@@ -138,11 +140,12 @@ Args parse(int argc, char** argv) {
       a.in_place = true;
     else if (f == "--device") {
       const std::string d = next();
-      if (d != "host" && d != "cuda") {
-        std::fprintf(stderr, "loom-perf: --device is host or cuda, not '%s'\n", d.c_str());
+      if (d != "host" && d != "cuda" && d != "shared") {
+        std::fprintf(stderr, "loom-perf: --device is host, cuda or shared, not '%s'\n", d.c_str());
         std::exit(2);
       }
       a.cuda = d == "cuda";
+      a.shared = d == "shared";
     } else if (f == "--csv")
       a.csv = true;
     else if (f == "--json")

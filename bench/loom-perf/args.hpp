@@ -27,7 +27,8 @@ struct Args {
   int iters = 20, warmup = 5, root = 0;
   Timing timing = Timing::per_op;
   bool check = false, csv = false, in_place = false;
-  bool cuda = false;  // --device cuda
+  bool cuda = false;    // --device cuda
+  bool shared = false;  // --device shared
   std::string json;
 };
 

@@ -103,6 +103,11 @@ int main(int argc, char** argv) {
     char* out_base = out.data();
     loom::CudaStream stream = nullptr;
     std::string device_text = "host memory";
+    if (a.shared) {
+      in_base = static_cast<char*>(comm.alloc(max_bytes + 64));
+      out_base = static_cast<char*>(comm.alloc(max_bytes + 64));
+      device_text = "host memory shared by the host's ranks (Communicator::alloc)";
+    }
     if (a.cuda) {
       if (auto why = perf::device_unavailable(); !why.empty()) {
         std::fprintf(stderr, "loom-perf: --device cuda: %s\n", why.c_str());
@@ -236,6 +241,10 @@ int main(int argc, char** argv) {
                     rows.empty() ? 0.0 : busbw_sum / static_cast<double>(rows.size()));
       }
       if (!a.json.empty()) write_json(a, n, rows);
+    }
+    if (a.shared) {
+      comm.free(out_base);
+      comm.free(in_base);
     }
     comm.destroy();
     if (a.cuda) {

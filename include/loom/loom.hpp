@@ -301,6 +301,22 @@ class LOOM_API Communicator {
   // this one, and may be split again.
   std::optional<Communicator> split(int color, int key);
 
+  // Host memory that every rank of this host maps (MPI_Win_allocate_shared; ncclMemAlloc with
+  // ncclCommRegister). Collective: every rank calls it, in the same place of its sequence of
+  // calls, each with its own size. A collective whose buffers lie in such memory on every rank
+  // may read and write the peers' buffers where they are, each byte copied or reduced once,
+  // instead of streaming through the slots (the cost model chooses, per call: estimate() names
+  // that choice "direct" only when asked with `shared`). Which buffers must lie in it: all_reduce
+  // both; reduce_scatter, all_gather, reduce, gather and all_to_all the input; broadcast and
+  // scatter the root's input. Where ranks span hosts or talk TCP it is plain memory, and calls
+  // on it run as on any other. Page-aligned and zeroed (0 bytes: one page); valid until free()
+  // or until the communicator itself is gone. Raises Error when this rank cannot make it.
+  void* alloc(std::size_t bytes);
+  // Collective: releases memory from alloc(). Every rank passes its pointer from the same
+  // alloc() call, else every rank raises InvalidArgument and nothing is freed. After destroy()
+  // it releases this rank's memory alone.
+  void free(void* p);
+
   // After a failure (ncclCommShrink): a communicator of the ranks that call shrink() on this
   // one, renumbered in their order here, with its own key space, connections and monitor; its
   // errors name each rank's rank here too. Every survivor calls it; it returns as soon as every
@@ -322,7 +338,9 @@ class LOOM_API Communicator {
   // the cost model's prediction of its time; device: on GPU buffers. The same on every rank,
   // and what the call itself runs. The model's figures are measured when the communicator is
   // created (LOOM_PROBE_US) and logged against the measured times at LOOM_DEBUG=DEBUG.
-  Estimate estimate(Operation op, std::size_t bytes, bool device = false) const;
+  // shared: the call's buffers lie in memory from alloc() (see there).
+  Estimate estimate(Operation op, std::size_t bytes, bool device = false,
+                    bool shared = false) const;
 
   // Host name, transport and settings, for logs and tools.
   std::string describe() const;

@@ -64,6 +64,11 @@ void binomial_scatter(Engine& engine, const Collective& call);
 // Device buffers of one host's ranks read and written in place (direct.cpp); false, on every
 // rank alike, when the call must go through the slots instead.
 bool direct_device_call(Engine& engine, const Collective& call);
+// Host buffers in the communicator's shared windows (Communicator::alloc), read and written in
+// place on one host; where some rank's are not, the model's best other algorithm runs instead.
+void direct_host_call(Engine& engine, const Collective& call);
+// Calls direct_host_call served in place, in this process (tests check the path was taken).
+std::uint64_t direct_host_calls();
 
 // The ring all-reduce of `count` elements over any ring; `divisor` divides the sums (avg).
 void ring_all_reduce_pass(Engine& engine, const RingPosition& ring, const void* in, void* out,

@@ -1,5 +1,7 @@
-// Device buffers of the ranks of one host, read and written where they are (CUDA IPC), instead
-// of streaming through slots.
+// Buffers of the ranks of one host, read and written where they are, instead of streaming
+// through slots: device buffers through CUDA IPC, host buffers in the shared windows of
+// Communicator::alloc (core/host_windows.hpp). On the host the signals carry nothing: a rank's
+// buffers are ready when its call starts, and its done message is sent once its copies are.
 //
 // Each rank tells each peer, in one small message over the host connection, how to map the
 // buffers the peers touch and how to wait for its "ready" signal (recorded after the work its
@@ -14,6 +16,7 @@
 // r reduces block r of every input and writes it into block r of every output (in place too:
 // block r is read and written by rank r alone, reads first).
 #include <algorithm>
+#include <atomic>
 #include <optional>
 
 #include <fmt/format.h>
@@ -104,6 +107,9 @@ class DirectCall {
         theirs_(peers_.size()) {
     in_[me()] = c_.in;
     out_[me()] = c_.out;
+    const auto [in_bytes, out_bytes] = exposed(c_, e_.rank(), e_.size());
+    // Buffers beyond the cache: copies stream past it rather than evict what the peers read.
+    streaming_ = e_.beyond_cache(std::max(in_bytes, out_bytes));
   }
 
   // Agrees with every partner on the direct path; false (on every rank alike) when some rank's
@@ -216,7 +222,11 @@ class DirectCall {
   }
 
   void copy(void* dst, const void* src, std::size_t count) {
-    if (dst != src && count > 0) e_.data().copy(dst, src, count * elem());
+    if (dst == src || count == 0) return;
+    if (streaming_)
+      e_.data().copy_streaming(dst, src, count * elem());
+    else
+      e_.data().copy(dst, src, count * elem());
   }
 
   // dst (and dst2 when not null) = the reduction over every rank's input at element `first`,
@@ -287,23 +297,49 @@ class DirectCall {
   std::vector<const void*> in_;  // by rank: mapped here (this rank's own: its pointer)
   std::vector<void*> out_;
   std::vector<Hello> theirs_;
+  bool streaming_ = false;
 };
+
+std::atomic<std::uint64_t> host_calls_served{0};
+
+// The call in place through `memory`; false, on every rank alike, when some rank's buffers
+// cannot be shared.
+bool direct_call(Engine& engine, PeerMemory& memory, const Collective& call) {
+  // Collectives only: every rank runs the same call, so the messages of call k meet on every
+  // connection. A send waiting for its receiver's messages could deadlock against a receiver
+  // whose engine runs its own send first (the slots never make a sender wait for the receiver).
+  if (is_point_to_point(call.kind) || call.kind == Kind::barrier) return false;
+  auto peers = partners(engine);
+  if (!peers) return false;
+  DirectCall direct(engine, memory, std::move(*peers));
+  if (!direct.agree()) return false;
+  direct.work();
+  direct.finish();
+  return true;
+}
 
 }  // namespace
 
 bool direct_device_call(Engine& engine, const Collective& call) {
   PeerMemory* memory = engine.peer_memory();
-  // Collectives only: every rank runs the same call, so the messages of call k meet on every
-  // connection. A send waiting for its receiver's messages could deadlock against a receiver
-  // whose engine runs its own send first (the slots never make a sender wait for the receiver).
-  if (memory == nullptr || is_point_to_point(call.kind) || call.kind == Kind::barrier) return false;
-  auto peers = partners(engine);
-  if (!peers) return false;
-  DirectCall direct(engine, *memory, std::move(*peers));
-  if (!direct.agree()) return false;
-  direct.work();
-  direct.finish();
-  return true;
+  return memory != nullptr && direct_call(engine, *memory, call);
+}
+
+void direct_host_call(Engine& engine, const Collective& call) {
+  PeerMemory* windows = engine.host_windows();
+  if (windows != nullptr && direct_call(engine, *windows, call)) {
+    host_calls_served.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // Some rank's buffers are outside the windows (every rank learnt it from the same messages):
+  // what the model would run without them.
+  const Selector::Choice other = engine.selector().choose(call.kind, call.bytes(), false, false);
+  engine.set_slice_bytes(other.slice);
+  other.algorithm->run(engine, call);
+}
+
+std::uint64_t direct_host_calls() {
+  return host_calls_served.load(std::memory_order_relaxed);
 }
 
 }  // namespace loom::algorithms

@@ -78,6 +78,13 @@ class Engine {
   // Device memory this host's ranks share, for a call on device buffers that may take the
   // direct path; else null.
   PeerMemory* peer_memory() const { return peer_memory_; }
+  // Host memory the ranks of this host share (Communicator::alloc's windows): null until the
+  // first window every rank mapped. Set between calls, on every rank at the same place in its
+  // sequence of calls (the windows are made collectively), so every rank chooses alike.
+  PeerMemory* host_windows() const { return host_windows_.load(std::memory_order_acquire); }
+  void set_host_windows(PeerMemory* windows) {
+    host_windows_.store(windows, std::memory_order_release);
+  }
   // Every connection this call has used so far.
   const std::vector<transport::Connection*>& used() const { return used_; }
   // This rank's own call with the sequence number of `tag`, if it is among the last ones run:
@@ -107,6 +114,7 @@ class Engine {
     Kind kind = Kind::barrier;
     std::size_t bytes = 0;
     bool device = false;
+    bool windows = false;
     const Algorithm* algorithm = nullptr;  // none yet
     std::size_t slice = 0;
     double predicted_us = 0;
@@ -165,6 +173,7 @@ class Engine {
   HostDataPath host_path_;
   DataPath* device_path_ = nullptr;  // this call's, when its buffers are on a GPU
   PeerMemory* peer_memory_ = nullptr;
+  std::atomic<PeerMemory*> host_windows_{nullptr};
   base::Deadline deadline_{std::chrono::milliseconds(0)};
   std::vector<transport::Connection*> used_;
   static constexpr std::size_t kHistory = 64;

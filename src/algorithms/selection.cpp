@@ -121,6 +121,8 @@ CostModel CostModel::measured(const MachineRates& r, bool tcp_on_loopback) {
   const double reduce_per_byte = r.reduce_gbps > 0 ? 1.0 / (r.reduce_gbps * 1e3) : 0.0;
   if (r.copy_gbps > 0 && r.reduce_gbps > 0) {
     shm.beta_us_per_byte = 1.5 / (r.copy_gbps * 1e3) + 0.5 * reduce_per_byte;
+    m.copy_us_per_byte = 1.0 / (r.copy_gbps * 1e3);
+    m.reduce_us_per_byte = reduce_per_byte;
     any = true;
   }
   if (r.handover_us > 0) {
@@ -331,6 +333,47 @@ double single_copy_cost(const SelectionInputs& in, std::size_t bytes) {
   return (in.size - 1) * (2.0 * m.alpha_us + switch_us(in, m) + kReadCallUs + copy);
 }
 
+// ---- in place in the peers' buffers (Communicator::alloc's windows, one host over shm)
+
+// Host buffers, every rank on one host over shared memory (the window's messages go through it).
+const char* one_host_shm(const SelectionInputs& in, std::size_t, bool device) {
+  if (device) return "host buffers only";
+  if (!in.one_host() || in.local != TransportKind::shm) return "ranks on one host over shm only";
+  return nullptr;
+}
+// Two rounds of a small message to every peer (where the buffers are; done), then the rank's
+// own copies and reductions, each byte once: `copies` and `reductions` are the bytes of output
+// of each. Oversubscribed, no switch is counted: the all-reduce algorithms it competes with count
+// none per hop either, and with it the model kept 4 ranks on 2 cores off this path at 64-256 KiB,
+// where it measured 14-28 us against their 90-230.
+double in_place_cost(const SelectionInputs& in, double copies, double reductions) {
+  const LinkCost& m = in.costs.of(in.local);
+  return 2.0 * (in.size - 1) * m.alpha_us + copies * in.costs.copy_us_per_byte +
+         reductions * in.costs.reduce_us_per_byte;
+}
+double n_minus_1(const SelectionInputs& in) {
+  return static_cast<double>(std::max(1, in.size - 1));
+}
+// Rank r reduces block r of every input (n-1 reductions of S/n) and writes it to the other
+// outputs (two ranks: the reduction writes both).
+double direct_all_reduce_cost(const SelectionInputs& in, std::size_t bytes) {
+  const double block = to_d(bytes) / in.size;
+  return in_place_cost(in, in.size > 2 ? n_minus_1(in) * block : 0.0, n_minus_1(in) * block);
+}
+double direct_reduce_cost(const SelectionInputs& in, std::size_t bytes) {
+  return in_place_cost(in, 0.0, n_minus_1(in) * to_d(bytes));
+}
+// Every block but the rank's own copied in (all_to_all: its own too).
+double direct_gather_cost(const SelectionInputs& in, std::size_t bytes) {
+  return in_place_cost(in, n_minus_1(in) * to_d(bytes), 0.0);
+}
+double direct_all_to_all_cost(const SelectionInputs& in, std::size_t bytes) {
+  return in_place_cost(in, in.size * to_d(bytes), 0.0);
+}
+double direct_copy_cost(const SelectionInputs& in, std::size_t bytes) {
+  return in_place_cost(in, to_d(bytes), 0.0);
+}
+
 // All-gather, `bytes` one rank's block: every other rank's block reaches each rank. The ring
 // takes n-1 hops; Bruck's ceil(log2 n) rounds, not pipelined, and a rotation copy at the end.
 // Oversubscribed, each hop or round waits for a peer to be switched in.
@@ -393,6 +436,18 @@ const std::vector<Algorithm>& algorithm_table() {
       {Kind::all_to_all_v, "single_copy", one_host_readable, single_copy_cost, no_slice,
        single_copy_all_to_all},
       {Kind::all_gather_v, "ring", fits_always, chain_cost, uneven_slice, ring_all_gather},
+      // Chosen only for calls of a communicator with shared windows (choose()'s `windows`).
+      {Kind::all_reduce, "direct", one_host_shm, direct_all_reduce_cost, no_slice,
+       direct_host_call},
+      {Kind::reduce_scatter, "direct", one_host_shm, direct_reduce_cost, no_slice,
+       direct_host_call},
+      {Kind::all_gather, "direct", one_host_shm, direct_gather_cost, no_slice, direct_host_call},
+      {Kind::broadcast, "direct", one_host_shm, direct_copy_cost, no_slice, direct_host_call},
+      {Kind::reduce, "direct", one_host_shm, direct_reduce_cost, no_slice, direct_host_call},
+      {Kind::gather, "direct", one_host_shm, direct_gather_cost, no_slice, direct_host_call},
+      {Kind::scatter, "direct", one_host_shm, direct_copy_cost, no_slice, direct_host_call},
+      {Kind::all_to_all, "direct", one_host_shm, direct_all_to_all_cost, no_slice,
+       direct_host_call},
       {Kind::reduce_scatter_v, "ring", fits_always, chain_cost, uneven_slice, ring_reduce_scatter},
   };
   return table;
@@ -498,11 +553,16 @@ Selector::Selector(SelectionInputs inputs) : inputs_(std::move(inputs)) {
   }
 }
 
-Selector::Choice Selector::choose(Kind kind, std::size_t bytes, bool device) const {
+Selector::Choice Selector::choose(Kind kind, std::size_t bytes, bool device, bool windows) const {
+  // The in-place algorithms need the windows, and a rank whose call is outside them falls back
+  // to this choice without them.
+  auto usable = [&](const Algorithm& a) {
+    return a.unfit(inputs_, bytes, device) == nullptr && (windows || a.run != direct_host_call);
+  };
   const Algorithm* best = nullptr;
   double best_cost = kNever;
   for (const Algorithm& a : algorithm_table()) {
-    if (a.collective != kind || a.unfit(inputs_, bytes, device) != nullptr) continue;
+    if (a.collective != kind || !usable(a)) continue;
     const double cost = a.cost(inputs_, bytes);
     if (best == nullptr || cost < best_cost) best = &a, best_cost = cost;
   }
@@ -510,7 +570,7 @@ Selector::Choice Selector::choose(Kind kind, std::size_t bytes, bool device) con
   for (const Rule& rule : rules_) {
     if (rule.collective != kind || bytes < rule.from || bytes >= rule.to) continue;
     // A named algorithm that cannot take this call leaves it to the model.
-    if (rule.algorithm->unfit(inputs_, bytes, device) == nullptr) {
+    if (usable(*rule.algorithm)) {
       best = rule.algorithm, best_cost = rule.algorithm->cost(inputs_, bytes), forced = true;
     }
     break;
@@ -539,10 +599,10 @@ struct CallClass {
 // Logs each call class's choice once, so INFO shows what ran without flooding; a flag table
 // rather than a locked set, since this runs on every call.
 void log_choice(const Selector& selector, const Collective& call, const Selector::Choice& c,
-                std::size_t bytes) {
-  static std::atomic<bool> seen[16][32][65];
+                std::size_t bytes, bool windows) {
+  static std::atomic<bool> seen[16][64][65];
   const CallClass cls(call.kind, c.algorithm, bytes);
-  auto& flag = seen[cls.kind & 15][cls.algorithm & 31][cls.size_class];
+  auto& flag = seen[cls.kind & 15][cls.algorithm & 63][cls.size_class];
   if (flag.load(std::memory_order_relaxed) || flag.exchange(true, std::memory_order_relaxed))
     return;
   std::string table;
@@ -550,6 +610,7 @@ void log_choice(const Selector& selector, const Collective& call, const Selector
   for (const Algorithm& a : algorithm_table()) {
     if (a.collective != call.kind) continue;
     const char* unfit = a.unfit(in, bytes, call.device >= 0);
+    if (unfit == nullptr && !windows && a.run == direct_host_call) unfit = "no shared windows";
     const double cost = a.cost(in, bytes);
     table += fmt::format("{}{} ", table.empty() ? "" : ", ", a.name);
     table += cost >= kNever ? "n/a" : fmt::format("{:.1f} us", cost);
@@ -588,14 +649,15 @@ void record_time(Engine& engine, const Collective& call, const Engine::Plan& pla
 void select_and_run(Engine& engine, const Collective& call) {
   const std::size_t bytes = call.bytes();
   const bool device = call.device >= 0;
+  const bool windows = !device && engine.host_windows() != nullptr;
   // A loop of calls of one kind and size decides once (the inputs are fixed per communicator).
   Engine::Plan& plan = engine.plan();
   if (plan.kind != call.kind || plan.bytes != bytes || plan.device != device ||
-      plan.algorithm == nullptr) {
-    const Selector::Choice choice = engine.selector().choose(call.kind, bytes, device);
-    log_choice(engine.selector(), call, choice, bytes);
-    plan =
-        Engine::Plan{call.kind, bytes, device, choice.algorithm, choice.slice, choice.predicted_us};
+      plan.windows != windows || plan.algorithm == nullptr) {
+    const Selector::Choice choice = engine.selector().choose(call.kind, bytes, device, windows);
+    log_choice(engine.selector(), call, choice, bytes, windows);
+    plan = Engine::Plan{call.kind,          bytes, device, windows, choice.algorithm, choice.slice,
+                        choice.predicted_us};
   }
   engine.set_slice_bytes(plan.slice);
   if (!base::log().should_log(spdlog::level::debug)) {

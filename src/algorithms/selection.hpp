@@ -57,6 +57,10 @@ struct CostModel {
   // One slot hand-over through the scheduler (a sleeping peer woken), paid per slice when ranks
   // outnumber cores.
   double wake_us = 20.0;
+  // One copy and one two-input reduction on the host, per byte of output: what a rank pays for
+  // the bytes it moves in place (direct.cpp), with no slot in between.
+  double copy_us_per_byte = 1.0 / 8000.0;
+  double reduce_us_per_byte = 1.0 / 6000.0;
   // Where the figures come from: "defaults" or "measured at init".
   std::string source = "defaults";
   const LinkCost& of(transport::TransportKind kind) const {
@@ -126,7 +130,9 @@ class Selector {
     double predicted_us;
     bool forced;  // a LOOM_ALGO rule named it
   };
-  Choice choose(Kind kind, std::size_t bytes, bool device) const;
+  // windows: the communicator has shared host windows (Communicator::alloc), so the algorithms
+  // that read the peers' buffers in place may take a host call.
+  Choice choose(Kind kind, std::size_t bytes, bool device, bool windows = false) const;
   const SelectionInputs& inputs() const { return inputs_; }
 
  private:

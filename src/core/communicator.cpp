@@ -96,6 +96,7 @@ void Communicator::Impl::start() {
   selector_ = std::make_shared<const algorithms::Selector>(selection_inputs());
   engine_ = std::make_unique<algorithms::Engine>(rank_, size_, *transport_, config_, halt_,
                                                  *callers_waiting_, selector_);
+  windows_ = std::make_unique<core::HostWindows>(size_);
   base::log().info(
       "{}/{} on {}: {}; tcp at {}, {} sockets per peer; {} slots of {} KiB; timeout {} s; "
       "reduction kernels {}",
@@ -163,13 +164,15 @@ std::string Communicator::Impl::describe() const {
                      config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10);
 }
 
-Estimate Communicator::Impl::estimate(Operation op, std::size_t bytes, bool device) const {
+Estimate Communicator::Impl::estimate(Operation op, std::size_t bytes, bool device,
+                                      bool shared) const {
   if (std::find(std::begin(algorithms::kAllKinds), std::end(algorithms::kAllKinds), op) ==
       std::end(algorithms::kAllKinds))
     throw InvalidArgument(fmt::format("estimate: rank {}: operation {} is not one of Loom's", rank_,
                                       static_cast<int>(op)));
   // The engine's own selector: this choice is the call's.
-  const algorithms::Selector::Choice c = selector_->choose(op, bytes, device);
+  const bool windows = shared && !device && windows_shared_.load(std::memory_order_acquire);
+  const algorithms::Selector::Choice c = selector_->choose(op, bytes, device, windows);
   return Estimate{std::string(c.algorithm->name), c.slice, c.predicted_us, c.forced,
                   selector_->inputs().costs.source};
 }
@@ -228,9 +231,9 @@ std::string Communicator::describe() const {
   LOOM_REQUIRE_IMPL("describe");
   return impl_->describe();
 }
-Estimate Communicator::estimate(Operation op, std::size_t bytes, bool device) const {
+Estimate Communicator::estimate(Operation op, std::size_t bytes, bool device, bool shared) const {
   LOOM_REQUIRE_IMPL("estimate");
-  return impl_->estimate(op, bytes, device);
+  return impl_->estimate(op, bytes, device, shared);
 }
 Communicator::Communicator(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -239,6 +242,16 @@ std::optional<Communicator> Communicator::split(int color, int key) {
   auto child = impl_->split(color, key);
   if (!child) return std::nullopt;
   return Communicator(std::move(child));
+}
+
+void* Communicator::alloc(std::size_t bytes) {
+  LOOM_REQUIRE_IMPL("alloc");
+  return impl_->alloc(bytes);
+}
+
+void Communicator::free(void* p) {
+  LOOM_REQUIRE_IMPL("free");
+  impl_->free(p);
 }
 
 Communicator Communicator::shrink(std::chrono::milliseconds timeout) {

@@ -4,6 +4,7 @@
 //   call_checks.cpp      arguments and buffer placement, checked before anything is queued
 //   call_queue.cpp       numbering calls and running them in issue order
 //   failure.cpp          abort(), the failure protocol, the health monitor's hand-over
+//   windows.cpp          alloc() and free(): host memory the ranks of a host share
 #pragma once
 
 #include <atomic>
@@ -21,6 +22,7 @@
 #include "base/config.hpp"
 #include "base/halt.hpp"
 #include "core/health_monitor.hpp"
+#include "core/host_windows.hpp"
 #include "core/topology.hpp"
 #include "core/work.hpp"
 #include "gpu/runtime.hpp"
@@ -47,7 +49,7 @@ class LOOM_INTERNAL Communicator::Impl {
   int rank() const { return rank_; }
   int size() const { return size_; }
   std::string describe() const;
-  Estimate estimate(Operation op, std::size_t bytes, bool device) const;
+  Estimate estimate(Operation op, std::size_t bytes, bool device, bool shared) const;
 
   // Validates, numbers and queues one call for the worker thread.
   Work submit(algorithms::Collective call);
@@ -57,6 +59,9 @@ class LOOM_INTERNAL Communicator::Impl {
   void abort();
   // Waits for the running and queued calls, then closes everything; idempotent.
   void shutdown();
+  // Communicator::alloc and free (windows.cpp).
+  void* alloc(std::size_t bytes);
+  void free(void* p);
   // Communicator::split: the child this rank joins, or null for a negative color.
   std::shared_ptr<Impl> split(int color, int key);
   // Communicator::shrink (shrink.cpp): the survivors' communicator.
@@ -135,6 +140,10 @@ class LOOM_INTERNAL Communicator::Impl {
   // Made once the topology is known; kept after shutdown (estimate() still answers).
   std::shared_ptr<const algorithms::Selector> selector_;
   std::unique_ptr<algorithms::Engine> engine_;
+  // alloc()'s memory; outlives the engine (which reads it) and, for the user, shutdown().
+  std::unique_ptr<core::HostWindows> windows_;
+  std::uint64_t windows_made_ = 0;           // alloc() calls so far: the next window's number
+  std::atomic<bool> windows_shared_{false};  // some window is shared (as the engine's)
 
   // Calls on device buffers: the runtime is created by the first one, on the caller's thread.
   const bool gpus_;  // without GPUs every buffer is host memory

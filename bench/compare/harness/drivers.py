@@ -42,6 +42,10 @@ class Outcome:
     error: str = ""
 
 
+# A Loom variant's marker (not passed on): its buffers come from Communicator::alloc.
+SHARED_BUFFERS = "__shared_buffers"
+
+
 class Drivers:
     def __init__(self, build, loom_variants):
         self.build = os.path.abspath(build)
@@ -76,11 +80,16 @@ class Drivers:
         out = []
         if "loom" in libs:
             for impl, extra in self.loom_variants.items():
+                env = {k: v for k, v in extra.items() if k != SHARED_BUFFERS}
+                shared = SHARED_BUFFERS in extra
+                if shared and transport != "shm":
+                    continue  # plain memory over TCP: the same as the loom column
                 out.append(Job(impl, transport, op, ranks, size,
                                [self.loomrun, "--nproc-per-node", str(ranks), "--no-prefix",
                                 self.perf, "-o", op, "-b", str(size), "-e", str(size),
-                                "-n", str(iters), "-w", str(warmup), "--csv"],
-                               {"LOOM_TRANSPORT": transport, "LOOM_DEBUG": "INFO", **extra},
+                                "-n", str(iters), "-w", str(warmup), "--csv",
+                                *(["--device", "shared"] if shared else [])],
+                               {"LOOM_TRANSPORT": transport, "LOOM_DEBUG": "INFO", **env},
                                kind="loom"))
         if "mpi" in libs:
             out.append(Job(f"mpi-{'vader' if transport == 'shm' else 'tcp'}", transport, op,

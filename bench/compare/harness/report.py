@@ -5,7 +5,8 @@ import statistics
 from collections import defaultdict
 
 LATENCY_BELOW = 64 << 10  # smaller sizes are reported as time (us), larger as busbw (GB/s)
-NAMES = {"loom": "Loom", "loom-avx2": "Loom (AVX2)", "mpi-vader": "OpenMPI vader",
+NAMES = {"loom": "Loom", "loom-avx2": "Loom (AVX2)", "loom-shared": "Loom (alloc)",
+         "loom-avx2-shared": "Loom (AVX2, alloc)", "mpi-vader": "OpenMPI vader",
          "mpi-tcp": "OpenMPI tcp", "torch-gloo": "PyTorch gloo"}
 OPS = {"allreduce": "f32 sum all-reduce", "alltoall": "all-to-all (size: each rank's buffer)"}
 

@@ -1,0 +1,49 @@
+// Communicator::alloc's memory: host buffers every rank of the host maps (base/shared_file.hpp),
+// so that a call whose buffers lie in them reads and writes the peers' buffers where they are
+// (algorithms/direct.cpp) instead of streaming through the slots. Windows are made and freed
+// collectively, so the k-th window is the same on every rank, and its number is all a call
+// needs to tell a peer where its buffer is.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "algorithms/peer_memory.hpp"
+#include "base/shared_file.hpp"
+
+namespace loom::core {
+
+class HostWindows final : public algorithms::PeerMemory {
+ public:
+  explicit HostWindows(int size) : size_(size) {}
+
+  // A window: this rank's memory and, when every rank mapped every other's, the peers'.
+  struct Window {
+    base::SharedFile own;
+    std::vector<base::SharedFile> peers;  // by rank; empty when the window is not shared
+  };
+  void add(std::uint64_t number, Window window);
+  // The number of the window whose memory starts at `p`.
+  std::optional<std::uint64_t> number_of(const void* p) const;
+  // Unmaps window `number` here (its own memory and the peers').
+  void remove(std::uint64_t number);
+  bool any_shared() const;
+
+  // PeerMemory: a range inside a shared window of this rank, and its place in a peer's window.
+  // Host buffers of a call are ready when it starts and done when its messages say so: the
+  // signals carry nothing.
+  std::optional<Range> share(const void* p, std::size_t bytes) override;
+  void* map(int peer, const Range& range) override;
+  Signal record(Point) override { return {}; }
+  void wait(int, const Signal&) override {}
+
+ private:
+  const int size_;
+  mutable std::mutex mu_;  // alloc and free (the caller's thread) against calls (the engine's)
+  std::map<std::uint64_t, Window> windows_;
+};
+
+}  // namespace loom::core
