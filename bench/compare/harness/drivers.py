@@ -111,7 +111,17 @@ class Drivers:
         return out
 
 
-CHOICE = re.compile(r"loom rank 0/\d+ info: (all_reduce|all_to_all): (.*?)(; model:|$)")
+CHOICE = re.compile(r"loom rank 0/\d+ info: (all_reduce|all_to_all): (.*? for (\d+) B .*?)(; model:|$)",
+                    re.M)
+CALL = {"allreduce": "all_reduce", "alltoall": "all_to_all"}
+
+
+def choice_of(op, log):
+    """Loom's pick for the measured call: the largest call of its kind that rank 0 logged (not
+    the small ones the benchmark or Communicator::alloc make of the same kind)."""
+    picks = [(int(m.group(3)), m.group(2)) for m in CHOICE.finditer(log)
+             if m.group(1) == CALL.get(op)]
+    return max(picks)[1] if picks else ""
 
 
 def run(job, timeout, log):
@@ -139,8 +149,7 @@ def run(job, timeout, log):
     rows = [line for line in out.splitlines() if re.match(r"^[\w:.-]+,", line)]
     if job.kind == "loom":
         rows = [r for r in rows if r[0].isdigit()]
-        m = CHOICE.search(err)
-        result.choice = m.group(2) if m else ""
+        result.choice = choice_of(job.op, err)
     if rc != 0 or not rows:
         tail = (err.strip().splitlines() or ["no output"])[-1]
         result.error = f"rc={rc}: {tail}"
