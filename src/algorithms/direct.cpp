@@ -104,18 +104,18 @@ class DirectCall {
         peers_(std::move(peers)),
         in_(static_cast<std::size_t>(engine.size()), nullptr),
         out_(static_cast<std::size_t>(engine.size()), nullptr),
-        theirs_(peers_.size()) {
+        theirs_(peers_.size()),
+        exposed_(exposed(c_, engine.rank(), engine.size())),
+        // Buffers beyond the cache: copies stream past it rather than evict what the peers read.
+        streaming_(engine.beyond_cache(std::max(exposed_.first, exposed_.second))) {
     in_[me()] = c_.in;
     out_[me()] = c_.out;
-    const auto [in_bytes, out_bytes] = exposed(c_, e_.rank(), e_.size());
-    // Buffers beyond the cache: copies stream past it rather than evict what the peers read.
-    streaming_ = e_.beyond_cache(std::max(in_bytes, out_bytes));
   }
 
   // Agrees with every partner on the direct path; false (on every rank alike) when some rank's
   // buffers cannot be shared.
   bool agree() {
-    const auto [in_bytes, out_bytes] = exposed(c_, e_.rank(), e_.size());
+    const auto [in_bytes, out_bytes] = exposed_;
     Hello hello;
     hello.in_bytes = in_bytes;
     hello.out_bytes = out_bytes;
@@ -297,7 +297,8 @@ class DirectCall {
   std::vector<const void*> in_;  // by rank: mapped here (this rank's own: its pointer)
   std::vector<void*> out_;
   std::vector<Hello> theirs_;
-  bool streaming_ = false;
+  const std::pair<std::size_t, std::size_t> exposed_;  // bytes of in and out the peers touch
+  const bool streaming_;
 };
 
 std::atomic<std::uint64_t> host_calls_served{0};

@@ -302,10 +302,16 @@ double pairwise_cost(const SelectionInputs& in, std::size_t bytes) {
   return (in.size - 1) *
          (m.alpha_us + to_d(bytes) * m.beta_us_per_byte + handovers * switch_us(in, m));
 }
-// One host over shared memory, host buffers, where the kernel lets a rank read its peers' memory.
-const char* one_host_readable(const SelectionInputs& in, std::size_t, bool device) {
+// Host buffers, every rank on one host over shared memory (the in-place algorithms' messages,
+// and the single copy's, go through it).
+const char* one_host_shm(const SelectionInputs& in, std::size_t, bool device) {
   if (device) return "host buffers only";
   if (!in.one_host() || in.local != TransportKind::shm) return "ranks on one host over shm only";
+  return nullptr;
+}
+// ... where the kernel also lets every rank read its peers' memory.
+const char* one_host_readable(const SelectionInputs& in, std::size_t bytes, bool device) {
+  if (const char* why = one_host_shm(in, bytes, device)) return why;
   if (!in.reads_peers) return "process_vm_readv is refused on some rank";
   return nullptr;
 }
@@ -335,12 +341,6 @@ double single_copy_cost(const SelectionInputs& in, std::size_t bytes) {
 
 // ---- in place in the peers' buffers (Communicator::alloc's windows, one host over shm)
 
-// Host buffers, every rank on one host over shared memory (the window's messages go through it).
-const char* one_host_shm(const SelectionInputs& in, std::size_t, bool device) {
-  if (device) return "host buffers only";
-  if (!in.one_host() || in.local != TransportKind::shm) return "ranks on one host over shm only";
-  return nullptr;
-}
 // Two rounds of a small message to every peer (where the buffers are; done), then the rank's
 // own copies and reductions, each byte once: `copies` and `reductions` are the bytes of output
 // of each. Oversubscribed, no switch is counted: the all-reduce algorithms it competes with count

@@ -122,13 +122,7 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::split(int color, int key
   // Every rank's color and key, through this communicator: the split is one of its calls.
   const std::int64_t mine[2] = {color, key};
   std::vector<std::int64_t> all(2 * static_cast<std::size_t>(size_));
-  algorithms::Collective exchange{};
-  exchange.kind = algorithms::Kind::all_gather;
-  exchange.dtype = DataType::i64;
-  exchange.count = 2;
-  exchange.in = mine;
-  exchange.out = all.data();
-  run(exchange);
+  run_own(algorithms::Kind::all_gather, mine, all.data(), 2, DataType::i64);
   const std::uint64_t split = splits_++;  // the same on every rank: splits are collective
   if (color < 0) return nullptr;
   std::vector<int> members;
@@ -299,7 +293,13 @@ Collective make_uneven(Kind kind, const void* in, void* out, DataType dtype, Red
   c.layout = std::move(layout);
   return c;
 }
+
 }  // namespace
+
+void Communicator::Impl::run_own(Kind kind, const void* in, void* out, std::size_t count,
+                                 DataType dtype, ReduceOp op) {
+  run(make(kind, in, out, count, dtype, op, 0));
+}
 
 Work Communicator::all_reduce_async(const void* in, void* out, std::size_t count, DataType dtype,
                                     ReduceOp op, CudaStream stream) {

@@ -55,6 +55,10 @@ class LOOM_INTERNAL Communicator::Impl {
   Work submit(algorithms::Collective call);
   // Validates, numbers and runs one call, returning when it is done.
   void run(algorithms::Collective call);
+  // One of the communicator's own small calls on host buffers (split's and alloc's exchanges),
+  // run as the user's calls are.
+  void run_own(algorithms::Kind kind, const void* in, void* out, std::size_t count, DataType dtype,
+               ReduceOp op = ReduceOp::sum);
 
   void abort();
   // Waits for the running and queued calls, then closes everything; idempotent.

@@ -42,13 +42,6 @@ void HostWindows::remove(std::uint64_t number) {
   // Unmapped outside the lock: munmap of a large range takes a while.
 }
 
-bool HostWindows::any_shared() const {
-  std::lock_guard lock(mu_);
-  for (const auto& [number, w] : windows_)
-    if (!w.peers.empty()) return true;
-  return false;
-}
-
 std::optional<HostWindows::Range> HostWindows::share(const void* p, std::size_t bytes) {
   const auto* at = static_cast<const std::byte*>(p);
   std::lock_guard lock(mu_);

@@ -30,7 +30,6 @@ class HostWindows final : public algorithms::PeerMemory {
   std::optional<std::uint64_t> number_of(const void* p) const;
   // Unmaps window `number` here (its own memory and the peers').
   void remove(std::uint64_t number);
-  bool any_shared() const;
 
   // PeerMemory: a range inside a shared window of this rank, and its place in a peer's window.
   // Host buffers of a call are ready when it starts and done when its messages say so: the

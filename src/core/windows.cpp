@@ -10,7 +10,6 @@
 
 namespace loom {
 
-using algorithms::Collective;
 using algorithms::Kind;
 
 namespace {
@@ -31,13 +30,7 @@ void* Communicator::Impl::alloc(std::size_t bytes) {
   base::SharedFile own = base::SharedFile::create(bytes, &err);
   const Offer mine{own.id(), own.valid() ? 1u : 0u, static_cast<std::uint64_t>(err)};
   std::vector<Offer> offers(static_cast<std::size_t>(size_));
-  Collective exchange{};
-  exchange.kind = Kind::all_gather;
-  exchange.dtype = DataType::u8;
-  exchange.count = sizeof(Offer);
-  exchange.in = &mine;
-  exchange.out = offers.data();
-  run(exchange);
+  run_own(Kind::all_gather, &mine, offers.data(), sizeof(Offer), DataType::u8);
   const std::uint64_t number = windows_made_++;  // the same on every rank: alloc is collective
 
   // The peers' windows are mapped where a call could read them in place: one host, over shm.
@@ -66,14 +59,7 @@ void* Communicator::Impl::alloc(std::size_t bytes) {
   // Shared only if every rank mapped every other's: a call in place needs all of them.
   const std::int32_t mapped = why.empty() ? 1 : 0;
   std::int32_t everywhere = 0;
-  Collective agree{};
-  agree.kind = Kind::all_reduce;
-  agree.dtype = DataType::i32;
-  agree.op = ReduceOp::min;
-  agree.count = 1;
-  agree.in = &mapped;
-  agree.out = &everywhere;
-  run(agree);
+  run_own(Kind::all_reduce, &mapped, &everywhere, 1, DataType::i32, ReduceOp::min);
   if (!own.valid())
     throw Error(fmt::format("alloc of {} bytes: {}: memfd_create/mmap failed: {}", bytes,
                             who(rank_), std::strerror(static_cast<int>(mine.error))));
@@ -109,13 +95,7 @@ void Communicator::Impl::free(void* p) {
     return;
   }
   std::vector<std::uint64_t> numbers(static_cast<std::size_t>(size_));
-  Collective exchange{};
-  exchange.kind = Kind::all_gather;
-  exchange.dtype = DataType::u64;
-  exchange.count = 1;
-  exchange.in = &mine;
-  exchange.out = numbers.data();
-  run(exchange);
+  run_own(Kind::all_gather, &mine, numbers.data(), 1, DataType::u64);
   // Every rank sees the same numbers, so every rank frees, or every rank raises.
   for (int r = 0; r < size_; ++r) {
     const std::uint64_t theirs = numbers[static_cast<std::size_t>(r)];

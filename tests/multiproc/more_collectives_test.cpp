@@ -13,9 +13,9 @@
 #include <cstddef>
 #include <cstring>
 #include <numeric>
-#include <thread>
 #include <vector>
 
+#include "../support/kill_trial.hpp"
 #include "../support/ranks.hpp"
 #include "verify/patterns.hpp"
 
@@ -371,44 +371,10 @@ TEST(SingleCopyAllToAll, ARankRefusedItsReadsTurnsEveryRankToTheSlots) {
       opts);
 }
 
-constexpr int kDyingRank = 2;
-
 // A rank SIGKILLed while single-copy all-to-alls run (between its messages, or while peers read
-// its memory): every survivor raises PeerError naming it within seconds, never a hang or a
-// wrong result passed off as right.
+// its memory): every survivor raises PeerError naming it within seconds.
 TEST(SingleCopyAllToAll, ARankDyingMidCallIsNamedOnEverySurvivor) {
-  testing::RunOptions opts;
-  opts.may_die = {kDyingRank};
-  testing::run_ranks_raw(
-      4,
-      [](testing::RankContext& ctx) {
-        Options o;
-        o.timeout = std::chrono::seconds(60);  // far beyond what a survivor may take
-        o.transport.emplace("shm");
-        o.algorithm = "alltoall:single_copy";
-        Communicator comm(ctx.store, ctx.rank, ctx.size, o);
-        const std::size_t count = 1 << 18;  // 1 MiB blocks of f32
-        std::vector<float> in(4 * count, 1.0f), out(4 * count);
-        comm.all_to_all(in.data(), out.data(), count, DataType::f32);
-        if (ctx.rank == kDyingRank) {
-          std::thread([&ctx] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(30));
-            testing::die_by_sigkill(ctx);
-          }).detach();
-          for (;;) comm.all_to_all(in.data(), out.data(), count, DataType::f32);
-        }
-        const auto start = std::chrono::steady_clock::now();
-        try {
-          for (int i = 0; i < 100000; ++i)
-            comm.all_to_all(in.data(), out.data(), count, DataType::f32);
-          ADD_FAILURE() << "rank " << ctx.rank << " never noticed rank " << kDyingRank << " die";
-        } catch (const PeerError& e) {
-          EXPECT_EQ(e.peer(), kDyingRank) << e.what();
-        }
-        // The victim dies 30 ms in; the timeout is a minute.
-        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
-      },
-      opts);
+  testing::all_to_all_kill_trial("alltoall:single_copy", false);
 }
 
 TEST(UnevenArguments, WrongLengthsAndAliasedBuffersAreRefusedAndLeaveTheCommunicatorUsable) {

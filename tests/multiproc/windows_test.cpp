@@ -7,9 +7,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <thread>
 #include <vector>
 
+#include "../support/kill_trial.hpp"
 #include "../support/ranks.hpp"
 #include "algorithms/algorithms.hpp"
 
@@ -218,42 +218,10 @@ TEST(SharedWindows, SplitChildrenHaveTheirOwnWindows) {
       shm(kInPlaceEverywhere));
 }
 
-constexpr int kDyingRank = 2;
-
 // A rank SIGKILLed while all-to-alls run in place (between its messages, or while the peers copy
-// from its window): every survivor raises PeerError naming it within seconds, never a hang.
+// from its window): every survivor raises PeerError naming it within seconds.
 TEST(SharedWindows, ARankDyingMidCallIsNamedOnEverySurvivor) {
-  testing::RunOptions opts;
-  opts.may_die = {kDyingRank};
-  testing::run_ranks_raw(
-      4,
-      [](testing::RankContext& ctx) {
-        Options o;
-        o.timeout = std::chrono::seconds(60);  // far beyond what a survivor may take
-        o.transport.emplace("shm");
-        o.algorithm = "alltoall:direct";
-        Communicator comm(ctx.store, ctx.rank, ctx.size, o);
-        const std::size_t count = 1 << 18;  // 1 MiB blocks of f32
-        auto* in = static_cast<float*>(comm.alloc(4 * count * sizeof(float)));
-        std::vector<float> out(4 * count);
-        comm.all_to_all(in, out.data(), count, DataType::f32);
-        if (ctx.rank == kDyingRank) {
-          std::thread([&ctx] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(30));
-            testing::die_by_sigkill(ctx);
-          }).detach();
-          for (;;) comm.all_to_all(in, out.data(), count, DataType::f32);
-        }
-        const auto start = std::chrono::steady_clock::now();
-        try {
-          for (int i = 0; i < 100000; ++i) comm.all_to_all(in, out.data(), count, DataType::f32);
-          ADD_FAILURE() << "rank " << ctx.rank << " never noticed rank " << kDyingRank << " die";
-        } catch (const PeerError& e) {
-          EXPECT_EQ(e.peer(), kDyingRank) << e.what();
-        }
-        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
-      },
-      opts);
+  testing::all_to_all_kill_trial("alltoall:direct", true);
 }
 
 }  // namespace

@@ -1,0 +1,50 @@
+#include "kill_trial.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "ranks.hpp"
+
+namespace loom::testing {
+
+void all_to_all_kill_trial(const std::string& algorithm, bool shared) {
+  constexpr int kDyingRank = 2;
+  RunOptions opts;
+  opts.may_die = {kDyingRank};
+  run_ranks_raw(
+      4,
+      [&](RankContext& ctx) {
+        Options o;
+        o.timeout = std::chrono::seconds(60);  // far beyond what a survivor may take
+        o.transport.emplace("shm");
+        o.algorithm = algorithm;
+        Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+        const std::size_t count = 1 << 18;  // 1 MiB blocks of f32
+        std::vector<float> plain(shared ? 0 : 4 * count, 1.0f), out(4 * count);
+        auto* in =
+            shared ? static_cast<float*>(comm.alloc(4 * count * sizeof(float))) : plain.data();
+        comm.all_to_all(in, out.data(), count, DataType::f32);
+        if (ctx.rank == kDyingRank) {
+          std::thread([&ctx] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(30));
+            die_by_sigkill(ctx);
+          }).detach();
+          for (;;) comm.all_to_all(in, out.data(), count, DataType::f32);
+        }
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          for (int i = 0; i < 100000; ++i) comm.all_to_all(in, out.data(), count, DataType::f32);
+          ADD_FAILURE() << "rank " << ctx.rank << " never noticed rank " << kDyingRank << " die";
+        } catch (const PeerError& e) {
+          EXPECT_EQ(e.peer(), kDyingRank) << e.what();
+        }
+        // The victim dies 30 ms in; the timeout is a minute.
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+      },
+      opts);
+}
+
+}  // namespace loom::testing

@@ -1,0 +1,14 @@
+// A rank SIGKILLed while 4 ranks run 1 MiB-block all-to-alls over shared memory (between its
+// messages, or while its peers read its memory): every survivor must raise PeerError naming it
+// within seconds, never hang or pass off a wrong result.
+#pragma once
+
+#include <string>
+
+namespace loom::testing {
+
+// `algorithm`: the LOOM_ALGO rule the communicator runs with ("alltoall:single_copy", ...);
+// `shared`: the input comes from Communicator::alloc.
+void all_to_all_kill_trial(const std::string& algorithm, bool shared);
+
+}  // namespace loom::testing
