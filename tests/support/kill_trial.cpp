@@ -10,18 +10,27 @@
 
 namespace loom::testing {
 
+namespace {
+
+Options shm_options(const std::string& algorithm) {
+  Options o;
+  o.timeout = std::chrono::seconds(60);  // far beyond what a survivor may take
+  o.transport = std::string("shm");
+  o.algorithm = algorithm;
+  return o;
+}
+
+}  // namespace
+
 void all_to_all_kill_trial(const std::string& algorithm, bool shared) {
   constexpr int kDyingRank = 2;
+  const Options options = shm_options(algorithm);
   RunOptions opts;
   opts.may_die = {kDyingRank};
   run_ranks_raw(
       4,
       [&](RankContext& ctx) {
-        Options o;
-        o.timeout = std::chrono::seconds(60);  // far beyond what a survivor may take
-        o.transport.emplace("shm");
-        o.algorithm = algorithm;
-        Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+        Communicator comm(ctx.store, ctx.rank, ctx.size, options);
         const std::size_t count = 1 << 18;  // 1 MiB blocks of f32
         std::vector<float> plain(shared ? 0 : 4 * count, 1.0f), out(4 * count);
         auto* in =
