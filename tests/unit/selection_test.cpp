@@ -31,9 +31,9 @@ SelectionInputs hosts(int count, int per_host, TransportKind remote = TransportK
   return in;
 }
 
-std::string_view pick(const SelectionInputs& in, Kind kind, std::size_t bytes,
-                      bool device = false) {
-  return Selector(in).choose(kind, bytes, device).algorithm->name;
+std::string_view pick(const SelectionInputs& in, Kind kind, std::size_t bytes, bool device = false,
+                      bool windows = false) {
+  return Selector(in).choose(kind, bytes, device, windows).algorithm->name;
 }
 
 TEST(Selection, SmallAllReducesTakeOneHopAndLargeOnesTheRing) {
@@ -232,10 +232,9 @@ TEST(MeasuredModel, AllToAllsInWindowsRunInPlace) {
     in.costs = CostModel::measured(r, true);
     for (std::size_t bytes :
          {std::size_t{256} << 10, std::size_t{1} << 20, std::size_t{16} << 20}) {
-      EXPECT_EQ(Selector(in).choose(Kind::all_to_all, bytes, false, true).algorithm->name, "direct")
+      EXPECT_EQ(pick(in, Kind::all_to_all, bytes, false, true), "direct")
           << n << " ranks, " << bytes << " B";
-      EXPECT_NE(Selector(in).choose(Kind::all_to_all, bytes, false, false).algorithm->name,
-                "direct");
+      EXPECT_NE(pick(in, Kind::all_to_all, bytes), "direct");
     }
   }
 }
