@@ -117,6 +117,9 @@ struct LOOM_API Options {
   std::optional<int> slots;                          // LOOM_SLOTS per connection, default 8
   std::optional<std::string> algorithm;              // LOOM_ALGO: force an algorithm ("ring", ...)
   std::optional<std::string> transport;              // LOOM_TRANSPORT: "auto", "tcp" or "shm"
+  // LOOM_TUNE_FILE: the tuning table loom-tune writes, whose rules choose below `algorithm`;
+  // default $XDG_CACHE_HOME/loom/tune.txt (~/.cache/...); "off" or "": the cost model alone.
+  std::optional<std::string> tuning_file;
   // The job secret authenticating data connections, and the store init() hosts or joins:
   // LOOM_SECRET, else LOOM_SECRET_FILE's contents.
   std::optional<std::string> secret;
@@ -167,6 +170,7 @@ struct LOOM_API Estimate {
   std::size_t slice_bytes = 0;  // what each slot hand-over carries (0: whole slots)
   double microseconds = 0;      // predicted time of the call
   bool forced = false;          // a LOOM_ALGO rule chose it, not the model
+  bool tuned = false;           // a rule of the tuning table (loom-tune) chose it
   // Where the model's figures come from: "measured at init" (the init probe, LOOM_PROBE_US),
   // or "defaults" where it did not run.
   std::string model;
@@ -300,6 +304,11 @@ class LOOM_API Communicator {
   // failure records and monitor; its errors name each rank's rank here too. It may outlive
   // this one, and may be split again.
   std::optional<Communicator> split(int color, int key);
+  // The same, with the child's settings changed where `options` sets them (ncclCommSplit's
+  // config): algorithm, timeout, buffer_bytes, slots, sockets_per_peer. The child keeps its
+  // parent's transport, interface, secret, key space and tuning table: setting those is an
+  // InvalidArgument. Every rank passes the same options.
+  std::optional<Communicator> split(int color, int key, const Options& options);
 
   // Host memory that every rank of this host maps (MPI_Win_allocate_shared; ncclMemAlloc with
   // ncclCommRegister). Collective: every rank calls it, in the same place of its sequence of
@@ -344,6 +353,9 @@ class LOOM_API Communicator {
 
   // Host name, transport and settings, for logs and tools.
   std::string describe() const;
+  // "shm 4x1": the transport and shape (ranks per host x hosts; empty shape when hosts differ)
+  // under which the tuning table keeps this communicator's entry (loom-tune).
+  std::string tuning_key() const;
 
  private:
   class Impl;

@@ -394,8 +394,6 @@ std::size_t uneven_slice(const SelectionInputs& in, std::size_t bytes, bool devi
   return chain_slice(in, bytes / static_cast<std::size_t>(std::max(1, in.size)), device);
 }
 
-const char* parse_error_prefix = "configuration: LOOM_ALGO";
-
 std::optional<std::size_t> parse_bytes(std::string_view text) {
   if (text.empty()) return std::nullopt;
   return base::parse_size(std::string(text));
@@ -451,6 +449,13 @@ const std::vector<Algorithm>& algorithm_table() {
   return table;
 }
 
+bool takes_any_slice(const Algorithm& a) {
+  // These pipeline through the slots in slices of any size; the others size their own (whole
+  // buffers that must fit half the FIFO) or send whole slots.
+  return a.slice == ring_slice || a.slice == chain_slice || a.slice == p2p_slice ||
+         a.slice == uneven_slice;
+}
+
 std::string_view rule_name(Kind kind) {
   switch (kind) {
     case Kind::all_reduce:
@@ -485,19 +490,19 @@ std::string_view rule_name(Kind kind) {
   return "?";
 }
 
-// Rules: "[operation:]algorithm[:from-to]" separated by commas; an operation left out is the
-// previous rule's (all-reduce for the first); sizes take K, M, G; either end may be left open.
-// "ring" alone forces the ring all-reduce at every size.
-Selector::Selector(SelectionInputs inputs) : inputs_(std::move(inputs)) {
+// Rules: "[operation:]algorithm[@slice][:from-to]" separated by commas; an operation left out is
+// the previous rule's (all-reduce for the first); sizes take K, M, G; either end may be left open.
+// "ring" alone forces the ring all-reduce at every size; "ring@256K" in slices of 256 KiB.
+std::vector<Selector::Rule> Selector::parse_rules(std::string_view text, std::string_view source) {
+  std::vector<Rule> rules;
   Kind collective = Kind::all_reduce;
-  std::string_view rest = inputs_.overrides;
+  std::string_view rest = text;
   while (!rest.empty()) {
     const auto comma = rest.find(',');
     const std::string_view item = rest.substr(0, comma);
     rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
     auto bad = [&](const std::string& why) {
-      return InvalidArgument(
-          fmt::format("{}='{}': rule '{}': {}", parse_error_prefix, inputs_.overrides, item, why));
+      return InvalidArgument(fmt::format("{}='{}': rule '{}': {}", source, text, item, why));
     };
     std::vector<std::string_view> fields;
     for (std::size_t from = 0;;) {
@@ -506,7 +511,8 @@ Selector::Selector(SelectionInputs inputs) : inputs_(std::move(inputs)) {
       if (colon == std::string_view::npos) break;
       from = colon + 1;
     }
-    if (fields.size() > 3 || item.empty()) throw bad("expected [operation:]algorithm[:from-to]");
+    if (fields.size() > 3 || item.empty())
+      throw bad("expected [operation:]algorithm[@slice][:from-to]");
     // The first field names an operation when another field follows and it is not an algorithm.
     std::size_t next = 0;
     if (fields.size() >= 2) {
@@ -518,7 +524,15 @@ Selector::Selector(SelectionInputs inputs) : inputs_(std::move(inputs)) {
       else if (fields.size() == 3)
         throw bad(fmt::format("'{}' is not an operation", fields[0]));
     }
-    const std::string_view name = fields[next];
+    std::string_view name = fields[next];
+    std::size_t slice = 0;
+    if (const auto at = name.find('@'); at != std::string_view::npos) {
+      const auto v = parse_bytes(name.substr(at + 1));
+      if (!v || *v < 4096)
+        throw bad(fmt::format("'{}' is not a slice of 4K or more", name.substr(at + 1)));
+      slice = *v;
+      name = name.substr(0, at);
+    }
     const Algorithm* algorithm = nullptr;
     std::string known;
     for (const Algorithm& a : algorithm_table()) {
@@ -528,6 +542,8 @@ Selector::Selector(SelectionInputs inputs) : inputs_(std::move(inputs)) {
     }
     if (algorithm == nullptr)
       throw bad(fmt::format("'{}' is not a {} algorithm ({})", name, rule_name(collective), known));
+    if (slice != 0 && !takes_any_slice(*algorithm))
+      throw bad(fmt::format("{} {} chooses its own slice", rule_name(collective), name));
     std::size_t from = 0, to = SIZE_MAX;
     if (next + 1 < fields.size()) {
       const std::string_view range = fields[next + 1];
@@ -547,7 +563,19 @@ Selector::Selector(SelectionInputs inputs) : inputs_(std::move(inputs)) {
       }
       if (from >= to) throw bad("the range is empty");
     }
-    rules_.push_back(Rule{collective, algorithm, from, to});
+    rules.push_back(Rule{collective, algorithm, from, to, slice});
+  }
+  return rules;
+}
+
+Selector::Selector(SelectionInputs inputs) : inputs_(std::move(inputs)) {
+  rules_ = parse_rules(inputs_.overrides, "configuration: LOOM_ALGO");
+  // A table a later version wrote, or one edited by hand, may not parse: the model chooses.
+  try {
+    tuned_rules_ = parse_rules(inputs_.tuned, "tuning table " + inputs_.tuned_from);
+  } catch (const InvalidArgument& e) {
+    base::log().warn("{}; the cost model chooses instead", e.what());
+    tuned_rules_.clear();
   }
 }
 
@@ -564,16 +592,24 @@ Selector::Choice Selector::choose(Kind kind, std::size_t bytes, bool device, boo
     const double cost = a.cost(inputs_, bytes);
     if (best == nullptr || cost < best_cost) best = &a, best_cost = cost;
   }
-  bool forced = false;
-  for (const Rule& rule : rules_) {
-    if (rule.collective != kind || bytes < rule.from || bytes >= rule.to) continue;
-    // A named algorithm that cannot take this call leaves it to the model.
-    if (usable(*rule.algorithm)) {
-      best = rule.algorithm, best_cost = rule.algorithm->cost(inputs_, bytes), forced = true;
-    }
-    break;
-  }
-  return Choice{best, best->slice(inputs_, bytes, device), best_cost, forced};
+  // A rule names the algorithm for a range of sizes: the user's (LOOM_ALGO) first, then the
+  // tuning table's, which was measured on host buffers outside the windows. A named algorithm
+  // that cannot take this call leaves it to the model.
+  auto rule_for = [&](const std::vector<Rule>& rules) -> const Rule* {
+    for (const Rule& rule : rules)
+      if (rule.collective == kind && bytes >= rule.from && bytes < rule.to)
+        return usable(*rule.algorithm) ? &rule : nullptr;
+    return nullptr;
+  };
+  const Rule* rule = rule_for(rules_);
+  const bool forced = rule != nullptr;
+  const bool tuned = !forced && !device && !windows && (rule = rule_for(tuned_rules_)) != nullptr;
+  if (rule != nullptr) best = rule->algorithm, best_cost = best->cost(inputs_, bytes);
+  std::size_t slice = best->slice(inputs_, bytes, device);
+  // A rule's slice replaces a pipelining choice, never "whole slots" (0: small or device calls).
+  if (rule != nullptr && rule->slice != 0 && slice != 0)
+    slice = std::min(rule->slice, inputs_.slot_bytes);
+  return Choice{best, slice, best_cost, forced, tuned};
 }
 
 namespace {
@@ -615,8 +651,11 @@ void log_choice(const Selector& selector, const Collective& call, const Selector
     if (unfit) table += fmt::format(" ({})", unfit);
   }
   base::log().info("{}: {}{} in slices of {} KiB for {} B over {}; model: {}", to_string(call.kind),
-                   c.algorithm->name, c.forced ? " (LOOM_ALGO)" : "", c.slice >> 10, bytes,
-                   transport::to_string(in.bottleneck_kind()), table);
+                   c.algorithm->name,
+                   c.forced  ? " (LOOM_ALGO)"
+                   : c.tuned ? " (tuning table)"
+                             : "",
+                   c.slice >> 10, bytes, transport::to_string(in.bottleneck_kind()), table);
 }
 
 // At DEBUG, each call class's predicted time against this rank's measured one, at its 1st, 10th,

@@ -88,6 +88,10 @@ struct SelectionInputs {
   bool reads_peers = false;     // every rank may read its peers' memory (process_vm_readv)
   std::size_t cache_bytes = std::size_t{32} << 20;  // the last-level cache a host's ranks share
   std::string overrides;                            // LOOM_ALGO
+  // Rules of the same form from the tuning table (loom-tune), below LOOM_ALGO: they choose
+  // for host buffers outside the windows; `tuned_from` names the table for messages.
+  std::string tuned;
+  std::string tuned_from;
 
   bool one_host() const { return hosts.size() <= 1; }
   // Whether buffers of `bytes` on each of `ranks` ranks of a host outgrow its last-level cache.
@@ -116,6 +120,10 @@ struct Algorithm {
 // Every algorithm Loom has.
 const std::vector<Algorithm>& algorithm_table();
 
+// Whether a rule may set the algorithm's slice ("ring@256K"): it pipelines through the slots in
+// slices of any size.
+bool takes_any_slice(const Algorithm& algorithm);
+
 // "allreduce", "reducescatter", ...: the names LOOM_ALGO rules use.
 std::string_view rule_name(Kind kind);
 
@@ -129,21 +137,28 @@ class Selector {
     std::size_t slice;
     double predicted_us;
     bool forced;  // a LOOM_ALGO rule named it
+    bool tuned;   // a rule of the tuning table named it
   };
   // windows: the communicator has shared host windows (Communicator::alloc), so the algorithms
   // that read the peers' buffers in place may take a host call.
   Choice choose(Kind kind, std::size_t bytes, bool device, bool windows = false) const;
   const SelectionInputs& inputs() const { return inputs_; }
+  // InvalidArgument, as the constructor raises it, when LOOM_ALGO rules `text` do not parse.
+  static void check_rules(std::string_view text) { parse_rules(text, "configuration: LOOM_ALGO"); }
 
  private:
   struct Rule {
     Kind collective;
     const Algorithm* algorithm;
-    std::size_t from;  // bytes, inclusive
-    std::size_t to;    // bytes, exclusive
+    std::size_t from;   // bytes, inclusive
+    std::size_t to;     // bytes, exclusive
+    std::size_t slice;  // 0: the algorithm's own
   };
+  // "[operation:]algorithm[@slice][:from-to],...": InvalidArgument naming `source` and the rule.
+  static std::vector<Rule> parse_rules(std::string_view text, std::string_view source);
   SelectionInputs inputs_;
-  std::vector<Rule> rules_;
+  std::vector<Rule> rules_;        // LOOM_ALGO
+  std::vector<Rule> tuned_rules_;  // the tuning table's
 };
 
 // The slice for `unit` bytes pipelined through `stages` hops of `link` (an algorithm that chooses

@@ -117,21 +117,19 @@ Config Config::resolve(const Options& options, int world_size) {
     c.algorithm = *options.algorithm;
   else if (auto s = env_string("LOOM_ALGO"))
     c.algorithm = *s;
+  if (options.tuning_file)
+    c.tuning_file = *options.tuning_file;
+  else if (auto s = env_string("LOOM_TUNE_FILE"))
+    c.tuning_file = *s;
+  else
+    c.tuning_file = default_tuning_file();
+  if (c.tuning_file == "off") c.tuning_file.clear();
   if (auto s = env_int("LOOM_STALL_WARN", 1, 7 * 24 * 3600))
     c.stall_warn = std::chrono::seconds(*s);
   if (auto s = env_int("LOOM_HEARTBEAT_TIMEOUT", 0, 7 * 24 * 3600))
     c.heartbeat_timeout = std::chrono::seconds(*s);
 
-  if (c.sockets_per_peer < 1 || c.sockets_per_peer > 64)
-    throw InvalidArgument(
-        fmt::format("configuration: sockets per peer {} not in [1, 64]", c.sockets_per_peer));
-  if (c.slots < 2 || c.slots > 64)
-    throw InvalidArgument(fmt::format("configuration: slots {} not in [2, 64]", c.slots));
-  if (c.buffer_bytes / static_cast<std::size_t>(c.slots) < 4096 || c.buffer_bytes > (1ull << 30))
-    throw InvalidArgument(
-        fmt::format("configuration: buffer of {} bytes over {} slots: each slot needs at least 4 "
-                    "KiB, the buffer at most 1 GiB",
-                    c.buffer_bytes, c.slots));
+  c.check_limits();
 
   c.secret = options.secret ? *options.secret : job_secret();
   // A launcher that restarts workers numbers its attempts; each gets key spaces of its own.
@@ -151,6 +149,52 @@ Config Config::resolve(const Options& options, int world_size) {
     c.local_world_size_given = true;
   }
   return c;
+}
+
+void Config::check_limits() const {
+  if (sockets_per_peer < 1 || sockets_per_peer > 64)
+    throw InvalidArgument(
+        fmt::format("configuration: sockets per peer {} not in [1, 64]", sockets_per_peer));
+  if (slots < 2 || slots > 64)
+    throw InvalidArgument(fmt::format("configuration: slots {} not in [2, 64]", slots));
+  if (buffer_bytes / static_cast<std::size_t>(slots) < 4096 || buffer_bytes > (1ull << 30))
+    throw InvalidArgument(
+        fmt::format("configuration: buffer of {} bytes over {} slots: each slot needs at least 4 "
+                    "KiB, the buffer at most 1 GiB",
+                    buffer_bytes, slots));
+}
+
+Config Config::for_child(const Options& options) const {
+  auto refuse = [](const char* field) {
+    return InvalidArgument(
+        fmt::format("Options::{} cannot change in a child (it keeps its parent's)", field));
+  };
+  if (options.transport) throw refuse("transport");
+  if (options.socket_ifname) throw refuse("socket_ifname");
+  if (options.secret) throw refuse("secret");
+  if (options.tuning_file) throw refuse("tuning_file");
+  if (options.store_prefix != Options{}.store_prefix) throw refuse("store_prefix");
+  Config c = *this;
+  if (options.timeout) {
+    if (options.timeout->count() <= 0)
+      throw InvalidArgument(
+          fmt::format("Options::timeout {} ms is not positive", options.timeout->count()));
+    c.timeout = *options.timeout;
+  }
+  if (options.algorithm) c.algorithm = *options.algorithm;
+  if (options.sockets_per_peer) c.sockets_per_peer = *options.sockets_per_peer;
+  if (options.slots) c.slots = *options.slots;
+  if (options.buffer_bytes) c.buffer_bytes = *options.buffer_bytes;
+  c.check_limits();
+  return c;
+}
+
+std::string default_tuning_file() {
+  if (auto cache = env_string("XDG_CACHE_HOME"); cache && !cache->empty())
+    return *cache + "/loom/tune.txt";
+  if (auto home = env_string("HOME"); home && !home->empty())
+    return *home + "/.cache/loom/tune.txt";
+  return {};
 }
 
 void Config::set_local_world_size(int ranks_on_host) {

@@ -24,6 +24,9 @@ struct Config {
   int slots = 8;
   std::size_t socket_buffer_bytes = 4u << 20;
   std::string algorithm;
+  // The tuning table to read (LOOM_TUNE_FILE, else the default under the user's cache); empty:
+  // none.
+  std::string tuning_file;
   // "auto" (shm within a host, tcp across), "tcp" or "shm"; LOOM_SHM_DISABLE=1 means "tcp".
   std::string transport = "auto";
   // A collective waiting this long gets a stall report (LOOM_STALL_WARN, seconds).
@@ -67,6 +70,14 @@ struct Config {
 
   // Options win over environment, environment over defaults.
   static Config resolve(const Options& options, int world_size);
+  // A split's child: this config with the fields `options` sets replaced (InvalidArgument for
+  // one a child cannot change).
+  Config for_child(const Options& options) const;
+  // InvalidArgument for sockets, slots or buffers out of range.
+  void check_limits() const;
 };
+
+// $XDG_CACHE_HOME/loom/tune.txt, else $HOME/.cache/loom/tune.txt; empty without either.
+std::string default_tuning_file();
 
 }  // namespace loom::base

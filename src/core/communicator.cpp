@@ -70,11 +70,11 @@ Communicator::Impl::Impl(std::shared_ptr<Store> store, int rank, int size, const
 }
 
 // A child of a split: the parent's settings and hosts, its own key space, token, connections.
-Communicator::Impl::Impl(const Impl& parent, std::shared_ptr<Store> store, std::vector<int> members,
-                         int rank, std::uint64_t token)
+Communicator::Impl::Impl(const Impl& parent, base::Config config, std::shared_ptr<Store> store,
+                         std::vector<int> members, int rank, std::uint64_t token)
     : rank_(rank),
       size_(static_cast<int>(members.size())),
-      config_(parent.config_),
+      config_(std::move(config)),
       store_(std::move(store)),
       topology_(parent.topology_.of_ranks(members)),
       route_hint_(parent.route_hint_),
@@ -109,6 +109,11 @@ void Communicator::Impl::start() {
     base::log().info("cost model {}: {}", costs.source,
                      costs.source == "defaults" ? "LOOM_PROBE_US=0 or one rank"
                                                 : topology_.machine_rates().encode());
+    const auto& in = selector_->inputs();
+    if (!in.tuned_from.empty())
+      base::log().info(
+          "tuning table {}: {}", in.tuned_from,
+          in.tuned.empty() ? "no entry for this machine, transport and shape" : in.tuned);
   }
   if (gpus_)
     base::log().info("{}: {}; device buffers of local peers via {}", who(rank_), device::describe(),
@@ -118,7 +123,8 @@ void Communicator::Impl::start() {
   worker_ = std::thread([this] { work_loop(); });
 }
 
-std::shared_ptr<Communicator::Impl> Communicator::Impl::split(int color, int key) {
+std::shared_ptr<Communicator::Impl> Communicator::Impl::split(int color, int key,
+                                                              const base::Config& child_config) {
   // Every rank's color and key, through this communicator: the split is one of its calls.
   const std::int64_t mine[2] = {color, key};
   std::vector<std::int64_t> all(2 * static_cast<std::size_t>(size_));
@@ -137,7 +143,8 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::split(int color, int key
   const std::uint64_t token =
       std::hash<std::string>{}(fmt::format("{:x}/{}/{}", token_, split, color)) | 1;
   auto store = std::make_shared<PrefixStore>(store::keys::split_space(split, color), store_);
-  return std::make_shared<Impl>(*this, std::move(store), std::move(members), rank, token);
+  return std::make_shared<Impl>(*this, child_config, std::move(store), std::move(members), rank,
+                                token);
 }
 
 // "rank 3", or "rank 1 (rank 3 of the parent)" in a communicator made by split().
@@ -167,7 +174,7 @@ Estimate Communicator::Impl::estimate(Operation op, std::size_t bytes, bool devi
   // The engine's own selector: this choice is the call's.
   const bool windows = shared && !device && windows_shared_.load(std::memory_order_acquire);
   const algorithms::Selector::Choice c = selector_->choose(op, bytes, device, windows);
-  return Estimate{std::string(c.algorithm->name), c.slice, c.predicted_us, c.forced,
+  return Estimate{std::string(c.algorithm->name),  c.slice, c.predicted_us, c.forced, c.tuned,
                   selector_->inputs().costs.source};
 }
 
@@ -225,6 +232,10 @@ std::string Communicator::describe() const {
   LOOM_REQUIRE_IMPL("describe");
   return impl_->describe();
 }
+std::string Communicator::tuning_key() const {
+  LOOM_REQUIRE_IMPL("tuning_key");
+  return impl_->tuning_key();
+}
 Estimate Communicator::estimate(Operation op, std::size_t bytes, bool device, bool shared) const {
   LOOM_REQUIRE_IMPL("estimate");
   return impl_->estimate(op, bytes, device, shared);
@@ -233,7 +244,22 @@ Communicator::Communicator(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) 
 
 std::optional<Communicator> Communicator::split(int color, int key) {
   LOOM_REQUIRE_IMPL("split");
-  auto child = impl_->split(color, key);
+  auto child = impl_->split(color, key, impl_->config());
+  if (!child) return std::nullopt;
+  return Communicator(std::move(child));
+}
+
+std::optional<Communicator> Communicator::split(int color, int key, const Options& options) {
+  LOOM_REQUIRE_IMPL("split");
+  // Checked before the split's exchange: a bad option leaves this communicator as it was.
+  base::Config config;
+  try {
+    config = impl_->config().for_child(options);
+    algorithms::Selector::check_rules(config.algorithm);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("split: rank {}: {}", impl_->rank(), e.what()));
+  }
+  auto child = impl_->split(color, key, config);
   if (!child) return std::nullopt;
   return Communicator(std::move(child));
 }

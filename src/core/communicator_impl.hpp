@@ -40,14 +40,21 @@ class LOOM_INTERNAL Communicator::Impl {
        const std::string& route_hint);
   // A child of `parent` made by split(): `members` are its ranks' ranks in the parent, this one
   // is `rank`; `store` its own key space, `token` its own job token.
-  Impl(const Impl& parent, std::shared_ptr<Store> store, std::vector<int> members, int rank,
-       std::uint64_t token);
+  Impl(const Impl& parent, base::Config config, std::shared_ptr<Store> store,
+       std::vector<int> members, int rank, std::uint64_t token);
   ~Impl();
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  const base::Config& config() const { return config_; }
+  // The transport ("shm", "tcp", "shm+tcp") and shape ("4x1") a tuning table entry names.
+  static std::pair<std::string, std::string> tuning_key(const algorithms::SelectionInputs& in);
+  std::string tuning_key() const {
+    const auto [transport, shape] = tuning_key(selector_->inputs());
+    return transport + " " + shape;
+  }
   std::string describe() const;
   Estimate estimate(Operation op, std::size_t bytes, bool device, bool shared) const;
 
@@ -67,7 +74,7 @@ class LOOM_INTERNAL Communicator::Impl {
   void* alloc(std::size_t bytes);
   void free(void* p);
   // Communicator::split: the child this rank joins, or null for a negative color.
-  std::shared_ptr<Impl> split(int color, int key);
+  std::shared_ptr<Impl> split(int color, int key, const base::Config& child_config);
   // Communicator::shrink (shrink.cpp): the survivors' communicator.
   std::shared_ptr<Impl> shrink(std::chrono::milliseconds timeout);
   // Which rank hosts the store (-1: none, a launcher does) and where it is, for the failure

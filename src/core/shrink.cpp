@@ -91,7 +91,7 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
   const std::uint64_t token =
       std::hash<std::string>{}(fmt::format("{:x}/shrink/{}", token_, round)) | 1;
   auto store = std::make_shared<PrefixStore>(store::keys::shrink_space(round), store_);
-  return std::make_shared<Impl>(*this, std::move(store), members,
+  return std::make_shared<Impl>(*this, config_, std::move(store), members,
                                 static_cast<int>(me - members.begin()), token);
 }
 

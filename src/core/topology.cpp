@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -86,6 +88,8 @@ Topology Topology::of_ranks(const std::vector<int>& ranks) const {
     t.reads_peers_of_rank.push_back(reads_peers_of_rank[i]);
     t.rates_of_rank.push_back(rates_of_rank[i]);
   }
+  t.tuning_from = tuning_from;
+  t.tuning = tuning;
   return t;
 }
 
@@ -102,12 +106,20 @@ algorithms::MachineRates Topology::machine_rates() const {
 }
 
 Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
-                           const std::string& rdma, const algorithms::MachineRates& rates) {
+                           const std::string& rdma, const algorithms::MachineRates& rates,
+                           const std::string& tuning_from) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  store.set(
-      store::keys::topology(rank),
+  std::string record =
       fmt::format("{} {} {} {}\n{}\n{}", ::getpid(), cores, rdma.empty() ? "-" : rdma,
-                  base::cross_memory_attach_available() ? 1 : 0, local_host_id(), rates.encode()));
+                  base::cross_memory_attach_available() ? 1 : 0, local_host_id(), rates.encode());
+  if (rank == 0 && !tuning_from.empty()) {
+    // Only this machine's entries travel: the others can never match this job.
+    const MachineKey here = this_machine();
+    record += fmt::format("\n{}", tuning_from);
+    for (const TuningEntry& e : read_tuning_table(tuning_from))
+      if (e.machine == here) record += fmt::format("\n{}", e.line());
+  }
+  store.set(store::keys::topology(rank), record);
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(store::keys::topology(r));
   try {
@@ -139,9 +151,26 @@ Topology exchange_topology(Store& store, int rank, int size, std::chrono::millis
     t.reads_peers_of_rank.push_back(reads_peers == 1);
     const auto rates_line = v.find('\n', nl + 1);
     t.host_of_rank.push_back(v.substr(nl + 1, rates_line - (nl + 1)));
+    const auto tuning_line =
+        rates_line == std::string::npos ? std::string::npos : v.find('\n', rates_line + 1);
     t.rates_of_rank.push_back(rates_line == std::string::npos
                                   ? algorithms::MachineRates{}
-                                  : algorithms::MachineRates::decode(v.substr(rates_line + 1)));
+                                  : algorithms::MachineRates::decode(
+                                        v.substr(rates_line + 1, tuning_line - (rates_line + 1))));
+    if (r == 0 && tuning_line != std::string::npos) {
+      // The table's path, then its entries for rank 0's machine, a line each.
+      std::istringstream lines(v.substr(tuning_line + 1));
+      std::getline(lines, t.tuning_from);
+      for (std::string line; std::getline(lines, line);) {
+        TuningEntry e;
+        std::istringstream fields(line);
+        std::string cores_field;
+        if (std::getline(fields, e.machine.cpu, '\t') && std::getline(fields, cores_field, '\t') &&
+            std::getline(fields, e.machine.simd, '\t') && std::getline(fields, e.transport, '\t') &&
+            std::getline(fields, e.shape, '\t') && std::getline(fields, e.rules))
+          e.machine.cores = std::atoi(cores_field.c_str()), t.tuning.push_back(std::move(e));
+      }
+    }
   }
   return t;
 }

@@ -7,6 +7,7 @@
 
 #include "algorithms/selection.hpp"
 #include "base/deadline.hpp"
+#include "core/tuning_table.hpp"
 #include "loom/store.hpp"
 
 namespace loom::core {
@@ -25,6 +26,10 @@ struct Topology {
   std::vector<bool> reads_peers_of_rank;
   // What each rank's init probe measured on its host (0s: it did not probe).
   std::vector<algorithms::MachineRates> rates_of_rank;
+  // The tuning table rank 0 read (empty: none) and its entries for rank 0's machine: the same
+  // on every rank, and kept by split children.
+  std::string tuning_from;
+  std::vector<TuningEntry> tuning;
   // The machine the cost model assumes: each host's best figures (its ranks probed at once and
   // disturbed each other), then the worst host's. The same on every rank.
   algorithms::MachineRates machine_rates() const;
@@ -42,9 +47,10 @@ struct Topology {
 
 // Publishes this rank's host id, pid, cores, RDMA port (`rdma`, one word, "-" for none), whether
 // it reads peers' memory and what its probe measured (store::keys::topology), and reads every
-// rank's.
+// rank's. Rank 0 adds the tuning table at `tuning_from` (its entries for this machine).
 Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
                            const std::string& rdma = "-",
-                           const algorithms::MachineRates& rates = {});
+                           const algorithms::MachineRates& rates = {},
+                           const std::string& tuning_from = {});
 
 }  // namespace loom::core

@@ -45,7 +45,9 @@ void Communicator::Impl::build_transports() {
     algorithms::MachineRates rates;
     if (size_ > 1 && config_.probe_budget.count() > 0)
       rates = core::probe_machine(config_.probe_budget, config_.transport == "tcp");
-    topology_ = core::exchange_topology(*store_, rank_, size_, config_.timeout, rdma_port, rates);
+    // Rank 0's table decides for every rank (it travels in its topology record).
+    topology_ = core::exchange_topology(*store_, rank_, size_, config_.timeout, rdma_port, rates,
+                                        rank_ == 0 ? config_.tuning_file : std::string());
   }
   // The spinning policy follows the ranks that really share this host's cores.
   config_.set_local_world_size(topology_.ranks_on_host_of(rank_));
@@ -115,7 +117,19 @@ algorithms::SelectionInputs Communicator::Impl::selection_inputs() const {
                                topology_.reads_peers_of_rank.end(), [](bool b) { return b; });
   in.cache_bytes = base::last_level_cache_bytes();
   in.overrides = config_.algorithm;
+  // The tuning table's entry for this transport and shape, if rank 0 read one.
+  const auto [transport, shape] = tuning_key(in);
+  for (const core::TuningEntry& e : topology_.tuning)
+    if (e.transport == transport && e.shape == shape) in.tuned = e.rules;
+  in.tuned_from = topology_.tuning_from;
   return in;
+}
+
+std::pair<std::string, std::string> Communicator::Impl::tuning_key(
+    const algorithms::SelectionInputs& in) {
+  std::string transport = std::string(transport::to_string(in.local));
+  if (!in.one_host()) transport += fmt::format("+{}", transport::to_string(in.remote));
+  return {transport, core::job_shape(in.hosts)};
 }
 
 // "shm to rank(s) 1,2, tcp to rank(s) 3" for logs and describe().

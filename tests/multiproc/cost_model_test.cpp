@@ -2,13 +2,16 @@
 // the source of its figures (the init probe, or the defaults without it), kept by a split.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <vector>
 
 #include "../support/ranks.hpp"
+#include "core/tuning_table.hpp"
 #include "loom/loom.hpp"
 
 namespace loom {
@@ -84,6 +87,99 @@ TEST(CostModel, WithoutTheProbeTheModelRunsOnItsDefaults) {
     expect_same_on_every_rank(comm, estimate_words(comm));
   });
   ::unsetenv("LOOM_PROBE_US");
+}
+
+// A tuning table entry for this machine, transport and shape chooses on every rank, as rank 0
+// read it; LOOM_ALGO still wins; entries for another shape do not apply; a split into the same
+// shape keeps it, and the calls it chooses compute the exact sums.
+TEST(CostModel, ATuningTableEntryChoosesForItsShape) {
+  const std::string path =
+      ::testing::TempDir() + "/tune-" + std::to_string(::getpid()) + "/tune.txt";
+  const core::MachineKey here = core::this_machine();
+  core::write_tuning_entry(path, {here, "shm", "2x1", "allreduce:ring@64K:0-1M"});
+  core::write_tuning_entry(path, {here, "shm", "3x1", "allreduce:one_shot"});
+  testing::RunOptions opts;
+  opts.options.tuning_file = path;
+  run_ranks(
+      2,
+      [](Communicator& comm) {
+        EXPECT_EQ(comm.tuning_key(), "shm 2x1");
+        const Estimate small = comm.estimate(Operation::all_reduce, 8);
+        EXPECT_EQ(small.algorithm, "ring");
+        EXPECT_TRUE(small.tuned);
+        EXPECT_FALSE(small.forced);
+        const Estimate mid = comm.estimate(Operation::all_reduce, 512 << 10);
+        EXPECT_EQ(mid.slice_bytes, 64u << 10);
+        EXPECT_FALSE(comm.estimate(Operation::all_reduce, std::size_t{4} << 20).tuned);
+        expect_same_on_every_rank(comm, estimate_words(comm));
+        std::vector<std::int32_t> v(128 << 10);
+        std::iota(v.begin(), v.end(), comm.rank());
+        comm.all_reduce(v.data(), v.size(), DataType::i32, ReduceOp::sum);
+        for (std::size_t i = 0; i < v.size(); ++i)
+          ASSERT_EQ(v[i], 2 * static_cast<std::int32_t>(i) + 1) << i;
+        auto child = comm.split(0, comm.rank());
+        ASSERT_TRUE(child.has_value());
+        EXPECT_TRUE(child->estimate(Operation::all_reduce, 8).tuned);
+        // A child of one rank has another shape: the model alone.
+        auto alone = comm.split(comm.rank(), 0);
+        ASSERT_TRUE(alone.has_value());
+        EXPECT_FALSE(alone->estimate(Operation::all_reduce, 8).tuned);
+      },
+      opts);
+  opts.options.algorithm = "allreduce:one_shot:0-64K";
+  run_ranks(
+      2,
+      [](Communicator& comm) {
+        const Estimate e = comm.estimate(Operation::all_reduce, 8);
+        EXPECT_EQ(e.algorithm, "one_shot");
+        EXPECT_TRUE(e.forced);
+        EXPECT_FALSE(e.tuned);
+        EXPECT_TRUE(comm.estimate(Operation::all_reduce, 512 << 10).tuned);
+      },
+      opts);
+  opts.options.algorithm.reset();
+  opts.options.tuning_file = "off";
+  run_ranks(
+      2, [](Communicator& comm) { EXPECT_FALSE(comm.estimate(Operation::all_reduce, 8).tuned); },
+      opts);
+}
+
+// split() with options: the child takes the rules, slots and timeout it is given, the parent
+// keeps its own; what a child cannot change is refused before the split, leaving the parent
+// usable.
+TEST(CostModel, ASplitTakesTheOptionsItIsGiven) {
+  run_ranks(2, [](Communicator& comm) {
+    Options rules;
+    rules.algorithm = "allreduce:ring@32K";
+    rules.buffer_bytes = std::size_t{1} << 20;
+    auto child = comm.split(0, comm.rank(), rules);
+    ASSERT_TRUE(child.has_value());
+    const Estimate e = child->estimate(Operation::all_reduce, std::size_t{8} << 20);
+    EXPECT_TRUE(e.forced);
+    EXPECT_EQ(e.slice_bytes, 32u << 10);
+    EXPECT_NE(child->describe().find("8 x 128 KiB slots"), std::string::npos) << child->describe();
+    EXPECT_FALSE(comm.estimate(Operation::all_reduce, std::size_t{8} << 20).forced);
+    std::vector<std::int64_t> v(1 << 20, comm.rank() + 1);
+    child->all_reduce(v.data(), v.size(), DataType::i64, ReduceOp::sum);
+    EXPECT_EQ(v.front(), 3);
+    EXPECT_EQ(v.back(), 3);
+    for (auto bad : {&Options::transport, &Options::tuning_file, &Options::secret}) {
+      Options o;
+      o.*bad = "tcp";
+      try {
+        comm.split(0, comm.rank(), o);
+        ADD_FAILURE() << "accepted";
+      } catch (const InvalidArgument& err) {
+        EXPECT_NE(std::string(err.what()).find("split: rank"), std::string::npos) << err.what();
+      }
+    }
+    Options rule;
+    rule.algorithm = "allreduce:nosuch";
+    EXPECT_THROW(comm.split(0, comm.rank(), rule), InvalidArgument);
+    std::int64_t x = 1;
+    comm.all_reduce(&x, 1, DataType::i64, ReduceOp::sum);
+    EXPECT_EQ(x, 2);
+  });
 }
 
 }  // namespace

@@ -99,7 +99,8 @@ TEST(Selection, RulesNameAnAlgorithmPerOperationAndSizeRange) {
 
 TEST(Selection, BadRulesAreRefusedNamingTheRule) {
   for (const char* bad : {"allreduce:nosuch", "frobnicate:ring:0-1K", "ring:1K-1K", "ring:x-",
-                          "ring:1K", "broadcast:ring", "allreduce:ring:0-1K:extra", ","}) {
+                          "ring:1K", "broadcast:ring", "allreduce:ring:0-1K:extra", ",", "ring@",
+                          "ring@2K", "ring@lots", "recursive_doubling@64K:0-1M"}) {
     SCOPED_TRACE(bad);
     auto in = one_host(2);
     in.overrides = bad;
@@ -117,6 +118,50 @@ TEST(Selection, BadRulesAreRefusedNamingTheRule) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("chain"), std::string::npos) << e.what();
   }
+}
+
+// "ring@256K" sets the slice of an algorithm whose slice is a pipelining choice, never above the
+// slot, and never where the algorithm sends whole slots (small or device calls).
+TEST(Selection, ARuleMaySetTheSlice) {
+  auto in = one_host(4);
+  in.overrides = "allreduce:ring@64K:1M-,broadcast:chain@32K";
+  EXPECT_EQ(Selector(in).choose(Kind::all_reduce, 16 << 20, false).slice, 64u << 10);
+  EXPECT_EQ(Selector(in).choose(Kind::broadcast, 16 << 20, false).slice, 32u << 10);
+  EXPECT_EQ(Selector(in).choose(Kind::all_reduce, 16 << 20, true).slice, 0u);  // device: whole
+  in.overrides = "allreduce:ring@64M";
+  EXPECT_EQ(Selector(in).choose(Kind::all_reduce, 16 << 20, false).slice, in.slot_bytes);
+  EXPECT_EQ(Selector(in).choose(Kind::all_reduce, 8, false).slice, 0u);
+  in.overrides.clear();
+  EXPECT_NE(Selector(in).choose(Kind::all_reduce, 16 << 20, false).slice, 64u << 10);
+}
+
+// The tuning table's rules choose below LOOM_ALGO's, for host buffers outside the windows only;
+// a table that does not parse leaves the model to choose.
+TEST(Selection, TheTuningTableChoosesBelowLoomAlgoForPlainHostBuffers) {
+  auto in = one_host(4);
+  in.tuned = "allreduce:ring@128K:0-1M,broadcast:chain@16K";
+  in.tuned_from = "/tmp/table";
+  const Selector s(in);
+  const auto c = s.choose(Kind::all_reduce, 512 << 10, false);
+  EXPECT_EQ(c.algorithm->name, "ring");
+  EXPECT_EQ(c.slice, 128u << 10);
+  EXPECT_TRUE(c.tuned);
+  EXPECT_FALSE(c.forced);
+  EXPECT_EQ(pick(in, Kind::all_reduce, 8), "ring");
+  EXPECT_FALSE(s.choose(Kind::all_reduce, 4 << 20, false).tuned);          // outside its range
+  EXPECT_FALSE(s.choose(Kind::all_reduce, 512 << 10, true).tuned);         // device buffers
+  EXPECT_FALSE(s.choose(Kind::all_reduce, 512 << 10, false, true).tuned);  // in the windows
+  EXPECT_EQ(pick(in, Kind::all_reduce, 512 << 10, false, true), "direct");
+  EXPECT_TRUE(s.choose(Kind::broadcast, 1 << 20, false).tuned);
+  in.overrides = "allreduce:recursive_doubling:0-1M";
+  const auto user = Selector(in).choose(Kind::all_reduce, 8, false);
+  EXPECT_EQ(user.algorithm->name, "recursive_doubling");
+  EXPECT_TRUE(user.forced);
+  EXPECT_FALSE(user.tuned);
+  in.overrides.clear();
+  in.tuned = "allreduce:warp_drive";
+  EXPECT_NO_THROW(Selector{in});
+  EXPECT_FALSE(Selector(in).choose(Kind::all_reduce, 8, false).tuned);
 }
 
 TEST(Selection, EveryCollectiveHasAnAlgorithm) {
