@@ -5,7 +5,7 @@
 // Each candidate (an algorithm, with each slice where its slice is free, and the cost model
 // itself) runs on a child communicator split with that LOOM_ALGO rule. Rounds go over every
 // candidate in turn, so a slow spell of the machine hits them alike; a size's figure for a
-// candidate is its best round. A round is timed as every comparison in bench/compare is: each rank
+// candidate is its median round. A round is timed as every comparison in bench/compare is: each rank
 // times every call, a call's time is its slowest rank's, the median over calls. The table names
 // a candidate for a size only where it beats the model by the margin; elsewhere the model
 // chooses.
@@ -267,12 +267,12 @@ int main(int argc, char** argv) {
     sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
     const std::size_t slot_bytes = config.buffer_bytes / static_cast<std::size_t>(config.slots);
 
-    // best[op][candidate][size]: the best round's figure (NaN: not a candidate there).
+    // rounds_of[op][candidate][size]: each round's figure (none: not a candidate there).
     std::map<Kind, std::vector<Candidate>> cands;
-    std::map<Kind, std::vector<std::vector<double>>> best;
+    std::map<Kind, std::vector<std::vector<std::vector<double>>>> rounds_of;
     for (Kind k : args.ops) {
       cands[k] = candidates_of(k, slot_bytes);
-      best[k].assign(cands[k].size(), std::vector<double>(sizes.size(), NAN));
+      rounds_of[k].assign(cands[k].size(), std::vector<std::vector<double>>(sizes.size()));
     }
     if (rank == 0)
       std::printf("# loom-tune: %d ranks, %s, %zu sizes %s-%s, %d round(s); table %s\n", n,
@@ -288,9 +288,7 @@ int main(int argc, char** argv) {
           std::optional<loom::Communicator> child = base.split(0, rank, rule);
           for (std::size_t s = 0; s < sizes.size(); ++s) {
             const auto us = timer.time(*child, cands[k][c], k, sizes[s]);
-            if (!us) continue;
-            double& b = best[k][c][s];
-            b = std::isnan(b) ? *us : std::min(b, *us);
+            if (us) rounds_of[k][c][s].push_back(*us);
           }
           child->destroy();
         }
@@ -307,22 +305,37 @@ int main(int argc, char** argv) {
     std::string report;
     for (Kind k : args.ops) {
       const auto& cs = cands[k];
+      // A candidate's figure at a size: the median of its rounds (NaN: not a candidate there).
+      std::vector<std::vector<double>> best(cs.size(), std::vector<double>(sizes.size(), NAN));
+      for (std::size_t c = 0; c < cs.size(); ++c)
+        for (std::size_t s = 0; s < sizes.size(); ++s) {
+          auto r = rounds_of[k][c][s];
+          if (r.empty()) continue;
+          std::sort(r.begin(), r.end());
+          const std::size_t mid = r.size() / 2;
+          best[c][s] = r.size() % 2 ? r[mid] : (r[mid - 1] + r[mid]) / 2;
+        }
       std::vector<std::size_t> winner(sizes.size(), 0);
       report +=
           fmt::format("{:>9} {:>22} {:>11} {:>22} {:>11} {:>7}\n", loom::algorithms::rule_name(k),
                       "model's choice", "model us", "fastest", "its us", "gain");
       for (std::size_t s = 0; s < sizes.size(); ++s) {
-        const double model = best[k][0][s];
-        std::size_t fastest = 0;
-        for (std::size_t c = 1; c < cs.size(); ++c)
-          if (!std::isnan(best[k][c][s]) && best[k][c][s] < best[k][fastest][s]) fastest = c;
-        if (best[k][fastest][s] < model * (1.0 - args.margin)) winner[s] = fastest;
         const loom::Estimate e = base.estimate(operation_of(k), sizes[s]);
+        const double model = best[0][s];
+        std::size_t fastest = 0;
+        for (std::size_t c = 1; c < cs.size(); ++c) {
+          // The model's own choice, forced, is the model: a gap between them is noise.
+          const bool models_choice = cs[c].algorithm == e.algorithm &&
+                                     (cs[c].slice == 0 || cs[c].slice == e.slice_bytes);
+          if (!models_choice && !std::isnan(best[c][s]) && best[c][s] < best[fastest][s])
+            fastest = c;
+        }
+        if (best[fastest][s] < model * (1.0 - args.margin)) winner[s] = fastest;
         report += fmt::format(
             "{:>9} {:>22} {:>11.1f} {:>22} {:>11.1f} {:>6.2f}x{}\n", size_text(sizes[s]),
             e.slice_bytes ? fmt::format("{}@{}", e.algorithm, size_text(e.slice_bytes))
                           : e.algorithm,
-            model, cs[fastest].name(), best[k][fastest][s], model / best[k][fastest][s],
+            model, cs[fastest].name(), best[fastest][s], model / best[fastest][s],
             winner[s] ? "  <- table" : "");
       }
       for (std::size_t s = 0; s < sizes.size();) {
