@@ -5,9 +5,9 @@
 // Each candidate (an algorithm, with each slice where its slice is free, and the cost model
 // itself) runs on a child communicator split with that LOOM_ALGO rule. Rounds go over every
 // candidate in turn, so a slow spell of the machine hits them alike; a size's figure for a
-// candidate is its median round. A round is timed as every comparison in bench/compare is: each rank
-// times every call, a call's time is its slowest rank's, the median over calls. The table names
-// a candidate for a size only where it beats the model by the margin; elsewhere the model
+// candidate is its median round. A round is timed as every comparison in bench/compare is: each
+// rank times every call, a call's time is its slowest rank's, the median over calls. The table
+// names a candidate for a size only where it beats the model by the margin; elsewhere the model
 // chooses.
 #include <algorithm>
 #include <chrono>
@@ -325,8 +325,8 @@ int main(int argc, char** argv) {
         std::size_t fastest = 0;
         for (std::size_t c = 1; c < cs.size(); ++c) {
           // The model's own choice, forced, is the model: a gap between them is noise.
-          const bool models_choice = cs[c].algorithm == e.algorithm &&
-                                     (cs[c].slice == 0 || cs[c].slice == e.slice_bytes);
+          const bool models_choice =
+              cs[c].algorithm == e.algorithm && (cs[c].slice == 0 || cs[c].slice == e.slice_bytes);
           if (!models_choice && !std::isnan(best[c][s]) && best[c][s] < best[fastest][s])
             fastest = c;
         }
