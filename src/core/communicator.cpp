@@ -243,10 +243,7 @@ Estimate Communicator::estimate(Operation op, std::size_t bytes, bool device, bo
 Communicator::Communicator(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 std::optional<Communicator> Communicator::split(int color, int key) {
-  LOOM_REQUIRE_IMPL("split");
-  auto child = impl_->split(color, key, impl_->config());
-  if (!child) return std::nullopt;
-  return Communicator(std::move(child));
+  return split(color, key, Options{});  // no option set: the parent's settings throughout
 }
 
 std::optional<Communicator> Communicator::split(int color, int key, const Options& options) {

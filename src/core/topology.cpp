@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -161,15 +160,8 @@ Topology exchange_topology(Store& store, int rank, int size, std::chrono::millis
       // The table's path, then its entries for rank 0's machine, a line each.
       std::istringstream lines(v.substr(tuning_line + 1));
       std::getline(lines, t.tuning_from);
-      for (std::string line; std::getline(lines, line);) {
-        TuningEntry e;
-        std::istringstream fields(line);
-        std::string cores_field;
-        if (std::getline(fields, e.machine.cpu, '\t') && std::getline(fields, cores_field, '\t') &&
-            std::getline(fields, e.machine.simd, '\t') && std::getline(fields, e.transport, '\t') &&
-            std::getline(fields, e.shape, '\t') && std::getline(fields, e.rules))
-          e.machine.cores = std::atoi(cores_field.c_str()), t.tuning.push_back(std::move(e));
-      }
+      for (std::string line; std::getline(lines, line);)
+        if (auto e = TuningEntry::parse(line)) t.tuning.push_back(std::move(*e));
     }
   }
   return t;

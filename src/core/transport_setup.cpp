@@ -47,7 +47,7 @@ void Communicator::Impl::build_transports() {
       rates = core::probe_machine(config_.probe_budget, config_.transport == "tcp");
     // Rank 0's table decides for every rank (it travels in its topology record).
     topology_ = core::exchange_topology(*store_, rank_, size_, config_.timeout, rdma_port, rates,
-                                        rank_ == 0 ? config_.tuning_file : std::string());
+                                        config_.tuning_file);
   }
   // The spinning policy follows the ranks that really share this host's cores.
   config_.set_local_world_size(topology_.ranks_on_host_of(rank_));

@@ -73,6 +73,15 @@ std::string TuningEntry::line() const {
                      shape, rules);
 }
 
+std::optional<TuningEntry> TuningEntry::parse(const std::string& line) {
+  const auto f = split_tabs(line);
+  if (f.size() != 6) return std::nullopt;
+  int cores = 0;
+  std::istringstream(f[1]) >> cores;
+  if (cores < 1 || f[2].empty() || f[3].empty() || f[4].empty()) return std::nullopt;
+  return TuningEntry{MachineKey{f[0], cores, f[2]}, f[3], f[4], f[5]};
+}
+
 std::vector<TuningEntry> read_tuning_table(const std::string& path) {
   std::vector<TuningEntry> entries;
   std::ifstream in(path);
@@ -81,18 +90,11 @@ std::vector<TuningEntry> read_tuning_table(const std::string& path) {
   for (std::string line; std::getline(in, line);) {
     ++number;
     if (line.empty() || line[0] == '#') continue;
-    const auto f = split_tabs(line);
-    int cores = 0;
-    if (f.size() == 6) {
-      std::istringstream c(f[1]);
-      c >> cores;
-    }
-    if (f.size() != 6 || cores < 1 || f[2].empty() || f[3].empty() || f[4].empty()) {
+    if (auto e = TuningEntry::parse(line))
+      entries.push_back(std::move(*e));
+    else
       base::log().warn("tuning table {}: line {} is not 6 tab-separated fields; skipped", path,
                        number);
-      continue;
-    }
-    entries.push_back(TuningEntry{MachineKey{f[0], cores, f[2]}, f[3], f[4], f[5]});
   }
   return entries;
 }
@@ -104,17 +106,12 @@ void write_tuning_entry(const std::string& path, const TuningEntry& entry,
     std::ifstream in(path);
     for (std::string line; std::getline(in, line);) {
       if (line.rfind("# Loom tuning table", 0) == 0) continue;  // the header, written anew
-      if (!line.empty() && line[0] != '#') {
-        const auto f = split_tabs(line);
-        int cores = 0;
-        if (f.size() == 6) std::istringstream(f[1]) >> cores;
-        if (f.size() == 6 &&
-            same_key(TuningEntry{MachineKey{f[0], cores, f[2]}, f[3], f[4], f[5]}, entry)) {
+      if (!line.empty() && line[0] != '#')
+        if (const auto e = TuningEntry::parse(line); e && same_key(*e, entry)) {
           // Its comment lines went just before it: drop those too.
           while (!kept.empty() && kept.back().rfind("#  ", 0) == 0) kept.pop_back();
           continue;
         }
-      }
       kept.push_back(line);
     }
   }

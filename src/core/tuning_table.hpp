@@ -9,6 +9,7 @@
 // to every rank in its topology record, so every rank chooses alike.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,9 @@ struct TuningEntry {
   std::string rules;      // LOOM_ALGO syntax
   // The entry's line in the file, newline excluded.
   std::string line() const;
+  // The entry a line() wrote; nullopt for any other line (not 6 tab-separated fields, cores not
+  // a positive number, an empty kernel target, transport or shape).
+  static std::optional<TuningEntry> parse(const std::string& line);
 };
 
 // The entries of the table at `path`; none when it does not exist. Lines that do not parse are
