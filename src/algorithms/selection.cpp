@@ -36,7 +36,7 @@ using transport::TransportKind;
 
 CostModel CostModel::defaults() {
   CostModel m{};
-  m.by_kind[static_cast<std::size_t>(TransportKind::shm)] = {0.5, 1.0 / 5000.0, 2.0};
+  m.by_kind[static_cast<std::size_t>(TransportKind::shm)] = {0.5, 1.0 / 5000.0, 2.0, false, 0};
   m.by_kind[static_cast<std::size_t>(TransportKind::tcp)] = {30.0, 1.0 / 1500.0, 30.0};
   m.by_kind[static_cast<std::size_t>(TransportKind::ibverbs)] = {5.0, 1.0 / 10000.0, 5.0};
   m.by_kind[static_cast<std::size_t>(TransportKind::cudaipc)] = {10.0, 1.0 / 200000.0, 10.0};
@@ -46,19 +46,22 @@ CostModel CostModel::defaults() {
 namespace {
 
 // The rates in the order encode() writes them, with their names.
-constexpr std::array<std::pair<const char*, double MachineRates::*>, 6> kRateFields = {{
+constexpr std::array<std::pair<const char*, double MachineRates::*>, 9> kRateFields = {{
     {"copy_gbps", &MachineRates::copy_gbps},
     {"reduce_gbps", &MachineRates::reduce_gbps},
     {"handover_us", &MachineRates::handover_us},
     {"wake_us", &MachineRates::wake_us},
     {"loopback_us", &MachineRates::loopback_us},
     {"loopback_gbps", &MachineRates::loopback_gbps},
+    {"slice_us", &MachineRates::slice_us},
+    {"pipe_gbps", &MachineRates::pipe_gbps},
+    {"core_cache_kib", &MachineRates::core_cache_kib},
 }};
 
 // Rates are better larger, times smaller; 0 is "not measured" and loses to any figure.
 bool is_time(double MachineRates::*field) {
   return field == &MachineRates::handover_us || field == &MachineRates::wake_us ||
-         field == &MachineRates::loopback_us;
+         field == &MachineRates::loopback_us || field == &MachineRates::slice_us;
 }
 MachineRates pick(const MachineRates& a, const MachineRates& b, bool better) {
   MachineRates r;
@@ -130,6 +133,27 @@ CostModel CostModel::measured(const MachineRates& r, bool tcp_on_loopback) {
     shm.slice_us = 2.0 * r.handover_us;
     any = true;
   }
+  // The pipe ran the ring's own work across cores, slots and all: where it was measured, its
+  // figures replace those built from the parts. Its bytes were each copied in and reduced; the
+  // ring's are copied in, then half reduced and half copied out, which the parts' ratio carries.
+  // A hop hands one slot over with its bookkeeping: half a slice's two.
+  if (r.slice_us > 0) {
+    shm.slice_us = r.slice_us;
+    shm.alpha_us = std::max(shm.alpha_us, 0.5 * r.slice_us);
+    any = true;
+  }
+  // A core holds about eight slices' worth at once: the one it copies in (its source and its
+  // slot), the one it reduces (the peer's slot, its input and output), and the next of each
+  // while the peer works. 2-8 ranks on a 1 MiB L2 measured fastest at 128 KiB (loom-tune).
+  if (r.core_cache_kib > 0) shm.slice_cap_bytes = r.core_cache_kib * 1024 / 8, any = true;
+  if (r.pipe_gbps > 0) {
+    const double per_byte = 1.0 / (r.pipe_gbps * 1e3);
+    shm.beta_us_per_byte =
+        r.copy_gbps > 0 && r.reduce_gbps > 0
+            ? per_byte * shm.beta_us_per_byte / (m.copy_us_per_byte + m.reduce_us_per_byte)
+            : per_byte;
+    any = true;
+  }
   if (r.wake_us > 0) m.wake_us = r.wake_us, any = true;
   if (tcp_on_loopback && r.loopback_us > 0 && r.loopback_gbps > 0) {
     tcp.alpha_us = r.loopback_us;
@@ -166,11 +190,15 @@ double to_d(std::size_t bytes) {
 // The slice for `unit` bytes crossing `stages` pipeline stages over `link`.
 std::size_t slice_for(const SelectionInputs& in, const LinkCost& link, double unit, int stages) {
   constexpr double kMin = 16 * 1024;
-  const double slot = to_d(in.slot_bytes);
+  const double slot = link.slice_cap_bytes > 0 ? std::min(to_d(in.slot_bytes), link.slice_cap_bytes)
+                                               : to_d(in.slot_bytes);
   // Ranks outnumbering cores hand slots over through the scheduler: a slice costs a wake-up.
   const double per_slice = link.slice_us + (in.oversubscribed ? in.costs.wake_us : 0.0);
+  // Ranks outnumbering cores do not all work at every step: there stages wait on any link.
   const double best =
-      std::sqrt(unit * per_slice / (std::max(1, stages - 1) * link.beta_us_per_byte));
+      link.stages_wait || in.oversubscribed
+          ? std::sqrt(unit * per_slice / (std::max(1, stages - 1) * link.beta_us_per_byte))
+          : slot;
   const auto s = static_cast<std::size_t>(std::clamp(best, std::min(kMin, slot), slot));
   return s / 4096 * 4096 >= 4096 ? s / 4096 * 4096 : s;
 }
@@ -186,7 +214,7 @@ const char* fits_always(const SelectionInputs&, std::size_t, bool) {
   return nullptr;
 }
 
-double ring_cost(const SelectionInputs& in, std::size_t bytes) {
+double ring_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   const LinkCost& m = in.bottleneck();
   const int n = in.size;
   return 2.0 * (n - 1) * m.alpha_us + 2.0 * (n - 1) / n * to_d(bytes) * m.beta_us_per_byte;
@@ -201,12 +229,18 @@ std::size_t ring_slice(const SelectionInputs& in, std::size_t bytes, bool device
 const char* small_only(const SelectionInputs& in, std::size_t bytes, bool) {
   return in.size > 1 && bytes <= half_fifo(in) ? nullptr : "too large";
 }
-double recursive_doubling_cost(const SelectionInputs& in, std::size_t bytes) {
+double recursive_doubling_cost(const SelectionInputs& in, std::size_t bytes, bool device) {
   const LinkCost& m = in.bottleneck();
   int p = 1, hops = 0;
   while (p * 2 <= in.size) p *= 2, ++hops;
+  // Every hop but the last of a non-power of two reduces the whole buffer, where beta prices the
+  // ring's bytes, half of which are reduced: the other half of a host reduction per byte (a GPU's
+  // reduction is not the bound).
+  const int reducing = hops + (p != in.size ? 1 : 0);
   if (p != in.size) hops += 2;
-  return hops * (m.alpha_us + to_d(bytes) * m.beta_us_per_byte);
+  const double extra_reduce = device ? 0.0 : 0.5 * in.costs.reduce_us_per_byte;
+  return hops * (m.alpha_us + to_d(bytes) * m.beta_us_per_byte) +
+         reducing * to_d(bytes) * extra_reduce;
 }
 // The whole buffer in each slice, at least so many that it fits half the FIFO.
 std::size_t whole_buffer_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
@@ -220,9 +254,11 @@ const char* small_host_only(const SelectionInputs& in, std::size_t bytes, bool d
   if (device) return "host buffers only";
   return small_only(in, bytes, device);
 }
-double one_shot_cost(const SelectionInputs& in, std::size_t bytes) {
+double one_shot_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   const LinkCost& m = in.bottleneck();
-  return m.alpha_us + (in.size - 1) * to_d(bytes) * m.beta_us_per_byte;
+  // Each rank reduces every byte it receives, where beta prices half (as for recursive doubling).
+  return m.alpha_us +
+         (in.size - 1) * to_d(bytes) * (m.beta_us_per_byte + 0.5 * in.costs.reduce_us_per_byte);
 }
 
 // Chosen by the model only where ranks span hosts with several ranks each; a rule may name it
@@ -230,7 +266,7 @@ double one_shot_cost(const SelectionInputs& in, std::size_t bytes) {
 const char* even_hosts(const SelectionInputs& in, std::size_t, bool) {
   return in.hosts_even() ? nullptr : "hosts run different numbers of ranks";
 }
-double hierarchical_cost(const SelectionInputs& in, std::size_t bytes) {
+double hierarchical_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   if (in.hosts.size() < 2 || in.hosts.front().size() < 2) return kNever;
   const double hosts = static_cast<double>(in.hosts.size());
   const double local = static_cast<double>(in.hosts.front().size());
@@ -247,7 +283,7 @@ std::size_t no_slice(const SelectionInputs&, std::size_t, bool) {
 // ---- the one-algorithm collectives: a block of `bytes` crossing n-1 hops (reduce-scatter and
 // all-gather: every rank's block; broadcast and reduce: the chain)
 
-double chain_cost(const SelectionInputs& in, std::size_t bytes) {
+double chain_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   const LinkCost& m = in.bottleneck();
   return (in.size - 1) * m.alpha_us + to_d(bytes) * m.beta_us_per_byte;
 }
@@ -255,10 +291,10 @@ std::size_t chain_slice(const SelectionInputs& in, std::size_t bytes, bool devic
   if (device) return 0;
   return slice_for(in, in.bottleneck(), to_d(bytes), std::max(2, in.size - 1));
 }
-double barrier_cost(const SelectionInputs& in, std::size_t) {
+double barrier_cost(const SelectionInputs& in, std::size_t, bool) {
   return doubling_rounds(in.size) * in.bottleneck().alpha_us;
 }
-double p2p_cost(const SelectionInputs& in, std::size_t bytes) {
+double p2p_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   const LinkCost& m = in.bottleneck();
   return m.alpha_us + to_d(bytes) * m.beta_us_per_byte;
 }
@@ -282,11 +318,11 @@ const char* host_blocks_within(const SelectionInputs& in, std::size_t bytes, boo
 const char* small_tree(const SelectionInputs& in, std::size_t bytes, bool device) {
   return host_blocks_within(in, bytes, device, 64 * 1024);
 }
-double tree_cost(const SelectionInputs& in, std::size_t bytes) {
+double tree_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   const LinkCost& m = in.bottleneck();
   return doubling_rounds(in.size) * m.alpha_us + (in.size - 1) * to_d(bytes) * m.beta_us_per_byte;
 }
-double linear_cost(const SelectionInputs& in, std::size_t bytes) {
+double linear_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   const LinkCost& m = in.bottleneck();
   return (in.size - 1) * (m.alpha_us + to_d(bytes) * m.beta_us_per_byte);
 }
@@ -296,7 +332,7 @@ double switch_us(const SelectionInputs& in, const LinkCost& link) {
 }
 // Pairwise through the slots: each block crosses one hop, copied in and out; oversubscribed, a
 // switch about every half slot (the receiver drains while the sender fills).
-double pairwise_cost(const SelectionInputs& in, std::size_t bytes) {
+double pairwise_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   const LinkCost& m = in.bottleneck();
   const double handovers = to_d(bytes) / (to_d(in.slot_bytes) / 2.0);
   return (in.size - 1) *
@@ -326,7 +362,7 @@ const char* one_host_readable(const SelectionInputs& in, std::size_t bytes, bool
 // reads took 5.6-6.2 ms and the streaming slots 4.6-6.0, and in one harness run the slots were
 // 1.06x vader where the reads had been 0.79x. The factor only has to make the slots win there.
 // (in.size is the host's ranks: the single copy runs on one host only.)
-double single_copy_cost(const SelectionInputs& in, std::size_t bytes) {
+double single_copy_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   constexpr double kReadCallUs = 5.0;
   constexpr double kKernelCopyFactor = 1.2;  // measured: 2 ranks, 1-64 MiB, 1.05-1.25x pairwise
   constexpr double kBeyondCacheFactor = 2.0;
@@ -356,34 +392,34 @@ double n_minus_1(const SelectionInputs& in) {
 }
 // Rank r reduces block r of every input (n-1 reductions of S/n) and writes it to the other
 // outputs (two ranks: the reduction writes both).
-double direct_all_reduce_cost(const SelectionInputs& in, std::size_t bytes) {
+double direct_all_reduce_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   const double block = to_d(bytes) / in.size;
   return in_place_cost(in, in.size > 2 ? n_minus_1(in) * block : 0.0, n_minus_1(in) * block);
 }
-double direct_reduce_cost(const SelectionInputs& in, std::size_t bytes) {
+double direct_reduce_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   return in_place_cost(in, 0.0, n_minus_1(in) * to_d(bytes));
 }
 // Every block but the rank's own copied in. All-to-all copies its own block too, but so do
 // pairwise and the single copy, whose prices count only the peers' blocks: counting it here alone
 // kept 2 ranks at 1 MiB on pairwise, at 1.31x vader where in place measured 2x.
-double direct_gather_cost(const SelectionInputs& in, std::size_t bytes) {
+double direct_gather_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   return in_place_cost(in, n_minus_1(in) * to_d(bytes), 0.0);
 }
-double direct_copy_cost(const SelectionInputs& in, std::size_t bytes) {
+double direct_copy_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   return in_place_cost(in, to_d(bytes), 0.0);
 }
 
 // All-gather, `bytes` one rank's block: every other rank's block reaches each rank. The ring
 // takes n-1 hops; Bruck's ceil(log2 n) rounds, not pipelined, and a rotation copy at the end.
 // Oversubscribed, each hop or round waits for a peer to be switched in.
-double ring_gather_cost(const SelectionInputs& in, std::size_t bytes) {
+double ring_gather_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   const LinkCost& m = in.bottleneck();
   return (in.size - 1) * (m.alpha_us + switch_us(in, m) + to_d(bytes) * m.beta_us_per_byte);
 }
 const char* small_host_blocks(const SelectionInputs& in, std::size_t bytes, bool device) {
   return host_blocks_within(in, bytes, device, 1024 * 1024);
 }
-double bruck_cost(const SelectionInputs& in, std::size_t bytes) {
+double bruck_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   const LinkCost& m = in.bottleneck();
   return doubling_rounds(in.size) * (m.alpha_us + switch_us(in, m)) +
          (in.size - 0.5) * to_d(bytes) * m.beta_us_per_byte;
@@ -589,7 +625,7 @@ Selector::Choice Selector::choose(Kind kind, std::size_t bytes, bool device, boo
   double best_cost = kNever;
   for (const Algorithm& a : algorithm_table()) {
     if (a.collective != kind || !usable(a)) continue;
-    const double cost = a.cost(inputs_, bytes);
+    const double cost = a.cost(inputs_, bytes, device);
     if (best == nullptr || cost < best_cost) best = &a, best_cost = cost;
   }
   // A rule names the algorithm for a range of sizes: the user's (LOOM_ALGO) first, then the
@@ -604,7 +640,7 @@ Selector::Choice Selector::choose(Kind kind, std::size_t bytes, bool device, boo
   const Rule* rule = rule_for(rules_);
   const bool forced = rule != nullptr;
   const bool tuned = !forced && !device && !windows && (rule = rule_for(tuned_rules_)) != nullptr;
-  if (rule != nullptr) best = rule->algorithm, best_cost = best->cost(inputs_, bytes);
+  if (rule != nullptr) best = rule->algorithm, best_cost = best->cost(inputs_, bytes, device);
   std::size_t slice = best->slice(inputs_, bytes, device);
   // A rule's slice replaces a pipelining choice, never "whole slots" (0: small or device calls).
   if (rule != nullptr && rule->slice != 0 && slice != 0)
@@ -645,7 +681,7 @@ void log_choice(const Selector& selector, const Collective& call, const Selector
     if (a.collective != call.kind) continue;
     const char* unfit = a.unfit(in, bytes, call.device >= 0);
     if (unfit == nullptr && !windows && a.run == direct_host_call) unfit = "no shared windows";
-    const double cost = a.cost(in, bytes);
+    const double cost = a.cost(in, bytes, call.device >= 0);
     table += fmt::format("{}{} ", table.empty() ? "" : ", ", a.name);
     table += cost >= kNever ? "n/a" : fmt::format("{:.1f} us", cost);
     if (unfit) table += fmt::format(" ({})", unfit);

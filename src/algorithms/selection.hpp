@@ -30,6 +30,12 @@ struct LinkCost {
   double alpha_us;
   double beta_us_per_byte;
   double slice_us;
+  // Whether a stage waits while the one before it moves a slice (a NIC or the kernel moves the
+  // bytes: small slices start the next stage sooner). Over shared memory each rank copies its own
+  // bytes, so every rank works at every step whatever the slice: the largest slice that stays in
+  // a core's cache (slice_cap_bytes, 0: the slot) wins.
+  bool stages_wait = true;
+  double slice_cap_bytes = 0;
 };
 
 // What the init probe measured on a host (core/machine_probe.cpp); 0: not measured.
@@ -40,6 +46,11 @@ struct MachineRates {
   double wake_us = 0;        // one way between two threads that sleep on a futex
   double loopback_us = 0;    // 8 bytes one way over TCP loopback
   double loopback_gbps = 0;  // one TCP loopback stream
+  // Two threads exchanging 1 MiB through a FIFO of slots, each copying in and reducing what it
+  // receives (the shared-memory ring at 2 ranks), fitted to slices * slice_us + bytes / rate.
+  double slice_us = 0;        // one slice: its hand-overs and the slot's bookkeeping
+  double pipe_gbps = 0;       // bytes one side sends per second, each copied in and reduced across
+  double core_cache_kib = 0;  // a core's level-2 cache
 
   // "copy=41.2 reduce=20.1 ..." (a rank's topology record carries it); decode() reads any
   // field it knows and leaves the rest 0.
@@ -111,7 +122,7 @@ struct Algorithm {
   // Why it cannot take a call of `bytes` (nullptr: it can).
   const char* (*unfit)(const SelectionInputs&, std::size_t bytes, bool device);
   // Predicted time in microseconds.
-  double (*cost)(const SelectionInputs&, std::size_t bytes);
+  double (*cost)(const SelectionInputs&, std::size_t bytes, bool device);
   // How much one slot carries (0: whole slots).
   std::size_t (*slice)(const SelectionInputs&, std::size_t bytes, bool device);
   void (*run)(Engine&, const Collective&);

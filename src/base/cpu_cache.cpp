@@ -19,14 +19,16 @@ std::size_t parse_cache_size(const std::string& text) {
   return value;
 }
 
-std::size_t from_sysfs() {
+std::size_t from_sysfs(int only_level = 0) {
   std::size_t largest = 0;
   for (int index = 0; index < 8; ++index) {
     const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index);
-    std::ifstream type_file(dir + "/type"), size_file(dir + "/size");
+    std::ifstream type_file(dir + "/type"), size_file(dir + "/size"), level_file(dir + "/level");
     std::string type, size;
-    if (!(type_file >> type) || !(size_file >> size)) break;
-    if (type != "Instruction") largest = std::max(largest, parse_cache_size(size));
+    int level = 0;
+    if (!(type_file >> type) || !(size_file >> size) || !(level_file >> level)) break;
+    if (type != "Instruction" && (only_level == 0 || level == only_level))
+      largest = std::max(largest, parse_cache_size(size));
   }
   return largest;
 }
@@ -39,6 +41,15 @@ std::size_t last_level_cache_bytes() {
     for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE})
       if (const long b = ::sysconf(name); b > 0) return static_cast<std::size_t>(b);
     return std::size_t{32} << 20;
+  }();
+  return bytes;
+}
+
+std::size_t core_cache_bytes() {
+  static const std::size_t bytes = [] {
+    if (const std::size_t b = from_sysfs(2); b > 0) return b;
+    const long b = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return b > 0 ? static_cast<std::size_t>(b) : std::size_t{0};
   }();
   return bytes;
 }

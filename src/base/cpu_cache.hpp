@@ -10,4 +10,7 @@ namespace loom::base {
 // chiplet on some AMD machines), else sysconf's; 32 MiB when neither knows. Read once.
 std::size_t last_level_cache_bytes();
 
+// The size of CPU 0's level-2 data cache as sysfs lists it, else sysconf's; 0 when neither knows.
+std::size_t core_cache_bytes();
+
 }  // namespace loom::base

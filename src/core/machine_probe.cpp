@@ -1,9 +1,11 @@
 #include "core/machine_probe.hpp"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/cpu_cache.hpp"
 #include "base/cpu_relax.hpp"
 #include "base/deadline.hpp"
 #include "base/futex.hpp"
@@ -132,6 +135,9 @@ double handover_us(std::chrono::microseconds budget, bool sleeping) {
   return trips_per_us > 0 ? 0.5 / trips_per_us : 0;
 }
 
+// Taken by the rank that runs the pipe probe, so that the host's other ranks leave its cores to it.
+constexpr const char* kPipeLock = "/tmp/loom-probe-pipe.lock";
+
 // One TCP connection over loopback: the one-way latency of 8 bytes and one stream's rate.
 struct Loopback {
   double latency_us = 0;
@@ -235,16 +241,150 @@ Loopback loopback(std::chrono::microseconds budget) {
 
 }  // namespace
 
+// The shared-memory ring's work at 2 ranks. Its fit gives the cost of one slice (two hand-overs
+// and a slot's bookkeeping) and of one byte (copied in, then reduced on the other core, through
+// the shared cache) as the transport pays them; the hand-over and copy probes see neither cache
+// lines crossing cores nor the slot's overheads.
+SlicePipe slice_pipe(std::chrono::microseconds budget, std::chrono::microseconds grace,
+                     double disturbed_us) {
+  constexpr std::size_t kBytes = std::size_t{1} << 20;
+  constexpr std::size_t kSmall = 16 << 10, kLarge = 256 << 10;
+  constexpr double kSmallSlices = kBytes / kSmall, kLargeSlices = kBytes / kLarge;
+  constexpr std::size_t kSlots = 4;
+  struct alignas(64) Counter {
+    std::atomic<std::uint64_t> value{0};
+  };
+  // One direction: slots, the slices put in and the slices taken out.
+  struct Fifo {
+    std::vector<float> slots = std::vector<float>(kSlots * kLarge / sizeof(float), 0.0f);
+    Counter put, taken;
+  };
+  struct Side {
+    std::vector<float> in = std::vector<float>(kBytes / sizeof(float), 1.0f);
+    std::vector<float> out = std::vector<float>(kBytes / sizeof(float), 0.0f);
+  };
+  Fifo to_echo, to_main;
+  Side main_side, echo_side;
+  Counter trial, finished;
+  std::atomic<std::size_t> slice{kSmall};
+  std::atomic<bool> stop{false};
+  const auto give_up = Clock::now() + budget + grace + std::chrono::milliseconds(50);
+  // Spins, yielding now and then so that a peer without a core of its own gets one.
+  auto wait_until = [&](auto&& ready) {
+    for (unsigned spins = 0; !ready(); ++spins) {
+      if (spins % 64 == 63 && (stop.load(std::memory_order_relaxed) || Clock::now() > give_up))
+        return false;
+      if (spins % 1024 == 1023)
+        sched_yield();
+      else
+        base::cpu_relax();
+    }
+    return true;
+  };
+  // One trial of one side: every slice out through `send`, every slice in from `receive`.
+  auto run = [&](Side& side, Fifo& send, Fifo& receive, std::size_t s) {
+    const std::size_t floats = s / sizeof(float);
+    for (std::uint64_t i = 0; i < kBytes / s; ++i) {
+      if (!wait_until([&] {
+            return send.put.value.load(std::memory_order_relaxed) -
+                       send.taken.value.load(std::memory_order_acquire) <
+                   kSlots;
+          }))
+        return false;
+      std::memcpy(send.slots.data() + (i % kSlots) * (kLarge / sizeof(float)),
+                  side.in.data() + i * floats, s);
+      send.put.value.store(i + 1, std::memory_order_release);
+      if (!wait_until([&] { return receive.put.value.load(std::memory_order_acquire) > i; }))
+        return false;
+      const float* slot = receive.slots.data() + (i % kSlots) * (kLarge / sizeof(float));
+      float* out = side.out.data() + i * floats;
+      kernels::reduce(out, slot, out, floats, DataType::f32, ReduceOp::sum);
+      receive.taken.value.store(i + 1, std::memory_order_release);
+    }
+    keep(side.out.data());
+    return true;
+  };
+  std::thread echo;
+  try {
+    echo = std::thread([&] {
+      for (std::uint64_t seen = 0;;) {
+        if (!wait_until([&] { return trial.value.load(std::memory_order_acquire) != seen; }))
+          return;
+        seen = trial.value.load(std::memory_order_acquire);
+        if (!run(echo_side, to_main, to_echo, slice.load())) return;
+        finished.value.store(seen, std::memory_order_release);
+      }
+    });
+  } catch (const std::system_error&) {
+    return {};
+  }
+  // Both sides reset their counters between trials: the echo is idle until `trial` moves.
+  auto one_trial = [&](std::size_t s) {
+    for (Fifo* f : {&to_echo, &to_main}) f->put.value.store(0), f->taken.value.store(0);
+    slice.store(s);
+    const std::uint64_t n = trial.value.load() + 1;
+    trial.value.store(n, std::memory_order_release);
+    const auto t0 = Clock::now();
+    if (!run(main_side, to_echo, to_main, s)) return 0.0;
+    if (!wait_until([&] { return finished.value.load(std::memory_order_acquire) == n; }))
+      return 0.0;
+    return Micros(Clock::now() - t0).count();
+  };
+  // The best time of each slice size. A slice that costs more than `disturbed_us` means that the
+  // two threads did not each have a core (the host's other ranks still probing): trials go on
+  // for up to `grace` more, until the others have gone on to block in the topology exchange.
+  double small_us = 0, large_us = 0;
+  const auto fit_slice_us = [&] { return (small_us - large_us) / (kSmallSlices - kLargeSlices); };
+  const auto start = Clock::now();
+  for (int i = 0; i < 400; ++i) {
+    const auto now = Clock::now();
+    if (i >= 2 && now > start + budget &&
+        (fit_slice_us() <= disturbed_us || now > start + budget + grace))
+      break;
+    const double a = one_trial(kSmall), b = a > 0 ? one_trial(kLarge) : 0.0;
+    if (a <= 0 || b <= 0) {
+      small_us = large_us = 0;
+      break;
+    }
+    small_us = small_us > 0 ? std::min(small_us, a) : a;
+    large_us = large_us > 0 ? std::min(large_us, b) : b;
+  }
+  stop.store(true);
+  trial.value.store(trial.value.load() + 1, std::memory_order_release);
+  echo.join();
+  if (small_us <= 0 || large_us <= 0) return {};
+  SlicePipe p;
+  // Never 0, which would read as "not measured".
+  p.slice_us = std::max(0.01, fit_slice_us());
+  const double bytes_us = large_us - kLargeSlices * p.slice_us;
+  if (bytes_us <= 0) return {};
+  p.gbps = static_cast<double>(kBytes) / bytes_us / 1e3;
+  return p;
+}
+
 algorithms::MachineRates probe_machine(std::chrono::microseconds budget, bool tcp_loopback) {
   algorithms::MachineRates r;
   const auto part = [&](int percent) { return budget * percent / 100; };
-  r.copy_gbps = copy_gbps(part(tcp_loopback ? 10 : 20));
-  r.reduce_gbps = reduce_gbps(part(tcp_loopback ? 10 : 20));
-  r.handover_us = handover_us(part(tcp_loopback ? 15 : 25), false);
-  r.wake_us = handover_us(part(tcp_loopback ? 25 : 35), true);
+  r.copy_gbps = copy_gbps(part(tcp_loopback ? 5 : 10));
+  r.reduce_gbps = reduce_gbps(part(tcp_loopback ? 5 : 10));
+  r.handover_us = handover_us(part(tcp_loopback ? 10 : 15), false);
+  r.wake_us = handover_us(part(tcp_loopback ? 20 : 30), true);
   // Spinning threads that share a core hand over only when one yields: slower than a wake-up, and
   // not what ranks with a core each see. The other ranks' figures (or the default) stand.
   if (r.handover_us >= r.wake_us) r.handover_us = 0;
+  r.core_cache_kib = static_cast<double>(base::core_cache_bytes() >> 10);
+  // Two spinning threads on each of a host's ranks would share its cores and measure the sharing:
+  // the rank that takes the host's lock first runs the pipe, last, while the others have gone on
+  // to the topology exchange and block there. The host's figure is the best of its ranks'.
+  const int lock = ::open(kPipeLock, O_RDONLY | O_CREAT | O_CLOEXEC, 0666);
+  if (lock < 0 || ::flock(lock, LOCK_EX | LOCK_NB) == 0) {
+    // A slice is two hand-overs; one slower than two wake-ups was not measured alone.
+    const SlicePipe pipe =
+        slice_pipe(part(tcp_loopback ? 20 : 35), part(100), 2 * std::max(r.wake_us, 1.0));
+    r.slice_us = pipe.slice_us;
+    r.pipe_gbps = pipe.gbps;
+  }
+  if (lock >= 0) ::close(lock);
   if (tcp_loopback) {
     const Loopback l = loopback(part(40));
     r.loopback_us = l.latency_us;

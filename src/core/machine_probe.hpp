@@ -14,4 +14,16 @@ namespace loom::core {
 // keeps its default for it.
 algorithms::MachineRates probe_machine(std::chrono::microseconds budget, bool tcp_loopback);
 
+// Two threads exchanging 1 MiB through a FIFO of slots in slices of 16 and 256 KiB, each copying
+// its slices in and reducing the other's, as the shared-memory ring does at 2 ranks; the best time
+// of each size fitted to slices * slice_us + bytes / rate. Trials run for `budget`, and on for up
+// to `grace` while a slice costs more than `disturbed_us` (the threads then shared a core). Both
+// figures 0 where a thread could not start or a trial did not finish.
+struct SlicePipe {
+  double slice_us = 0;
+  double gbps = 0;
+};
+SlicePipe slice_pipe(std::chrono::microseconds budget, std::chrono::microseconds grace,
+                     double disturbed_us);
+
 }  // namespace loom::core

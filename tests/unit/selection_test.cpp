@@ -264,6 +264,89 @@ TEST(MeasuredModel, PredictionsAndSlicesMoveWithTheFigures) {
   EXPECT_GT(s.slice, f.slice);
 }
 
+// Rates the probe measured on a 2-core Zen 4 (1 MiB L2): the pipe's slice and byte, the parts'.
+MachineRates zen4_rates() {
+  MachineRates r;
+  r.copy_gbps = 48, r.reduce_gbps = 46, r.handover_us = 0.05, r.wake_us = 2.3;
+  r.slice_us = 2.0, r.pipe_gbps = 17, r.core_cache_kib = 1024;
+  return r;
+}
+
+// The pipe ran the ring's own work, so its figures replace those built from the parts: a slice
+// costs what it measured, a hop half of that (one hand-over of two), a byte its rate scaled from
+// copy-and-reduce to the ring's mix, and a slice stays within an eighth of a core's cache.
+TEST(MeasuredModel, ThePipesFiguresReplaceTheParts) {
+  const MachineRates r = zen4_rates();
+  const CostModel model = CostModel::measured(r, true);
+  const LinkCost& shm = model.of(TransportKind::shm);
+  EXPECT_DOUBLE_EQ(shm.slice_us, 2.0);
+  EXPECT_DOUBLE_EQ(shm.alpha_us, 1.0);
+  const double parts = 1.5 / 48e3 + 0.5 / 46e3, copy_and_reduce = 1.0 / 48e3 + 1.0 / 46e3;
+  EXPECT_DOUBLE_EQ(shm.beta_us_per_byte, 1.0 / 17e3 * parts / copy_and_reduce);
+  EXPECT_DOUBLE_EQ(shm.slice_cap_bytes, 128 << 10);
+  EXPECT_FALSE(shm.stages_wait);
+  EXPECT_TRUE(model.of(TransportKind::tcp).stages_wait);
+  // A hand-over dearer than half the slice stands.
+  MachineRates slow_handover = r;
+  slow_handover.handover_us = 1.5;
+  EXPECT_DOUBLE_EQ(CostModel::measured(slow_handover, true).of(TransportKind::shm).alpha_us, 1.5);
+  // Rates from a record that predates the pipe keep the parts' figures.
+  MachineRates old = r;
+  old.slice_us = old.pipe_gbps = old.core_cache_kib = 0;
+  const CostModel old_model = CostModel::measured(old, true);
+  const LinkCost& parts_only = old_model.of(TransportKind::shm);
+  EXPECT_DOUBLE_EQ(parts_only.beta_us_per_byte, parts);
+  EXPECT_DOUBLE_EQ(parts_only.slice_us, 0.1);
+  EXPECT_DOUBLE_EQ(parts_only.slice_cap_bytes, 0);
+}
+
+// Over shared memory every rank copies and reduces its own bytes at every step, so no stage waits
+// on a small slice to start: ranks with a core each take the largest slice that stays in the
+// core's cache at every size. Ranks outnumbering cores do wait on each other, and there slices
+// follow the pipeline's square root again; TCP's always do.
+TEST(MeasuredModel, SharedMemorySlicesFillTheCacheUnlessRanksOutnumberCores) {
+  for (int n : {2, 4, 8}) {
+    auto in = one_host(n);
+    in.costs = CostModel::measured(zen4_rates(), true);
+    for (std::size_t bytes : {std::size_t{4} << 20, std::size_t{64} << 20})
+      EXPECT_EQ(Selector(in).choose(Kind::all_reduce, bytes, false).slice, 128u << 10)
+          << n << " ranks, " << bytes << " B";
+    in.oversubscribed = true;
+    if (n > 2) {  // 2 ranks' single stage still takes the cap at 1 MiB
+      EXPECT_LT(Selector(in).choose(Kind::all_reduce, 1 << 20, false).slice, 128u << 10)
+          << n << " ranks";
+    }
+  }
+  auto tcp = one_host(2);
+  tcp.local = TransportKind::tcp;
+  MachineRates r = zen4_rates();
+  r.loopback_us = 15, r.loopback_gbps = 2;
+  tcp.costs = CostModel::measured(r, true);
+  const auto small = Selector(tcp).choose(Kind::all_reduce, 1 << 20, false).slice;
+  const auto large = Selector(tcp).choose(Kind::all_reduce, 64 << 20, false).slice;
+  EXPECT_LT(small, large);
+}
+
+// Recursive doubling and one-shot reduce the whole buffer at each hop, where the ring reduces half
+// of what it moves: on 2 ranks with a core each, the ring wins from about a slice's latency
+// upward (one-shot and recursive doubling beat it 1.2-1.9x slower before this was priced, by
+// loom-tune), and one hop still wins the small calls. A GPU's reduction is not priced.
+TEST(MeasuredModel, WholeBufferReductionsArePriced) {
+  auto in = one_host(2);
+  in.costs = CostModel::measured(zen4_rates(), true);
+  EXPECT_NE(pick(in, Kind::all_reduce, 8 << 10), "ring");
+  for (std::size_t bytes : {std::size_t{256} << 10, std::size_t{1} << 20, std::size_t{2} << 20})
+    EXPECT_EQ(pick(in, Kind::all_reduce, bytes), "ring") << bytes << " B";
+  const Selector selector(in);
+  const Algorithm* doubling = nullptr;
+  for (const Algorithm& a : algorithm_table())
+    if (a.collective == Kind::all_reduce && a.name == "recursive_doubling") doubling = &a;
+  ASSERT_NE(doubling, nullptr);
+  const double host = doubling->cost(in, 1 << 20, false),
+               device = doubling->cost(in, 1 << 20, true);
+  EXPECT_NEAR(host - device, 0.5 * (1 << 20) / 46e3, 1e-6);
+}
+
 // Buffers in Communicator::alloc's windows: an all-to-all in place copies each peer's block once,
 // where pairwise copies it in and out of a slot, so in place wins at every size past a few
 // messages' latency. Rates as measured on a Zen 4 with reductions faster than copies, where
@@ -296,7 +379,20 @@ TEST(MachineProbe, MeasuresEveryPartAndEnds) {
   EXPECT_GT(r.loopback_us, 0);
   EXPECT_GT(r.loopback_gbps, 0);
   EXPECT_GE(r.handover_us, 0);  // 0 where the two threads shared a core
+  // 0 where another process held the host's pipe lock; both or neither.
+  EXPECT_EQ(r.slice_us > 0, r.pipe_gbps > 0);
   EXPECT_EQ(core::probe_machine(std::chrono::milliseconds(1), false).loopback_gbps, 0);
+}
+
+// The pipe fits both of its figures, and ends near its budget and grace even when every slice
+// counts as disturbed (the bound is for a hang, not a speed).
+TEST(MachineProbe, TheSlicePipeFitsASliceAndARate) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const core::SlicePipe p =
+      core::slice_pipe(std::chrono::milliseconds(5), std::chrono::milliseconds(5), 0.0);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  EXPECT_GT(p.slice_us, 0);
+  EXPECT_GT(p.gbps, 0);
 }
 
 }  // namespace
