@@ -365,26 +365,28 @@ SlicePipe slice_pipe(std::chrono::microseconds budget, std::chrono::microseconds
 algorithms::MachineRates probe_machine(std::chrono::microseconds budget, bool tcp_loopback) {
   algorithms::MachineRates r;
   const auto part = [&](int percent) { return budget * percent / 100; };
-  r.copy_gbps = copy_gbps(part(tcp_loopback ? 5 : 10));
-  r.reduce_gbps = reduce_gbps(part(tcp_loopback ? 5 : 10));
-  r.handover_us = handover_us(part(tcp_loopback ? 10 : 15), false);
-  r.wake_us = handover_us(part(tcp_loopback ? 20 : 30), true);
+  r.copy_gbps = copy_gbps(part(10));
+  r.reduce_gbps = reduce_gbps(part(10));
+  r.handover_us = handover_us(part(15), false);
+  r.wake_us = handover_us(part(tcp_loopback ? 25 : 30), true);
   // Spinning threads that share a core hand over only when one yields: slower than a wake-up, and
   // not what ranks with a core each see. The other ranks' figures (or the default) stand.
   if (r.handover_us >= r.wake_us) r.handover_us = 0;
   r.core_cache_kib = static_cast<double>(base::core_cache_bytes() >> 10);
   // Two spinning threads on each of a host's ranks would share its cores and measure the sharing:
   // the rank that takes the host's lock first runs the pipe, last, while the others have gone on
-  // to the topology exchange and block there. The host's figure is the best of its ranks'.
-  const int lock = ::open(kPipeLock, O_RDONLY | O_CREAT | O_CLOEXEC, 0666);
-  if (lock < 0 || ::flock(lock, LOCK_EX | LOCK_NB) == 0) {
-    // A slice is two hand-overs; one slower than two wake-ups was not measured alone.
-    const SlicePipe pipe =
-        slice_pipe(part(tcp_loopback ? 20 : 35), part(100), 2 * std::max(r.wake_us, 1.0));
-    r.slice_us = pipe.slice_us;
-    r.pipe_gbps = pipe.gbps;
+  // to the topology exchange and block there. The host's figure is the best of its ranks'. A job
+  // over TCP alone (tcp_loopback) never uses shared memory, and skips it.
+  if (!tcp_loopback) {
+    const int lock = ::open(kPipeLock, O_RDONLY | O_CREAT | O_CLOEXEC, 0666);
+    if (lock < 0 || ::flock(lock, LOCK_EX | LOCK_NB) == 0) {
+      // A slice is two hand-overs; one slower than two wake-ups was not measured alone.
+      const SlicePipe pipe = slice_pipe(part(35), part(100), 2 * std::max(r.wake_us, 1.0));
+      r.slice_us = pipe.slice_us;
+      r.pipe_gbps = pipe.gbps;
+    }
+    if (lock >= 0) ::close(lock);
   }
-  if (lock >= 0) ::close(lock);
   if (tcp_loopback) {
     const Loopback l = loopback(part(40));
     r.loopback_us = l.latency_us;
