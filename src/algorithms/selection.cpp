@@ -229,18 +229,22 @@ std::size_t ring_slice(const SelectionInputs& in, std::size_t bytes, bool device
 const char* small_only(const SelectionInputs& in, std::size_t bytes, bool) {
   return in.size > 1 && bytes <= half_fifo(in) ? nullptr : "too large";
 }
+// Beta prices the ring's bytes, half of which are reduced: what an algorithm that reduces every
+// byte it receives pays on top, per byte (the other half of a host reduction; a GPU's reduction is
+// not the bound).
+double whole_reduction_extra_us_per_byte(const SelectionInputs& in, bool device) {
+  return device ? 0.0 : 0.5 * in.costs.reduce_us_per_byte;
+}
+
 double recursive_doubling_cost(const SelectionInputs& in, std::size_t bytes, bool device) {
   const LinkCost& m = in.bottleneck();
   int p = 1, hops = 0;
   while (p * 2 <= in.size) p *= 2, ++hops;
-  // Every hop but the last of a non-power of two reduces the whole buffer, where beta prices the
-  // ring's bytes, half of which are reduced: the other half of a host reduction per byte (a GPU's
-  // reduction is not the bound).
+  // Every hop but the last of a non-power of two reduces the whole buffer.
   const int reducing = hops + (p != in.size ? 1 : 0);
   if (p != in.size) hops += 2;
-  const double extra_reduce = device ? 0.0 : 0.5 * in.costs.reduce_us_per_byte;
   return hops * (m.alpha_us + to_d(bytes) * m.beta_us_per_byte) +
-         reducing * to_d(bytes) * extra_reduce;
+         reducing * to_d(bytes) * whole_reduction_extra_us_per_byte(in, device);
 }
 // The whole buffer in each slice, at least so many that it fits half the FIFO.
 std::size_t whole_buffer_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
@@ -254,11 +258,11 @@ const char* small_host_only(const SelectionInputs& in, std::size_t bytes, bool d
   if (device) return "host buffers only";
   return small_only(in, bytes, device);
 }
-double one_shot_cost(const SelectionInputs& in, std::size_t bytes, bool) {
+double one_shot_cost(const SelectionInputs& in, std::size_t bytes, bool device) {
   const LinkCost& m = in.bottleneck();
-  // Each rank reduces every byte it receives, where beta prices half (as for recursive doubling).
-  return m.alpha_us +
-         (in.size - 1) * to_d(bytes) * (m.beta_us_per_byte + 0.5 * in.costs.reduce_us_per_byte);
+  // Each rank reduces every byte it receives.
+  return m.alpha_us + (in.size - 1) * to_d(bytes) *
+                          (m.beta_us_per_byte + whole_reduction_extra_us_per_byte(in, device));
 }
 
 // Chosen by the model only where ranks span hosts with several ranks each; a rule may name it

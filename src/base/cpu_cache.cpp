@@ -23,12 +23,16 @@ std::size_t from_sysfs(int only_level = 0) {
   std::size_t largest = 0;
   for (int index = 0; index < 8; ++index) {
     const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index);
-    std::ifstream type_file(dir + "/type"), size_file(dir + "/size"), level_file(dir + "/level");
+    std::ifstream type_file(dir + "/type"), size_file(dir + "/size");
     std::string type, size;
-    int level = 0;
-    if (!(type_file >> type) || !(size_file >> size) || !(level_file >> level)) break;
-    if (type != "Instruction" && (only_level == 0 || level == only_level))
-      largest = std::max(largest, parse_cache_size(size));
+    if (!(type_file >> type) || !(size_file >> size)) break;
+    if (type == "Instruction") continue;
+    if (only_level != 0) {
+      std::ifstream level_file(dir + "/level");
+      int level = 0;
+      if (!(level_file >> level) || level != only_level) continue;
+    }
+    largest = std::max(largest, parse_cache_size(size));
   }
   return largest;
 }

@@ -386,8 +386,7 @@ algorithms::MachineRates probe_machine(std::chrono::microseconds budget, bool tc
       r.pipe_gbps = pipe.gbps;
     }
     if (lock >= 0) ::close(lock);
-  }
-  if (tcp_loopback) {
+  } else {
     const Loopback l = loopback(part(40));
     r.loopback_us = l.latency_us;
     r.loopback_gbps = l.gbps;
