@@ -159,6 +159,10 @@ CostModel CostModel::measured(const MachineRates& r, bool tcp_on_loopback) {
     tcp.alpha_us = r.loopback_us;
     tcp.beta_us_per_byte = 1.0 / (r.loopback_gbps * 1e3) + 0.5 * reduce_per_byte;
     tcp.slice_us = r.loopback_us;
+    // The kernel copies each slice into a socket buffer and out of it on the same host: a slice
+    // that outgrows the core's cache is copied from memory (2 ranks: 128 KiB slices 1.3x
+    // faster than 512 KiB at 64 MiB on a 1 MiB L2).
+    if (r.core_cache_kib > 0) tcp.slice_cap_bytes = r.core_cache_kib * 1024 / 8;
     any = true;
   }
   if (any)
@@ -190,8 +194,11 @@ double to_d(std::size_t bytes) {
 // The slice for `unit` bytes crossing `stages` pipeline stages over `link`.
 std::size_t slice_for(const SelectionInputs& in, const LinkCost& link, double unit, int stages) {
   constexpr double kMin = 16 * 1024;
-  const double slot = link.slice_cap_bytes > 0 ? std::min(to_d(in.slot_bytes), link.slice_cap_bytes)
-                                               : to_d(in.slot_bytes);
+  // Stages that wait leave a core to its other ranks meanwhile, which take their turns in its
+  // cache (TCP on loopback, 4 ranks on 2 cores: 64 KiB slices 1.3x faster than 128 KiB).
+  const double cap = link.stages_wait ? link.slice_cap_bytes / std::max(1, in.ranks_per_core)
+                                      : link.slice_cap_bytes;
+  const double slot = cap > 0 ? std::min(to_d(in.slot_bytes), cap) : to_d(in.slot_bytes);
   // Ranks outnumbering cores hand slots over through the scheduler: a slice costs a wake-up.
   const double per_slice = link.slice_us + (in.oversubscribed ? in.costs.wake_us : 0.0);
   // Ranks outnumbering cores do not all work at every step: there stages wait on any link.

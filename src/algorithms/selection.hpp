@@ -33,7 +33,8 @@ struct LinkCost {
   // Whether a stage waits while the one before it moves a slice (a NIC or the kernel moves the
   // bytes: small slices start the next stage sooner). Over shared memory each rank copies its own
   // bytes, so every rank works at every step whatever the slice: the largest slice that stays in
-  // a core's cache (slice_cap_bytes, 0: the slot) wins.
+  // a core's cache (slice_cap_bytes, 0: the slot) wins. Where stages wait, the ranks sharing a
+  // core share that cap.
   bool stages_wait = true;
   double slice_cap_bytes = 0;
 };
@@ -96,6 +97,7 @@ struct SelectionInputs {
   std::size_t slot_bytes = 512 << 10;
   int slots = 8;
   bool oversubscribed = false;  // some host runs more ranks than cores: hand-overs cost more
+  int ranks_per_core = 1;       // the most ranks sharing a core (and its cache) on any host
   bool reads_peers = false;     // every rank may read its peers' memory (process_vm_readv)
   std::size_t cache_bytes = std::size_t{32} << 20;  // the last-level cache a host's ranks share
   std::string overrides;                            // LOOM_ALGO

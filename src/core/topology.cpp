@@ -48,6 +48,15 @@ bool Topology::any_host_oversubscribed() const {
   return false;
 }
 
+int Topology::ranks_per_core() const {
+  int most = 1;
+  for (std::size_t r = 0; r < host_of_rank.size(); ++r) {
+    const int cores = std::max(1, cores_of_rank[r]);
+    most = std::max(most, (ranks_on_host_of(static_cast<int>(r)) + cores - 1) / cores);
+  }
+  return most;
+}
+
 int Topology::ranks_on_host_of(int rank) const {
   int n = 0;
   for (const auto& h : host_of_rank) n += h == host_of_rank[rank];

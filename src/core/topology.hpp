@@ -35,6 +35,9 @@ struct Topology {
   algorithms::MachineRates machine_rates() const;
   // Whether any host runs more ranks than it has cores: the same answer on every rank.
   bool any_host_oversubscribed() const;
+  // The most ranks that share one core on any host (ranks over cores, rounded up): the same on
+  // every rank.
+  int ranks_per_core() const;
   bool same_host(int a, int b) const { return host_of_rank[a] == host_of_rank[b]; }
   int ranks_on_host_of(int rank) const;
   // The ranks of each host, hosts ordered by their lowest rank, ranks ascending.
