@@ -157,7 +157,10 @@ CostModel CostModel::measured(const MachineRates& r, bool tcp_on_loopback) {
   if (r.wake_us > 0) m.wake_us = r.wake_us, any = true;
   if (tcp_on_loopback && r.loopback_us > 0 && r.loopback_gbps > 0) {
     tcp.alpha_us = r.loopback_us;
-    tcp.beta_us_per_byte = 1.0 / (r.loopback_gbps * 1e3) + 0.5 * reduce_per_byte;
+    // One stream overlaps its sender's copy into the kernel with its receiver's copy out, on two
+    // cores; in a collective every rank makes both copies of its bytes (2 ranks on 2 cores: the
+    // ring at 64 MiB moved 3.1 GB/s against the probe's 7.5).
+    tcp.beta_us_per_byte = 2.0 / (r.loopback_gbps * 1e3) + 0.5 * reduce_per_byte;
     tcp.slice_us = r.loopback_us;
     // The kernel copies each slice into a socket buffer and out of it on the same host: a slice
     // that outgrows the core's cache is copied from memory (2 ranks: 128 KiB slices 1.3x
@@ -202,10 +205,13 @@ std::size_t slice_for(const SelectionInputs& in, const LinkCost& link, double un
   // Ranks outnumbering cores hand slots over through the scheduler: a slice costs a wake-up.
   const double per_slice = link.slice_us + (in.oversubscribed ? in.costs.wake_us : 0.0);
   // Ranks outnumbering cores do not all work at every step: there stages wait on any link.
+  // Where the kernel moves the bytes as well, a stage waits for cores its peers use, so small
+  // slices fill no pipeline: each costs a message (TCP, 3 and 4 ranks on 2 cores, 512 KiB to
+  // 32 MiB: slices of 16-40 KiB 1.1-1.8x slower than the cap's).
+  const bool pipelined = link.stages_wait != in.oversubscribed;
   const double best =
-      link.stages_wait || in.oversubscribed
-          ? std::sqrt(unit * per_slice / (std::max(1, stages - 1) * link.beta_us_per_byte))
-          : slot;
+      pipelined ? std::sqrt(unit * per_slice / (std::max(1, stages - 1) * link.beta_us_per_byte))
+                : slot;
   const auto s = static_cast<std::size_t>(std::clamp(best, std::min(kMin, slot), slot));
   return s / 4096 * 4096 >= 4096 ? s / 4096 * 4096 : s;
 }
@@ -221,10 +227,23 @@ const char* fits_always(const SelectionInputs&, std::size_t, bool) {
   return nullptr;
 }
 
+// How many hops (or whole buffers) of a call's critical path its time counts. Where the kernel
+// moves the bytes and ranks outnumber cores, the ranks sharing a core take turns at their
+// messages and copies: the call takes what each rank receives times the ranks on a core, where
+// that is more. Over TCP, 3 and 4 ranks on 2 cores, at 8 B: the ring (4 and 6 messages a rank)
+// took 6-9x and 2.7x recursive doubling's time, one-shot (2 and 3) twice, though it has the
+// fewest hops. Over shared memory a wait is a load, and one-shot's messages arrive at once.
+double on_shared_cores(const SelectionInputs& in, const LinkCost& m, double path, double per_rank) {
+  if (!m.stages_wait || !in.oversubscribed) return path;
+  return std::max(path, per_rank * std::max(1, in.ranks_per_core));
+}
+
 double ring_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   const LinkCost& m = in.bottleneck();
   const int n = in.size;
-  return 2.0 * (n - 1) * m.alpha_us + 2.0 * (n - 1) / n * to_d(bytes) * m.beta_us_per_byte;
+  const double hops = 2.0 * (n - 1), buffers = 2.0 * (n - 1) / n;
+  return on_shared_cores(in, m, hops, hops) * m.alpha_us +
+         on_shared_cores(in, m, buffers, buffers) * to_d(bytes) * m.beta_us_per_byte;
 }
 std::size_t ring_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
   // GPU buffers: whole slots, since each slice waits for the GPU. Up to 16 KiB: whole slots,
@@ -249,8 +268,11 @@ double recursive_doubling_cost(const SelectionInputs& in, std::size_t bytes, boo
   while (p * 2 <= in.size) p *= 2, ++hops;
   // Every hop but the last of a non-power of two reduces the whole buffer.
   const int reducing = hops + (p != in.size ? 1 : 0);
+  // The p ranks exchange at every hop; each of the n-p others sends once and receives once.
+  const double messages_per_rank = (to_d(p) * hops + 2.0 * (in.size - p)) / in.size;
   if (p != in.size) hops += 2;
-  return hops * (m.alpha_us + to_d(bytes) * m.beta_us_per_byte) +
+  const double path = on_shared_cores(in, m, hops, messages_per_rank);
+  return path * (m.alpha_us + to_d(bytes) * m.beta_us_per_byte) +
          reducing * to_d(bytes) * whole_reduction_extra_us_per_byte(in, device);
 }
 // The whole buffer in each slice, at least so many that it fits half the FIFO.
@@ -267,9 +289,11 @@ const char* small_host_only(const SelectionInputs& in, std::size_t bytes, bool d
 }
 double one_shot_cost(const SelectionInputs& in, std::size_t bytes, bool device) {
   const LinkCost& m = in.bottleneck();
+  const double buffers = on_shared_cores(in, m, in.size - 1, in.size - 1);
   // Each rank reduces every byte it receives.
-  return m.alpha_us + (in.size - 1) * to_d(bytes) *
-                          (m.beta_us_per_byte + whole_reduction_extra_us_per_byte(in, device));
+  return on_shared_cores(in, m, 1, in.size - 1) * m.alpha_us +
+         buffers * to_d(bytes) * m.beta_us_per_byte +
+         (in.size - 1) * to_d(bytes) * whole_reduction_extra_us_per_byte(in, device);
 }
 
 // Chosen by the model only where ranks span hosts with several ranks each; a rule may name it

@@ -234,7 +234,9 @@ TEST(MeasuredModel, TheModelFollowsTheMeasuredRates) {
   EXPECT_DOUBLE_EQ(shm.alpha_us, 0.25);
   EXPECT_DOUBLE_EQ(m.wake_us, 4);
   EXPECT_DOUBLE_EQ(m.of(TransportKind::tcp).alpha_us, 15);
-  EXPECT_DOUBLE_EQ(m.of(TransportKind::tcp).beta_us_per_byte, 1.0 / 2e3 + 0.5 / 10e3);
+  // Each rank copies its bytes into the kernel and out of it (a stream overlaps the two on two
+  // cores).
+  EXPECT_DOUBLE_EQ(m.of(TransportKind::tcp).beta_us_per_byte, 2.0 / 2e3 + 0.5 / 10e3);
   EXPECT_EQ(m.source, "measured at init");
   const CostModel across = CostModel::measured(r, false);
   EXPECT_DOUBLE_EQ(across.of(TransportKind::tcp).alpha_us,
@@ -354,6 +356,28 @@ TEST(MeasuredModel, LoopbackSlicesShareTheCoreCache) {
   across.local = TransportKind::tcp;
   across.costs = CostModel::measured(r, false);
   EXPECT_EQ(Selector(across).choose(Kind::all_reduce, 64 << 20, false).slice, 512u << 10);
+}
+
+// Oversubscribed over TCP, one-shot's messages come one after another: recursive doubling wins
+// the small calls there; over shared memory, and with a core per rank, one-shot keeps them.
+TEST(MeasuredModel, OneShotOverTcpSerialisesWhenRanksOutnumberCores) {
+  MachineRates r = zen4_rates();
+  r.loopback_us = 8, r.loopback_gbps = 7;
+  auto tcp = one_host(4);
+  tcp.local = TransportKind::tcp;
+  tcp.costs = CostModel::measured(r, true);
+  EXPECT_EQ(pick(tcp, Kind::all_reduce, 8), "one_shot");
+  tcp.oversubscribed = true, tcp.ranks_per_core = 2;
+  for (std::size_t bytes : {std::size_t{8}, std::size_t{64} << 10})
+    EXPECT_EQ(pick(tcp, Kind::all_reduce, bytes), "recursive_doubling") << bytes << " B";
+  auto shm = tcp;
+  shm.local = TransportKind::shm;
+  EXPECT_EQ(pick(shm, Kind::all_reduce, 8), "one_shot");
+  auto three = one_host(3);
+  three.local = TransportKind::tcp;
+  three.costs = tcp.costs;
+  three.oversubscribed = true, three.ranks_per_core = 2;
+  EXPECT_EQ(pick(three, Kind::all_reduce, 8), "recursive_doubling");
 }
 
 // Recursive doubling and one-shot reduce the whole buffer at each hop, where the ring reduces half
