@@ -351,6 +351,13 @@ TEST(MeasuredModel, LoopbackSlicesShareTheCoreCache) {
     EXPECT_EQ(Selector(shm).choose(Kind::all_reduce, 64 << 20, false).slice, 128u << 10)
         << per_core << " ranks a core";
   }
+  // With a core per rank, a block that fits a slot goes as one frame: the kernel streams it.
+  auto two = one_host(2);
+  two.local = TransportKind::tcp;
+  two.costs = CostModel::measured(r, true);
+  two.overrides = "allreduce:ring";
+  EXPECT_EQ(Selector(two).choose(Kind::all_reduce, 1 << 20, false).slice, 512u << 10);
+  EXPECT_EQ(Selector(two).choose(Kind::all_reduce, 4 << 20, false).slice, 128u << 10);
   // Between hosts nothing was measured: the slot.
   auto across = one_host(2);
   across.local = TransportKind::tcp;
