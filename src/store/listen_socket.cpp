@@ -6,9 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <mutex>
 
 #include <fmt/format.h>
 
@@ -53,16 +53,18 @@ void make_close_on_exec_and_nonblocking(int fd) {
 }
 
 void raise_descriptor_limit_once() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    rlimit limit{};
-    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
-    const rlim_t before = limit.rlim_cur;
-    limit.rlim_cur = limit.rlim_max;
-    if (::setrlimit(RLIMIT_NOFILE, &limit) == 0)
-      base::log().debug("store server: descriptor limit raised from {} to {}", before,
-                        limit.rlim_max);
-  });
+  // Once per process, by pid: a forked child is a new process, with limits of its own.
+  static std::atomic<pid_t> raised_in{0};
+  const pid_t self = ::getpid();
+  pid_t last = raised_in.load();
+  if (last == self || !raised_in.compare_exchange_strong(last, self)) return;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  const rlim_t before = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) == 0)
+    base::log().debug("store server: descriptor limit raised from {} to {}", before,
+                      limit.rlim_max);
 }
 
 }  // namespace loom::store
