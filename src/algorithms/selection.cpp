@@ -7,8 +7,9 @@
 //   hierarchical         2(L-1) local       2(L-1)/L * S local
 //   (H hosts x L ranks)  + 2(H-1) network   + 2(H-1)/H * S through each host's network link
 //
-// time = hops * alpha + bytes * beta. recursive_doubling and one_shot post whole buffers before
-// they receive, so they take buffers up to half a connection's FIFO.
+// time = hops * alpha + bytes * beta (TCP within a host whose ranks outnumber its cores: see
+// on_shared_cores). recursive_doubling and one_shot post whole buffers before they receive, so
+// they take buffers up to half a connection's FIFO.
 //
 // The slice (how much each slot carries) is chosen per call too. A unit of B bytes pipelined
 // through k stages in slices of S takes (k + B/S - 1)(sigma + S beta), sigma the cost of one
@@ -155,6 +156,7 @@ CostModel CostModel::measured(const MachineRates& r, bool tcp_on_loopback) {
     any = true;
   }
   if (r.wake_us > 0) m.wake_us = r.wake_us, any = true;
+  tcp.shares_cores = tcp_on_loopback;
   if (tcp_on_loopback && r.loopback_us > 0 && r.loopback_gbps > 0) {
     tcp.alpha_us = r.loopback_us;
     // One stream overlaps its sender's copy into the kernel with its receiver's copy out, on two
@@ -197,25 +199,28 @@ double to_d(std::size_t bytes) {
 // The slice for `unit` bytes crossing `stages` pipeline stages over `link`.
 std::size_t slice_for(const SelectionInputs& in, const LinkCost& link, double unit, int stages) {
   constexpr double kMin = 16 * 1024;
-  // Stages that wait leave a core to its other ranks meanwhile, which take their turns in its
-  // cache (TCP on loopback, 4 ranks on 2 cores: 64 KiB slices 1.3x faster than 128 KiB).
-  const double cap = link.stages_wait ? link.slice_cap_bytes / std::max(1, in.ranks_per_core)
-                                      : link.slice_cap_bytes;
+  // TCP within a host copies through the kernel on the cores its ranks share, and they take
+  // their turns in a core's cache (4 ranks on 2 cores: 64 KiB slices 1.3x faster than 128 KiB).
+  const double cap = link.shares_cores && link.slice_cap_bytes > 0
+                         ? std::max(kMin, link.slice_cap_bytes / std::max(1, in.ranks_per_core))
+                         : link.slice_cap_bytes;
   const double slot = cap > 0 ? std::min(to_d(in.slot_bytes), cap) : to_d(in.slot_bytes);
-  // A cap on a link whose stages wait is loopback's. The kernel streams a frame as it is written
-  // and the receiver copies it out as it arrives, so with a core per rank a unit that fits a slot
-  // goes as one frame (2 ranks, 256 KiB-1 MiB: 1.15-1.3x faster than 128 KiB slices); larger
-  // units, whose frames would leave the cache, take the cap.
-  if (link.stages_wait && link.slice_cap_bytes > 0 && !in.oversubscribed &&
+  // There the kernel streams a frame as it is written and the receiver copies it out as it
+  // arrives, so with a core per rank a unit that fits a slot goes as one frame (2 ranks,
+  // 256 KiB-1 MiB: 1.15-1.3x faster than 128 KiB slices); larger units, whose frames would
+  // leave the cache, take the cap.
+  if (link.shares_cores && link.slice_cap_bytes > 0 && !in.oversubscribed &&
       unit <= to_d(in.slot_bytes))
     return in.slot_bytes;
   // Ranks outnumbering cores hand slots over through the scheduler: a slice costs a wake-up.
   const double per_slice = link.slice_us + (in.oversubscribed ? in.costs.wake_us : 0.0);
-  // Ranks outnumbering cores do not all work at every step: there stages wait on any link.
-  // Where the kernel moves the bytes as well, a stage waits for cores its peers use, so small
-  // slices fill no pipeline: each costs a message (TCP, 3 and 4 ranks on 2 cores, 512 KiB to
+  // Stages wait where a NIC or the kernel moves the bytes, and where ranks outnumber cores
+  // (they do not all work at every step): small slices start the next stage sooner. But TCP
+  // within a host whose ranks outnumber its cores waits for the cores its peers use, so small
+  // slices fill no pipeline and each costs a message (3 and 4 ranks on 2 cores, 512 KiB to
   // 32 MiB: slices of 16-40 KiB 1.1-1.8x slower than the cap's).
-  const bool pipelined = link.stages_wait != in.oversubscribed;
+  const bool pipelined =
+      link.shares_cores ? !in.oversubscribed : link.stages_wait || in.oversubscribed;
   const double best =
       pipelined ? std::sqrt(unit * per_slice / (std::max(1, stages - 1) * link.beta_us_per_byte))
                 : slot;
@@ -234,23 +239,25 @@ const char* fits_always(const SelectionInputs&, std::size_t, bool) {
   return nullptr;
 }
 
-// How many hops (or whole buffers) of a call's critical path its time counts. Where the kernel
-// moves the bytes and ranks outnumber cores, the ranks sharing a core take turns at their
-// messages and copies: the call takes what each rank receives times the ranks on a core, where
-// that is more. Over TCP, 3 and 4 ranks on 2 cores, at 8 B: the ring (4 and 6 messages a rank)
-// took 6-9x and 2.7x recursive doubling's time, one-shot (2 and 3) twice, though it has the
-// fewest hops. Over shared memory a wait is a load, and one-shot's messages arrive at once.
+// How many hops (or whole buffers) of a call's critical path its time counts. Over TCP within a
+// host whose ranks outnumber its cores, the ranks sharing a core take turns at their messages and
+// the kernel's copies: the call takes what a rank receives on average times the ranks on a core,
+// where that is more. 3 and 4 ranks on 2 cores, at 8 B: the ring (4 and 6 messages a rank) took
+// 6-9x and 2.7x recursive doubling's time, one-shot (2 and 3) twice, though it has the fewest
+// hops. The reductions beyond the ring's half are charged as before: they are the rank's own
+// work, a small share. Over shared memory a wait is a load, and one-shot's messages arrive at
+// once; between hosts a NIC moves the bytes.
 double on_shared_cores(const SelectionInputs& in, const LinkCost& m, double path, double per_rank) {
-  if (!m.stages_wait || !in.oversubscribed) return path;
+  if (!m.shares_cores || !in.oversubscribed) return path;
   return std::max(path, per_rank * std::max(1, in.ranks_per_core));
 }
 
 double ring_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   const LinkCost& m = in.bottleneck();
   const int n = in.size;
-  const double hops = 2.0 * (n - 1), buffers = 2.0 * (n - 1) / n;
+  const double hops = 2.0 * (n - 1), blocks = 2.0 * (n - 1) / n;
   return on_shared_cores(in, m, hops, hops) * m.alpha_us +
-         on_shared_cores(in, m, buffers, buffers) * to_d(bytes) * m.beta_us_per_byte;
+         on_shared_cores(in, m, blocks, blocks) * to_d(bytes) * m.beta_us_per_byte;
 }
 std::size_t ring_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
   // GPU buffers: whole slots, since each slice waits for the GPU. Up to 16 KiB: whole slots,
@@ -275,7 +282,8 @@ double recursive_doubling_cost(const SelectionInputs& in, std::size_t bytes, boo
   while (p * 2 <= in.size) p *= 2, ++hops;
   // Every hop but the last of a non-power of two reduces the whole buffer.
   const int reducing = hops + (p != in.size ? 1 : 0);
-  // The p ranks exchange at every hop; each of the n-p others sends once and receives once.
+  // Messages received: p at every hop; each of the n-p others receives one, and so does its
+  // partner.
   const double messages_per_rank = (to_d(p) * hops + 2.0 * (in.size - p)) / in.size;
   if (p != in.size) hops += 2;
   const double path = on_shared_cores(in, m, hops, messages_per_rank);
@@ -296,11 +304,12 @@ const char* small_host_only(const SelectionInputs& in, std::size_t bytes, bool d
 }
 double one_shot_cost(const SelectionInputs& in, std::size_t bytes, bool device) {
   const LinkCost& m = in.bottleneck();
+  const double hops = on_shared_cores(in, m, 1, in.size - 1);
   const double buffers = on_shared_cores(in, m, in.size - 1, in.size - 1);
   // Each rank reduces every byte it receives.
-  return on_shared_cores(in, m, 1, in.size - 1) * m.alpha_us +
-         buffers * to_d(bytes) * m.beta_us_per_byte +
-         (in.size - 1) * to_d(bytes) * whole_reduction_extra_us_per_byte(in, device);
+  const double reduction =
+      (in.size - 1) * to_d(bytes) * whole_reduction_extra_us_per_byte(in, device);
+  return hops * m.alpha_us + buffers * to_d(bytes) * m.beta_us_per_byte + reduction;
 }
 
 // Chosen by the model only where ranks span hosts with several ranks each; a rule may name it

@@ -37,6 +37,9 @@ struct LinkCost {
   // core share that cap.
   bool stages_wait = true;
   double slice_cap_bytes = 0;
+  // TCP between ranks of one host: the kernel's copies run on the cores the ranks share, so
+  // ranks outnumbering cores take turns at them (CostModel::measured sets it).
+  bool shares_cores = false;
 };
 
 // What the init probe measured on a host (core/machine_probe.cpp); 0: not measured.

@@ -358,11 +358,27 @@ TEST(MeasuredModel, LoopbackSlicesShareTheCoreCache) {
   two.overrides = "allreduce:ring";
   EXPECT_EQ(Selector(two).choose(Kind::all_reduce, 1 << 20, false).slice, 512u << 10);
   EXPECT_EQ(Selector(two).choose(Kind::all_reduce, 4 << 20, false).slice, 128u << 10);
-  // Between hosts nothing was measured: the slot.
-  auto across = one_host(2);
-  across.local = TransportKind::tcp;
+  // Oversubscribed, the cap outright, where the pipeline's square root would take less.
+  auto four = one_host(4);
+  four.local = TransportKind::tcp;
+  four.costs = CostModel::measured(r, true);
+  four.overrides = "allreduce:ring";
+  four.oversubscribed = true, four.ranks_per_core = 2;
+  EXPECT_EQ(Selector(four).choose(Kind::all_reduce, 1 << 20, false).slice, 64u << 10);
+  // Between hosts nothing was measured, and a NIC moves the bytes: ranks sharing cores change
+  // neither the choice nor the slice.
+  auto across = hosts(2, 2);
   across.costs = CostModel::measured(r, false);
-  EXPECT_EQ(Selector(across).choose(Kind::all_reduce, 64 << 20, false).slice, 512u << 10);
+  across.oversubscribed = true;
+  for (std::size_t bytes : {std::size_t{8}, std::size_t{1} << 20, std::size_t{64} << 20}) {
+    const auto one = Selector(across).choose(Kind::all_reduce, bytes, false);
+    auto crowded = across;
+    crowded.ranks_per_core = 4;
+    const auto more = Selector(crowded).choose(Kind::all_reduce, bytes, false);
+    EXPECT_EQ(one.algorithm, more.algorithm) << bytes << " B";
+    EXPECT_EQ(one.slice, more.slice) << bytes << " B";
+    EXPECT_DOUBLE_EQ(one.predicted_us, more.predicted_us) << bytes << " B";
+  }
 }
 
 // Oversubscribed over TCP, one-shot's messages come one after another: recursive doubling wins

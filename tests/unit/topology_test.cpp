@@ -13,7 +13,7 @@ Topology hosts_of(std::vector<std::string> host_of_rank, std::vector<int> cores_
 }
 
 // The most crowded host decides, rounding up: 3 ranks on 2 cores put 2 on one of them.
-TEST(Topology, RanksPerCoreIsTheMostCrowdedHosts) {
+TEST(Topology, RanksPerCoreIsTheMostCrowdedHost) {
   EXPECT_EQ(hosts_of({"a", "a"}, {2, 2}).ranks_per_core(), 1);
   EXPECT_EQ(hosts_of({"a", "a", "a"}, {2, 2, 2}).ranks_per_core(), 2);
   EXPECT_EQ(hosts_of({"a", "a", "a", "a"}, {2, 2, 2, 2}).ranks_per_core(), 2);
