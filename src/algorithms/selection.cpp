@@ -216,18 +216,18 @@ std::size_t slice_for(const SelectionInputs& in, const LinkCost& over, double un
   // arrives, so with a core per rank a unit that fits a slot goes as one frame (2 ranks,
   // 256 KiB-1 MiB: 1.15-1.3x faster than 128 KiB slices); larger units, whose frames would
   // leave the cache, take the cap.
-  if (link.shares_cores && link.slice_cap_bytes > 0 && !in.oversubscribed &&
+  if (link.shares_cores && link.slice_cap_bytes > 0 && !in.oversubscribed() &&
       unit <= to_d(in.slot_bytes))
     return in.slot_bytes;
   // Ranks outnumbering cores hand slots over through the scheduler: a slice costs a wake-up.
-  const double per_slice = link.slice_us + (in.oversubscribed ? in.costs.wake_us : 0.0);
+  const double per_slice = link.slice_us + (in.oversubscribed() ? in.costs.wake_us : 0.0);
   // Stages wait where a NIC or the kernel moves the bytes, and where ranks outnumber cores
   // (they do not all work at every step): small slices start the next stage sooner. But TCP
   // within a host whose ranks outnumber its cores waits for the cores its peers use, so small
   // slices fill no pipeline and each costs a message (3 and 4 ranks on 2 cores, 512 KiB to
   // 32 MiB: slices of 16-40 KiB 1.1-1.8x slower than the cap's).
   const bool pipelined =
-      link.shares_cores ? !in.oversubscribed : link.stages_wait || in.oversubscribed;
+      link.shares_cores ? !in.oversubscribed() : link.stages_wait || in.oversubscribed();
   const double best =
       pipelined ? std::sqrt(unit * per_slice / (std::max(1, stages - 1) * link.beta_us_per_byte))
                 : slot;
@@ -255,7 +255,7 @@ const char* fits_always(const SelectionInputs&, std::size_t, bool) {
 // work, a small share. Over shared memory a wait is a load, and one-shot's messages arrive at
 // once; between hosts a NIC moves the bytes.
 double on_shared_cores(const SelectionInputs& in, const LinkCost& m, double path, double per_rank) {
-  if (!m.shares_cores || !in.oversubscribed) return path;
+  if (!m.shares_cores || !in.oversubscribed()) return path;
   return std::max(path, per_rank * std::max(1, in.ranks_per_core));
 }
 
@@ -386,7 +386,7 @@ double linear_cost(const SelectionInputs& in, std::size_t bytes, bool) {
 }
 // Ranks outnumbering cores: a slot handed to a peer that is not running waits for a switch.
 double switch_us(const SelectionInputs& in, const LinkCost& link) {
-  return in.oversubscribed ? link.slice_us + in.costs.wake_us : 0.0;
+  return in.oversubscribed() ? link.slice_us + in.costs.wake_us : 0.0;
 }
 // Pairwise through the slots: each block crosses one hop, copied in and out; oversubscribed, a
 // switch about every half slot (the receiver drains while the sender fills).
@@ -427,7 +427,7 @@ double single_copy_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   const LinkCost& m = in.costs.of(in.local);
   // Each rank's in and out: n blocks each.
   const double factor = in.beyond_cache(2.0 * in.size * to_d(bytes), in.size) ? kBeyondCacheFactor
-                        : in.oversubscribed                                   ? 1.0
+                        : in.oversubscribed()                                 ? 1.0
                                                                               : kKernelCopyFactor;
   const double copy = to_d(bytes) * m.beta_us_per_byte * factor;
   return (in.size - 1) * (2.0 * m.alpha_us + switch_us(in, m) + kReadCallUs + copy);

@@ -99,9 +99,8 @@ struct SelectionInputs {
   CostModel costs = CostModel::defaults();
   std::size_t slot_bytes = 512 << 10;
   int slots = 8;
-  bool oversubscribed = false;  // some host runs more ranks than cores: hand-overs cost more
-  int ranks_per_core = 1;       // the most ranks sharing a core (and its cache) on any host
-  bool reads_peers = false;     // every rank may read its peers' memory (process_vm_readv)
+  int ranks_per_core = 1;    // the most ranks sharing a core (and its cache) on any host
+  bool reads_peers = false;  // every rank may read its peers' memory (process_vm_readv)
   std::size_t cache_bytes = std::size_t{32} << 20;  // the last-level cache a host's ranks share
   std::string overrides;                            // LOOM_ALGO
   // Rules of the same form from the tuning table (loom-tune), below LOOM_ALGO: they choose
@@ -110,6 +109,8 @@ struct SelectionInputs {
   std::string tuned_from;
 
   bool one_host() const { return hosts.size() <= 1; }
+  // Some host runs more ranks than cores: hand-overs cost more.
+  bool oversubscribed() const { return ranks_per_core > 1; }
   // Whether buffers of `bytes` on each of `ranks` ranks of a host outgrow its last-level cache.
   bool beyond_cache(double bytes, int ranks) const {
     return bytes * std::max(1, ranks) >= static_cast<double>(cache_bytes);

@@ -112,7 +112,6 @@ algorithms::SelectionInputs Communicator::Impl::selection_inputs() const {
   in.costs = algorithms::CostModel::measured(topology_.machine_rates(), in.hosts.size() == 1);
   in.slot_bytes = config_.buffer_bytes / static_cast<std::size_t>(config_.slots);
   in.slots = config_.slots;
-  in.oversubscribed = config_.any_host_oversubscribed;
   in.ranks_per_core = topology_.ranks_per_core();
   in.reads_peers = std::all_of(topology_.reads_peers_of_rank.begin(),
                                topology_.reads_peers_of_rank.end(), [](bool b) { return b; });

@@ -47,7 +47,7 @@ TEST(Selection, SmallAllReducesTakeOneHopAndLargeOnesTheRing) {
 TEST(Selection, SmallAllGathersTakeBrucksRoundsAndLargeOnesTheRing) {
   for (bool oversubscribed : {false, true}) {
     auto in = one_host(8);
-    in.oversubscribed = oversubscribed;
+    in.ranks_per_core = oversubscribed ? 2 : 1;
     EXPECT_EQ(pick(in, Kind::all_gather, 16), "bruck") << oversubscribed;
     EXPECT_EQ(pick(in, Kind::all_gather, 16 << 20), "ring") << oversubscribed;
     EXPECT_EQ(pick(in, Kind::all_gather, 16, true), "ring") << oversubscribed;
@@ -257,7 +257,7 @@ TEST(MeasuredModel, PredictionsAndSlicesMoveWithTheFigures) {
   slow = fast;
   slow.copy_gbps = 5, slow.reduce_gbps = 2.5, slow.wake_us = 50;
   auto in_fast = one_host(4), in_slow = one_host(4);
-  in_fast.oversubscribed = in_slow.oversubscribed = true;
+  in_fast.ranks_per_core = in_slow.ranks_per_core = 2;
   in_fast.costs = CostModel::measured(fast, true);
   in_slow.costs = CostModel::measured(slow, true);
   const auto f = Selector(in_fast).choose(Kind::all_reduce, 64 << 20, false);
@@ -313,7 +313,7 @@ TEST(MeasuredModel, SharedMemorySlicesFillTheCacheUnlessRanksOutnumberCores) {
     for (std::size_t bytes : {std::size_t{4} << 20, std::size_t{64} << 20})
       EXPECT_EQ(Selector(in).choose(Kind::all_reduce, bytes, false).slice, 128u << 10)
           << n << " ranks, " << bytes << " B";
-    in.oversubscribed = true;
+    in.ranks_per_core = 2;
     if (n > 2) {  // 2 ranks' single stage still takes the cap at 1 MiB
       EXPECT_LT(Selector(in).choose(Kind::all_reduce, 1 << 20, false).slice, 128u << 10)
           << n << " ranks";
@@ -342,7 +342,6 @@ TEST(MeasuredModel, LoopbackSlicesShareTheCoreCache) {
     tcp.local = TransportKind::tcp;
     tcp.costs = CostModel::measured(r, true);
     tcp.ranks_per_core = per_core;
-    tcp.oversubscribed = per_core > 1;
     EXPECT_EQ(Selector(tcp).choose(Kind::all_reduce, 64 << 20, false).slice,
               (128u << 10) / per_core)
         << per_core << " ranks a core";
@@ -363,13 +362,13 @@ TEST(MeasuredModel, LoopbackSlicesShareTheCoreCache) {
   four.local = TransportKind::tcp;
   four.costs = CostModel::measured(r, true);
   four.overrides = "allreduce:ring";
-  four.oversubscribed = true, four.ranks_per_core = 2;
+  four.ranks_per_core = 2;
   EXPECT_EQ(Selector(four).choose(Kind::all_reduce, 1 << 20, false).slice, 64u << 10);
   // Between hosts nothing was measured, and a NIC moves the bytes: ranks sharing cores change
   // neither the choice nor the slice.
   auto across = hosts(2, 2);
   across.costs = CostModel::measured(r, false);
-  across.oversubscribed = true;
+  across.ranks_per_core = 2;
   for (std::size_t bytes : {std::size_t{8}, std::size_t{1} << 20, std::size_t{64} << 20}) {
     const auto one = Selector(across).choose(Kind::all_reduce, bytes, false);
     auto crowded = across;
@@ -390,7 +389,7 @@ TEST(MeasuredModel, OneShotOverTcpSerialisesWhenRanksOutnumberCores) {
   tcp.local = TransportKind::tcp;
   tcp.costs = CostModel::measured(r, true);
   EXPECT_EQ(pick(tcp, Kind::all_reduce, 8), "one_shot");
-  tcp.oversubscribed = true, tcp.ranks_per_core = 2;
+  tcp.ranks_per_core = 2;
   for (std::size_t bytes : {std::size_t{8}, std::size_t{64} << 10})
     EXPECT_EQ(pick(tcp, Kind::all_reduce, bytes), "recursive_doubling") << bytes << " B";
   auto shm = tcp;
@@ -399,7 +398,7 @@ TEST(MeasuredModel, OneShotOverTcpSerialisesWhenRanksOutnumberCores) {
   auto three = one_host(3);
   three.local = TransportKind::tcp;
   three.costs = tcp.costs;
-  three.oversubscribed = true, three.ranks_per_core = 2;
+  three.ranks_per_core = 2;
   EXPECT_EQ(pick(three, Kind::all_reduce, 8), "recursive_doubling");
 }
 
@@ -432,7 +431,7 @@ TEST(MeasuredModel, AllToAllsInWindowsRunInPlace) {
   r.copy_gbps = 13.5, r.reduce_gbps = 20, r.handover_us = 0.3, r.wake_us = 5;
   for (int n : {2, 4}) {
     auto in = one_host(n);
-    in.oversubscribed = n > 2;
+    in.ranks_per_core = n > 2 ? 2 : 1;
     in.costs = CostModel::measured(r, true);
     for (std::size_t bytes :
          {std::size_t{256} << 10, std::size_t{1} << 20, std::size_t{16} << 20}) {
