@@ -72,6 +72,12 @@ def options():
                         help="scale every iteration count (quick runs: 0.1)")
     common.add_argument("--timeout", type=int, default=300, help="seconds per launch")
     common.add_argument("--out", help="directory for results.csv, tables.md and runs.log")
+    common.add_argument("--far-retries", type=int, default=2,
+                        help="launches again a configuration measured while two CPUs were far "
+                             "apart (core-to-core round trip over twice the run's fastest), at "
+                             "most this many times")
+    common.add_argument("--far-wait", type=float, default=5.0,
+                        help="seconds to wait before such a launch again")
     run = sub.add_parser("run", parents=[common], help="the comparison")
     run.add_argument("--ranks", type=ints, default=[2, 4])
     run.add_argument("--sizes", type=sizes, default=sizes("8 64K 256K 1M 4M 16M 64M"),
@@ -143,7 +149,8 @@ def main():
     start = time.monotonic()
     try:
         measure.execute(plan, drv, a.reps, recorder, log, a.timeout, iter_args,
-                        with_limits=a.command == "run")
+                        with_limits=a.command == "run", far_retries=a.far_retries,
+                        far_wait=a.far_wait)
     finally:
         recorder.close()
         if log:

@@ -54,6 +54,7 @@ class Drivers:
         self.gloo = os.path.join(self.build, "bench", "compare", "gloo_bench")
         self.mpi = os.path.join(self.build, "bench", "compare", "mpi_bench")
         self.memcpy = os.path.join(self.build, "bench", "compare", "memcpy_bandwidth")
+        self.core_to_core = os.path.join(self.build, "bench", "compare", "core_to_core")
         self.loom_variants = loom_variants  # impl name -> extra environment
 
     def missing(self):

@@ -1,5 +1,6 @@
 """The machine's limits, measured in the same run as the libraries: single-thread memcpy bandwidth
-(the yardstick of shared memory) and one iperf3 TCP stream on loopback (the yardstick of TCP)."""
+(the yardstick of shared memory) and one iperf3 TCP stream on loopback (the yardstick of TCP);
+and the cores' placement, measured around every launch: the cache-line round trip between CPUs."""
 import json
 import shutil
 import socket
@@ -13,6 +14,17 @@ def memcpy_gbps(memcpy_bin):
         out = subprocess.run([memcpy_bin, str(64 << 20), "20"], capture_output=True, text=True,
                              timeout=120, check=True).stdout
         return float(out.strip().split(",")[2])
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        return None
+
+
+def core_to_core_ns(tool):
+    """The worst median cache-line round trip (ns) between CPU 0 and another CPU, about 20 ms of
+    measuring; None when the tool is missing or fails."""
+    try:
+        out = subprocess.run([tool], capture_output=True, text=True, timeout=30,
+                             check=True).stdout
+        return float(out.strip().split(",")[1])
     except (OSError, subprocess.SubprocessError, IndexError, ValueError):
         return None
 

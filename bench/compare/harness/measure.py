@@ -1,5 +1,12 @@
 """Runs the plan: every configuration in fresh processes, the whole plan repeated; keeps every
-measurement as a row (the CSV the tables are made from)."""
+measurement as a row (the CSV the tables are made from).
+
+Each launch is bracketed by a measurement of the cores' placement (limits.core_to_core_ns). A
+launch during which two CPUs sat far apart (a round trip more than FAR_FACTOR times the run's
+fastest) is marked "far" and run again, up to a bound: on a virtual machine the host moves the
+vCPUs between cores that share a cache and cores that do not, for seconds to minutes, and a
+transfer between ranks then costs up to 4x more for every library. Every launch stays in the
+CSV; the tables prefer a repetition's near launch (report.Cells)."""
 import csv
 import sys
 import time
@@ -8,7 +15,8 @@ from dataclasses import asdict, dataclass
 from . import drivers, limits
 
 FIELDS = ["rep", "impl", "transport", "op", "ranks", "bytes", "iters", "warmup", "time_us",
-          "busbw_gbps", "choice", "error"]
+          "busbw_gbps", "choice", "error", "core_to_core_ns", "placement"]
+FAR_FACTOR = 2.0
 
 
 @dataclass
@@ -25,6 +33,8 @@ class Row:
     busbw_gbps: float = None
     choice: str = ""
     error: str = ""
+    core_to_core_ns: float = None  # the worse of the round trips measured before and after
+    placement: str = ""  # "near", "far", or "" when not measured
 
 
 def iterations(size, scale=1.0, budget=512 << 20, least=5, most=400):
@@ -76,12 +86,49 @@ def load(path):
                             int(d["bytes"]), int(d["iters"]), int(d["warmup"]),
                             float(d["time_us"]) if d["time_us"] else None,
                             float(d["busbw_gbps"]) if d["busbw_gbps"] else None,
-                            d["choice"], d["error"]))
+                            d["choice"], d["error"],
+                            float(d["core_to_core_ns"]) if d.get("core_to_core_ns") else None,
+                            d.get("placement") or ""))
     return rows
 
 
-def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True):
-    """plan: (libs, op, ranks, transport, size) tuples, run in order once per repetition."""
+class Placement:
+    """The run's fastest core-to-core round trip, and whether a launch's was far from it."""
+
+    def __init__(self, tool, probes=5):
+        self.tool = tool
+        seen = [limits.core_to_core_ns(tool) for _ in range(probes)]
+        seen = [ns for ns in seen if ns is not None]
+        self.fastest = min(seen) if seen else None
+
+    def probe(self):
+        if self.fastest is None:
+            return None
+        ns = limits.core_to_core_ns(self.tool)
+        if ns is not None:
+            self.fastest = min(self.fastest, ns)
+        return ns
+
+    def judge(self, before, after):
+        """(round trip, placement) of a launch from the probes around it."""
+        seen = [ns for ns in (before, after) if ns is not None]
+        if not seen:
+            return None, ""
+        worst = max(seen)
+        return worst, "far" if worst > FAR_FACTOR * self.fastest else "near"
+
+
+def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True, far_retries=2,
+            far_wait=5.0):
+    """plan: (libs, op, ranks, transport, size) tuples, run in order once per repetition. A launch
+    measured with the cores far apart runs again after far_wait seconds, at most far_retries
+    times."""
+    placement = Placement(drv.core_to_core)
+    if placement.fastest is None:
+        print("placement: not measured (core_to_core missing or failed)", file=sys.stderr)
+    else:
+        print(f"placement: fastest core-to-core round trip {placement.fastest:.0f} ns",
+              file=sys.stderr)
     jobs = []
     for libs, op, ranks, transport, size in plan:
         iters, warmup = iterations(size, **iter_args)
@@ -94,12 +141,22 @@ def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True
                 recorder.add(row)
                 print(f"rep {rep}: {row.impl} {row.busbw_gbps} GB/s", file=sys.stderr)
         for job, iters, warmup in jobs:
-            outcome = drivers.run(job, timeout, log)
-            recorder.add(Row(rep, job.impl, job.transport, job.op, job.ranks, job.size, iters,
-                             warmup, outcome.time_us, outcome.busbw, outcome.choice,
-                             outcome.error))
+            for attempt in range(far_retries + 1):
+                before = placement.probe()
+                outcome = drivers.run(job, timeout, log)
+                ns, where = placement.judge(before, placement.probe())
+                recorder.add(Row(rep, job.impl, job.transport, job.op, job.ranks, job.size, iters,
+                                 warmup, outcome.time_us, outcome.busbw, outcome.choice,
+                                 outcome.error, ns, where))
+                shown = outcome.error or f"{outcome.busbw:.3f} GB/s, {outcome.time_us:.1f} us"
+                if where == "far":
+                    shown += f" (cores far apart: {ns:.0f} ns)"
+                if where != "far" or outcome.error or attempt == far_retries:
+                    break
+                print(f"rep {rep} {job.op} {job.ranks} ranks {job.transport} {job.size} B "
+                      f"{job.impl}: {shown}; again in {far_wait:.0f} s", file=sys.stderr)
+                time.sleep(far_wait)
             done += 1
             left = (time.monotonic() - start) / done * (total - done)
-            shown = outcome.error or f"{outcome.busbw:.3f} GB/s, {outcome.time_us:.1f} us"
             print(f"rep {rep} [{done}/{total}, ~{left / 60:.0f} min left] {job.op} {job.ranks} "
                   f"ranks {job.transport} {job.size} B {job.impl}: {shown}", file=sys.stderr)

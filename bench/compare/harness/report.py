@@ -8,6 +8,7 @@ LATENCY_BELOW = 64 << 10  # smaller sizes are reported as time (us), larger as b
 NAMES = {"loom": "Loom", "loom-avx2": "Loom (AVX2)", "loom-shared": "Loom (alloc)",
          "loom-avx2-shared": "Loom (AVX2, alloc)", "mpi-vader": "OpenMPI vader",
          "mpi-tcp": "OpenMPI tcp", "torch-gloo": "PyTorch gloo"}
+FAR_MARK = "†"  # a value measured with the cores far apart (see measure.py)
 OPS = {"allreduce": "f32 sum all-reduce", "alltoall": "all-to-all (size: each rank's buffer)"}
 
 
@@ -32,12 +33,17 @@ def better(a, b, size):
 
 
 class Cells:
-    """Per (op, ranks, transport, size, impl): the value of each repetition."""
+    """Per (op, ranks, transport, size, impl): the value of each repetition. Where a repetition
+    ran a configuration more than once (a launch with the cores far apart runs again,
+    measure.execute), its value is the last near launch's, or the last launch's when none was
+    near; `far` holds the (key, rep) whose value is from a far launch."""
 
     def __init__(self, rows):
         self.values = defaultdict(dict)
+        self.far = set()
         self.choices = {}
         self.limits = defaultdict(dict)
+        self.placements = [r for r in rows if r.op != "limit" and r.placement]
         for r in rows:
             if r.op == "limit":
                 if r.busbw_gbps is not None:
@@ -48,7 +54,17 @@ class Cells:
                 self.choices[key] = (r.rep, r.choice)
             if r.error or r.busbw_gbps is None:
                 continue
+            far = r.placement == "far"
+            if far and r.rep in self.values[key] and (key, r.rep) not in self.far:
+                continue  # this repetition already has a near launch
             self.values[key][r.rep] = r.time_us if latency(r.bytes) else r.busbw_gbps
+            if far:
+                self.far.add((key, r.rep))
+            else:
+                self.far.discard((key, r.rep))
+
+    def is_far(self, key, rep):
+        return (key, rep) in self.far
 
     def median(self, key):
         per_rep = self.values.get(key)
@@ -118,9 +134,11 @@ def config_table(cells, config):
             r = ratio(cells.median((*config, size, loom)), bv, size)
             per_rep = []
             for rep in reps:
-                _, rb = best_of(cells, config, size, others, rep)
+                b_rep, rb = best_of(cells, config, size, others, rep)
                 rr = ratio(cells.values.get((*config, size, loom), {}).get(rep), rb, size)
-                per_rep.append("—" if rr is None else f"{rr:.2f}")
+                far = cells.is_far((*config, size, loom), rep) or \
+                    (b_rep and cells.is_far((*config, size, b_rep), rep))
+                per_rep.append("—" if rr is None else f"{rr:.2f}{FAR_MARK if far else ''}")
             cell.append("—" if r is None else f"**{r:.2f}** ({', '.join(per_rep)})")
         lines.append("| " + " | ".join(cell) + " |")
     lines.append("")
@@ -167,12 +185,33 @@ def limits_table(cells):
     return lines + [""]
 
 
+def placement_lines(cells):
+    """What the probes around the launches saw: how many ran with the cores far apart."""
+    rows = cells.placements
+    if not rows:
+        return ["Placement: not measured.", ""]
+    far = [r for r in rows if r.placement == "far"]
+    near_ns = sorted(r.core_to_core_ns for r in rows if r.placement == "near")
+    text = (f"Placement: core-to-core round trip {near_ns[0]:.0f}-{near_ns[-1]:.0f} ns around "
+            f"{len(rows) - len(far)} launches" if near_ns else "Placement: no near launch")
+    if far:
+        far_ns = sorted(r.core_to_core_ns for r in far)
+        kept = len(cells.far)
+        text += (f"; {len(far)} of {len(rows)} launches ran with the cores far apart "
+                 f"({far_ns[0]:.0f}-{far_ns[-1]:.0f} ns). A repetition's near launch replaces "
+                 f"its far one; {kept} per-repetition values are from a far launch "
+                 f"(marked {FAR_MARK})")
+    return [text + ".", ""]
+
+
 def compare_report(rows):
     cells = Cells(rows)
     lines = ["Cells: the median over repetitions of each repetition's median (busbw in GB/s; "
              "time in us at 8 B). Ratios: Loom's busbw over the best other library's (at 8 B: "
              "Loom's time over the best other's, lower is better), from the medians, and in "
-             "parentheses per repetition.", "", "Machine limits, measured in the same run:", ""]
+             "parentheses per repetition.", ""]
+    lines += placement_lines(cells)
+    lines += ["Machine limits, measured in the same run:", ""]
     lines += limits_table(cells)
     for config in cells.configs():
         lines += config_table(cells, config)
@@ -206,6 +245,8 @@ def cliff_report(rows, threshold):
                     reps = cells.values[(*c, size, impl)]
                     before = cells.values[(*c, sizes[i - 1], impl)]
                     per_rep = [f"{100 * (reps[r] / before[r] - 1):+.0f}%"
+                               + (FAR_MARK if cells.is_far((*c, size, impl), r) or
+                                  cells.is_far((*c, sizes[i - 1], impl), r) else "")
                                for r in sorted(reps) if r in before]
                     choices = [cells.choices.get((*c, s, impl), (0, "?"))[1]
                                for s in (sizes[i - 1], size)]
@@ -216,6 +257,7 @@ def cliff_report(rows, threshold):
                 cell.append(text)
             lines.append(f"| {size_text(size)} | " + " | ".join(cell) + " |")
         lines.append("")
+    lines += placement_lines(cells)
     lines += [f"Cliffs (busbw more than {100 * threshold:.0f}% below the next smaller size's, "
               f"medians of the repetitions): {len(found) or 'none'}", ""] + found
     return "\n".join(lines), len(found)
