@@ -42,7 +42,8 @@ double round_trip_ns(int a, int b, double ms) {
   });
   std::vector<double> batches;
   if (pin(a) && pinned) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(ms);
+    const auto end =
+        std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(ms);
     long value = 0;
     do {
       const auto t0 = std::chrono::steady_clock::now();
@@ -58,8 +59,9 @@ double round_trip_ns(int a, int b, double ms) {
           }
         }
       }
-      batches.push_back(std::chrono::duration<double, std::nano>(
-                            std::chrono::steady_clock::now() - t0).count() / kTrips);
+      batches.push_back(
+          std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
+          kTrips);
     } while (std::chrono::steady_clock::now() < end);
   }
   stop = true;
