@@ -72,6 +72,11 @@ def options():
                         help="scale every iteration count (quick runs: 0.1)")
     common.add_argument("--timeout", type=int, default=300, help="seconds per launch")
     common.add_argument("--out", help="directory for results.csv, tables.md and runs.log")
+    common.add_argument("--fresh-inputs", action="store_true",
+                        help="every driver rewrites each cache line of its input before every "
+                             "call, untimed, as a training step writes its gradients (otherwise "
+                             "the input is unchanged between calls, and a peer that reads it in "
+                             "place may find it in its own cache)")
     common.add_argument("--far-retries", type=int, default=2,
                         help="launches again a configuration measured while two CPUs were far "
                              "apart (core-to-core round trip over twice the run's fastest), at "
@@ -121,7 +126,7 @@ def main():
         shared = {f"{impl}-shared": {**env, drivers.SHARED_BUFFERS: "1"}
                   for impl, env in variants.items()}
         variants = shared if a.loom_buffers == "shared" else {**variants, **shared}
-    drv = drivers.Drivers(a.build, variants)
+    drv = drivers.Drivers(a.build, variants, a.fresh_inputs)
     missing = drv.missing()
     if "loom" in missing:
         sys.exit(f"compare: {missing['loom']}")
@@ -145,7 +150,8 @@ def main():
     log = open(os.path.join(a.out, "runs.log"), "w") if a.out else None
     header = [f"`{' '.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}`, "
               f"{time.strftime('%Y-%m-%d %H:%M %Z')}; {machine()}; {a.reps} repetitions; "
-              f"Loom kernels: {a.kernels}.", ""] + [f"Note: {n}." for n in notes]
+              f"Loom kernels: {a.kernels}"
+              f"{'; fresh inputs (rewritten before every call)' if a.fresh_inputs else ''}.", ""] + [f"Note: {n}." for n in notes]
     start = time.monotonic()
     try:
         measure.execute(plan, drv, a.reps, recorder, log, a.timeout, iter_args,

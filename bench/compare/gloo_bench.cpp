@@ -29,11 +29,12 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: gloo_bench --store DIR [--op allreduce|alltoall] [--algo ALGO] --bytes N [-n iters]\n"
-    "                  [-w warmup]\n"
+    "                  [-w warmup] [--fresh-inputs]\n"
     "  allreduce ALGO: ring | ring_chunked | halving_doubling | bcube (the classic algorithms)\n"
     "                  | allreduce_ring | allreduce_bcube (gloo::allreduce, as torch uses it)\n"
     "  alltoall  ALGO: alltoall (gloo::alltoall)\n"
-    "  bytes: the whole buffer (alltoall: each rank's input of WORLD_SIZE blocks)\n";
+    "  bytes: the whole buffer (alltoall: each rank's input of WORLD_SIZE blocks)\n"
+    "  --fresh-inputs: rewrite the input's cache lines before every call, untimed\n";
 
 int env_int(const char* name) {
   const char* v = std::getenv(name);
@@ -83,8 +84,14 @@ int main(int argc, char** argv) {
   std::string store_dir, op = "allreduce", algo;
   std::size_t bytes = 8;
   int iters = 20, warmup = 5;
+  bool fresh = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string f = argv[i];
+    if (f == "--fresh-inputs") {
+      fresh = true;
+      --i;  // a flag without a value
+      continue;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "gloo_bench: %s needs a value\n%s", f.c_str(), kUsage);
       return 2;
@@ -140,7 +147,11 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  std::vector<double> mine = bench::time_each_call_us(warmup, iters, call);
+  // The all-reduce runs in place on `out`; the all-to-all reads `in`.
+  float* input = op == "allreduce" ? out.data() : in.data();
+  std::vector<double> mine = bench::time_each_call_us(warmup, iters, call, [&] {
+    if (fresh) bench::rewrite_lines(input, count * sizeof(float));
+  });
   std::vector<double> all(mine.size() * static_cast<std::size_t>(size));
   gloo::GatherOptions gather(context);
   gather.setInput(mine.data(), mine.size());

@@ -12,17 +12,37 @@
 namespace bench {
 
 // Runs call() `warmup` times untimed, then `iters` times, and returns each timed call's duration.
-template <typename Call>
-std::vector<double> time_each_call_us(int warmup, int iters, Call call) {
+// before() runs ahead of every call, untimed (fresh inputs: rewrite_lines).
+template <typename Call, typename Before>
+std::vector<double> time_each_call_us(int warmup, int iters, Call call, Before before) {
   using Clock = std::chrono::steady_clock;
-  for (int i = 0; i < warmup; ++i) call();
+  for (int i = 0; i < warmup; ++i) {
+    before();
+    call();
+  }
   std::vector<double> us(static_cast<std::size_t>(std::max(iters, 1)));
   for (double& t : us) {
+    before();
     const auto t0 = Clock::now();
     call();
     t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   }
   return us;
+}
+
+template <typename Call>
+std::vector<double> time_each_call_us(int warmup, int iters, Call call) {
+  return time_each_call_us(warmup, iters, call, [] {});
+}
+
+// Writes every cache line of [data, data + bytes) with the value it holds, as a training step
+// writes its gradients before their all-reduce: the lines are then modified in this core's
+// cache, and a peer that reads them in place pulls them across. Without it, a benchmark's input
+// stays unchanged from call to call, and a peer's reads of it may hit its own cached copy.
+inline void rewrite_lines(void* data, std::size_t bytes) {
+  auto* p = static_cast<volatile unsigned char*>(data);
+  for (std::size_t i = 0; i < bytes; i += 64) p[i] = p[i];
+  if (bytes > 0) p[bytes - 1] = p[bytes - 1];
 }
 
 // `all` holds every rank's per-call durations, rank after rank: the median over calls of each

@@ -57,6 +57,10 @@ fi
 if [ -x "$build/bench/compare/memcpy_bandwidth" ]; then  # built with -DLOOM_BUILD_BENCH=ON
   grep -qE '^\| single-thread memcpy \(GB/s\) \| [0-9.]+ \|' "$tables" || fail "memcpy not measured"
 fi
+if [ -x "$build/bench/compare/core_to_core" ] && [ "$(nproc)" -ge 2 ]; then
+  grep -qE '^Placement: core-to-core round trip [0-9]+-[0-9]+ ns around [0-9]+ launches' "$tables" ||
+    fail "the cores' placement is not measured around the launches"
+fi
 if command -v iperf3 >/dev/null; then
   grep -qE '^\| iperf3 loopback, one stream \(GB/s\) \| [0-9.]+ \|' "$tables" ||
     fail "iperf3 not measured"
@@ -91,6 +95,21 @@ cliffs=$(python3 "$here/compare.py" report "$out/synthetic.csv" --cliffs)
 echo "$cliffs" | grep -q '^- Loom shm, 2 ranks: 128 KiB → 256 KiB: 1.20 → 1.00 GB/s (−17%' ||
   fail "the cliff is not at 256 KiB: $cliffs"
 echo "$cliffs" | grep -q 'ring → ring in slices of 140 KiB' || fail "the cliff names no choices"
+
+# --fresh-inputs reaches every driver, and rewriting the input leaves its values as they were.
+python3 "$here/compare.py" run --build "$build" --reps 1 --ranks 2 --sizes 1M --alltoall-sizes "" \
+  --transports tcp --iters-scale 0.05 --far-retries 0 --fresh-inputs --out "$out/fresh" \
+  >"$out/fresh.stdout" 2>&1 || { tail -20 "$out/fresh.stdout"; fail "compare.py run --fresh-inputs exited $?"; }
+grep -q 'fresh inputs (rewritten before every call)' "$out/fresh/tables.md" ||
+  fail "the tables do not say the inputs were fresh"
+fresh() { grep -qE "^1,$1,tcp,allreduce,2,1048576,[0-9]+,[0-9]+,[0-9.]+,[0-9.]+," \
+  "$out/fresh/results.csv" || fail "no fresh-input measurement of $1"; }
+fresh loom
+if [ -x "$build/bench/compare/mpi_bench" ] && command -v mpirun >/dev/null; then fresh mpi-tcp; fi
+if [ -x "$build/bench/compare/gloo_bench" ]; then fresh gloo:ring; fi
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then fresh torch-gloo; fi
+"$build/tools/loomrun" --nproc-per-node 2 --no-prefix "$build/bench/loom-perf" -b 1M -e 1M -n 3 -w 1 -c \
+  --fresh-inputs --csv 2>&1 | grep -qE '^1048576,.*,0$' || fail "--fresh-inputs changed the input"
 
 # Placement: a repetition's near launch is kept over a far one; a far value left alone is marked.
 {

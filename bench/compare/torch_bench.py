@@ -5,6 +5,7 @@ gathers the arrays; a call's time is its slowest rank's; the median over calls).
 ranks (fresh processes, forked after torch is imported) on loopback TCP. Prints one CSV row:
   torch-gloo,<op>,<ranks>,<bytes>,<time_us>,<busbw_gbps>
     python3 torch_bench.py --op allreduce|alltoall --ranks 2 --bytes 1048576 -n 20 -w 5
+--fresh-inputs rewrites the input before every call, untimed (per_op.hpp's rewrite_lines).
 """
 import argparse
 import os
@@ -35,10 +36,18 @@ def worker(rank, args, port, results):
     else:
         def call():
             dist.all_to_all_single(out, inp)
+    source = out if args.op == "allreduce" else inp  # the all-reduce runs in place
+
+    def before():
+        if args.fresh_inputs:
+            source.mul_(1.0)  # writes every element with the value it holds
+
     for _ in range(args.warmup):
+        before()
         call()
     mine = torch.zeros(args.iters, dtype=torch.float64)
     for i in range(args.iters):
+        before()
         t0 = time.perf_counter_ns()
         call()
         mine[i] = (time.perf_counter_ns() - t0) / 1e3
@@ -58,6 +67,7 @@ def main():
     p.add_argument("--op", choices=["allreduce", "alltoall"], default="allreduce")
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--bytes", type=int, default=8)
+    p.add_argument("--fresh-inputs", action="store_true")
     p.add_argument("-n", "--iters", type=int, default=20)
     p.add_argument("-w", "--warmup", type=int, default=5)
     args = p.parse_args()

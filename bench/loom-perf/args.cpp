@@ -28,6 +28,8 @@ namespace {
       "             slowest rank's; time(us) is the median over the calls\n"
       "  --mean     a barrier, then time(us) is the slowest rank's mean over the calls\n"
       "  --inplace  run in place (not alltoall)\n"
+      "  --fresh-inputs  before every call (untimed), rewrite each cache line of the input,\n"
+      "             as a training step writes its gradients (per-op timing, host memory)\n"
       "  --device D host (default) or cuda: buffers in the memory of the local rank's GPU\n"
       "             (LOCAL_RANK modulo the visible GPUs), calls ordered on a CUDA stream;\n"
       "             or shared: host memory from Communicator::alloc, which the ranks of a\n"
@@ -138,6 +140,8 @@ Args parse(int argc, char** argv) {
       a.check = true;
     else if (f == "--inplace")
       a.in_place = true;
+    else if (f == "--fresh-inputs")
+      a.fresh_inputs = true;
     else if (f == "--device") {
       const std::string d = next();
       if (d != "host" && d != "cuda" && d != "shared") {
@@ -155,6 +159,12 @@ Args parse(int argc, char** argv) {
   }
   if (a.increment == 0 && a.factor <= 1.0) {
     std::fprintf(stderr, "loom-perf: -f must be above 1 (or use -i)\n");
+    std::exit(2);
+  }
+  if (a.fresh_inputs && (a.cuda || a.timing != Timing::per_op)) {
+    std::fprintf(stderr,
+                 "loom-perf: --fresh-inputs needs host buffers and per-op timing (its rewrite "
+                 "is outside each call's time)\n");
     std::exit(2);
   }
   if (a.in_place && a.op == Op::alltoall) {

@@ -27,8 +27,9 @@ struct Args {
   int iters = 20, warmup = 5, root = 0;
   Timing timing = Timing::per_op;
   bool check = false, csv = false, in_place = false;
-  bool cuda = false;    // --device cuda
-  bool shared = false;  // --device shared
+  bool fresh_inputs = false;  // rewrite the input's cache lines before every call, untimed
+  bool cuda = false;          // --device cuda
+  bool shared = false;        // --device shared
   std::string json;
 };
 

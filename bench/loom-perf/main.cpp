@@ -30,9 +30,9 @@ struct Row {
 
 // The comparison's method (bench/compare/per_op.hpp): every rank times each call, no barriers;
 // rank 0 gathers the arrays and returns the median of each call's slowest rank (0 elsewhere).
-template <typename Call>
-double per_op_median_us(loom::Communicator& comm, int iters, Call call) {
-  const std::vector<double> mine = bench::time_each_call_us(0, iters, call);
+template <typename Call, typename Before>
+double per_op_median_us(loom::Communicator& comm, int iters, Call call, Before before) {
+  const std::vector<double> mine = bench::time_each_call_us(0, iters, call, before);
   std::vector<double> all(comm.rank() == 0 ? mine.size() * static_cast<std::size_t>(comm.size())
                                            : 1);
   comm.gather(mine.data(), all.data(), mine.size(), loom::DataType::f64, 0);
@@ -196,14 +196,22 @@ int main(int argc, char** argv) {
       const bool whole_input =
           a.op == Op::reducescatter || a.op == Op::scatter || a.op == Op::alltoall;
       io.fill(inp, whole_input ? total : count, rank, 0);
-      for (int i = 0; i < a.warmup; ++i) io.run_once();
+      // --fresh-inputs: the input this rank's call reads, rewritten untimed.
+      const std::size_t input_bytes = whole_input ? bytes : count * elem;
+      auto before = [&] {
+        if (a.fresh_inputs) bench::rewrite_lines(inp, input_bytes);
+      };
+      for (int i = 0; i < a.warmup; ++i) {
+        before();
+        io.run_once();
+      }
       sync();
       // Per call, a CUDA call's time runs to its stream's completion.
       auto call = [&] {
         io.run_once();
         sync();
       };
-      const double us = a.timing == Timing::per_op ? per_op_median_us(comm, a.iters, call)
+      const double us = a.timing == Timing::per_op ? per_op_median_us(comm, a.iters, call, before)
                                                    : mean_us(comm, a.iters, io.run_once, sync);
 
       long long wrong = -1;

@@ -47,7 +47,7 @@ SHARED_BUFFERS = "__shared_buffers"
 
 
 class Drivers:
-    def __init__(self, build, loom_variants):
+    def __init__(self, build, loom_variants, fresh_inputs=False):
         self.build = os.path.abspath(build)
         self.loomrun = os.path.join(self.build, "tools", "loomrun")
         self.perf = os.path.join(self.build, "bench", "loom-perf")
@@ -56,6 +56,7 @@ class Drivers:
         self.memcpy = os.path.join(self.build, "bench", "compare", "memcpy_bandwidth")
         self.core_to_core = os.path.join(self.build, "bench", "compare", "core_to_core")
         self.loom_variants = loom_variants  # impl name -> extra environment
+        self.fresh_inputs = fresh_inputs  # every driver rewrites its input before each call
 
     def missing(self):
         """Libraries that cannot run here, with the reason."""
@@ -89,7 +90,8 @@ class Drivers:
                                [self.loomrun, "--nproc-per-node", str(ranks), "--no-prefix",
                                 self.perf, "-o", op, "-b", str(size), "-e", str(size),
                                 "-n", str(iters), "-w", str(warmup), "--csv",
-                                *(["--device", "shared"] if shared else [])],
+                                *(["--device", "shared"] if shared else []),
+                                *(["--fresh-inputs"] if self.fresh_inputs else [])],
                                {"LOOM_TRANSPORT": transport, "LOOM_DEBUG": "INFO", **env},
                                kind="loom"))
         if "mpi" in libs:
@@ -97,18 +99,22 @@ class Drivers:
                            ranks, size,
                            ["mpirun", "-np", str(ranks), "--mca", "pml", "ob1",
                             *MPI_BTL[transport], self.mpi, op, str(size), str(iters),
-                            str(warmup)], dict(MPI_ENV)))
+                            str(warmup), *(["fresh"] if self.fresh_inputs else [])],
+                           dict(MPI_ENV)))
         if transport == "tcp" and "gloo" in libs:
             for algo in GLOO_ALGOS if op == "allreduce" else ["alltoall"]:
                 out.append(Job(f"gloo:{algo}", transport, op, ranks, size,
                                [self.loomrun, "--nproc-per-node", str(ranks), "--no-prefix",
                                 self.gloo, "--op", op, "--algo", algo, "--bytes", str(size),
-                                "-n", str(iters), "-w", str(warmup)], store_dir=True))
+                                "-n", str(iters), "-w", str(warmup),
+                                *(["--fresh-inputs"] if self.fresh_inputs else [])],
+                               store_dir=True))
         if transport == "tcp" and "torch" in libs:
             out.append(Job("torch-gloo", transport, op, ranks, size,
                            [TORCH_PYTHON, os.path.join(HERE, "torch_bench.py"), "--op", op,
                             "--ranks", str(ranks), "--bytes", str(size), "-n", str(iters),
-                            "-w", str(warmup)]))
+                            "-w", str(warmup),
+                            *(["--fresh-inputs"] if self.fresh_inputs else [])]))
         return out
 
 
