@@ -22,6 +22,11 @@ class Primitives {
   // Host copies in and out of the slots stream past the caches: for calls whose buffers, on all
   // of a host's ranks, outgrow its last-level cache (engine.beyond_cache()).
   void stream_copies(bool on) { streaming_ = on; }
+  // Only the copies out of the slots into the caller's buffers stream past the caches; those
+  // into the slots stay cached, where the peer reads them next. For calls whose buffers outgrow
+  // the host's last-level cache: the stream saves reading each output line before writing it
+  // (2-8 ranks on 2 cores, all-reduce at 4-64 MiB: 1.1-1.7x faster; below, 0.7x).
+  void stream_outputs(bool on) { streaming_out_ = on; }
   // The transport may read a source and write a destination of host memory directly, at any
   // time until the call ends (TCP: no copy into or out of a slot). For algorithms whose sources
   // stay unchanged until then and whose destinations are not read before their data arrives.
@@ -69,7 +74,11 @@ class Primitives {
   std::size_t steer(std::byte* dst, std::size_t count, std::size_t received, std::size_t steered);
   // A received slice to its destination, unless the transport put it there already.
   void copy_out(std::byte* dst, const transport::RecvSlot& slot, std::size_t bytes) {
-    if (slot.data != dst) copy(dst, slot.data, bytes);
+    if (slot.data == dst) return;
+    if (streaming_out_ && !device_)
+      host_.copy_streaming(dst, slot.data, bytes);
+    else
+      copy(dst, slot.data, bytes);
   }
 
   // The data path: the host's (HostDataPath is final, so its calls are direct and inline on the
@@ -111,6 +120,7 @@ class Primitives {
   std::size_t send_inline_max_;  // 0 when send_to has no inline channel
   std::size_t recv_inline_max_;
   bool streaming_ = false;
+  bool streaming_out_ = false;
   bool send_direct_ = false;  // use_caller_memory, where send_to_ (recv_from_) can
   bool recv_direct_ = false;
   bool send_inline_ = false;  // the channel of the message being sent / received

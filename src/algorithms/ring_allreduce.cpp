@@ -12,6 +12,8 @@ void ring_all_reduce_pass(Engine& engine, const RingPosition& ring, const void* 
   }
   const Blocks blocks = Blocks::even(count, ring.size);
   RingPasses passes(engine, ring, blocks, dtype);
+  // Each rank's input and output, on all of the host's ranks.
+  passes.stream_outputs(engine.beyond_cache(2 * count * size_of(dtype)));
   auto* mine = static_cast<std::byte*>(out) + blocks.offset(ring.position) * size_of(dtype);
   for (std::size_t round = 0; round < passes.rounds(); ++round) {
     passes.reduce_scatter_round(round, in, mine, divisor, true);

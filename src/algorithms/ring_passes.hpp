@@ -60,6 +60,9 @@ class RingPasses {
 
   // Rounds needed for the longest block.
   std::size_t rounds() const;
+  // The copies out of the slots into the caller's buffer stream past the caches
+  // (Primitives::stream_outputs).
+  void stream_outputs(bool on) { prims_.stream_outputs(on); }
 
   // The reduce-scatter steps of round `round`: block b of `in` from every position, reduced
   // (divided by `divisor` for avg), lands at this position's block; its piece of this round is
