@@ -71,8 +71,10 @@ void direct_host_call(Engine& engine, const Collective& call);
 std::uint64_t direct_host_calls();
 
 // The ring all-reduce of `count` elements over any ring; `divisor` divides the sums (avg).
+// stream_outputs: the copies into `out` stream past the caches (Primitives::stream_outputs).
 void ring_all_reduce_pass(Engine& engine, const RingPosition& ring, const void* in, void* out,
-                          std::size_t count, DataType dtype, int divisor);
+                          std::size_t count, DataType dtype, int divisor,
+                          bool stream_outputs = false);
 
 // Elements each rank moves through the ring per step: half the slots, so a rank can post a whole
 // chunk before it must receive (a full FIFO would deadlock a ring where every rank sends first).

@@ -214,12 +214,14 @@ void Primitives::recv_copy_send(void* dst, std::size_t count) {
     const std::size_t bytes = std::min(slice_elems_, count - off) * elem_;
     auto slot = wait_recv(bytes);
     std::byte* out = wait_send(bytes);
-    copy_out(d + off * elem_, slot, bytes);
     if (send_direct_ && !send_inline_) {  // host memory only: nothing to complete
+      // Forwarded from where it lands, so it lands cached (no streaming).
+      if (slot.data != d + off * elem_) copy(d + off * elem_, slot.data, bytes);
       release();
-      post_from(out, d + off * elem_, bytes);  // forwarded from where it landed
+      post_from(out, d + off * elem_, bytes);
       continue;
     }
+    copy_out(d + off * elem_, slot, bytes);
     copy(out, slot.data, bytes);
     complete();
     post(bytes);
