@@ -38,6 +38,13 @@ def sizes(text):
     return [size(s) for s in text.replace(",", " ").split()]
 
 
+def count(text):
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a count (0 or more)")
+    return n
+
+
 def ints(text):
     return [int(s) for s in text.replace(",", " ").split()]
 
@@ -77,7 +84,7 @@ def options():
                              "call, untimed, as a training step writes its gradients (otherwise "
                              "the input is unchanged between calls, and a peer that reads it in "
                              "place may find it in its own cache)")
-    common.add_argument("--far-retries", type=int, default=2,
+    common.add_argument("--far-retries", type=count, default=2,
                         help="launches again a configuration measured while two CPUs were far "
                              "apart (core-to-core round trip over twice the run's fastest), at "
                              "most this many times")

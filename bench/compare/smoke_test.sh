@@ -108,6 +108,10 @@ fresh loom
 if [ -x "$build/bench/compare/mpi_bench" ] && command -v mpirun >/dev/null; then fresh mpi-tcp; fi
 if [ -x "$build/bench/compare/gloo_bench" ]; then fresh gloo:ring; fi
 if /usr/bin/python3 -c "import torch" 2>/dev/null; then fresh torch-gloo; fi
+[ "$(grep -c -- '--fresh-inputs\| fresh$' "$out/fresh/runs.log")" -ge 2 ] ||
+  fail "--fresh-inputs did not reach the drivers' command lines"
+grep '^\$ ' "$out/fresh/runs.log" | grep -v -- '--fresh-inputs\| fresh$' | grep -q . &&
+  fail "a driver ran without --fresh-inputs: $(grep '^\$ ' "$out/fresh/runs.log" | grep -v -- '--fresh-inputs\| fresh$' | head -1)"
 "$build/tools/loomrun" --nproc-per-node 2 --no-prefix "$build/bench/loom-perf" -b 1M -e 1M -n 3 -w 1 -c \
   --fresh-inputs --csv 2>&1 | grep -qE '^1048576,.*,0$' || fail "--fresh-inputs changed the input"
 

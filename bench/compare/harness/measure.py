@@ -12,11 +12,11 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from . import drivers, limits
+from . import drivers, limits, report
 
 FIELDS = ["rep", "impl", "transport", "op", "ranks", "bytes", "iters", "warmup", "time_us",
           "busbw_gbps", "choice", "error", "core_to_core_ns", "placement"]
-FAR_FACTOR = 2.0
+FAR_FACTOR = report.FAR_FACTOR
 
 
 @dataclass

@@ -9,6 +9,7 @@ NAMES = {"loom": "Loom", "loom-avx2": "Loom (AVX2)", "loom-shared": "Loom (alloc
          "loom-avx2-shared": "Loom (AVX2, alloc)", "mpi-vader": "OpenMPI vader",
          "mpi-tcp": "OpenMPI tcp", "torch-gloo": "PyTorch gloo"}
 FAR_MARK = "†"  # a value measured with the cores far apart (see measure.py)
+FAR_FACTOR = 2.0  # far: a round trip more than this times the run's fastest
 OPS = {"allreduce": "f32 sum all-reduce", "alltoall": "all-to-all (size: each rank's buffer)"}
 
 
@@ -43,7 +44,13 @@ class Cells:
         self.far = set()
         self.choices = {}
         self.limits = defaultdict(dict)
-        self.placements = [r for r in rows if r.op != "limit" and r.placement]
+        # Judged again against the whole run's fastest round trip: the run judged each launch
+        # against the fastest seen until then.
+        measured = [r for r in rows if r.op != "limit" and r.core_to_core_ns is not None]
+        fastest = min((r.core_to_core_ns for r in measured), default=None)
+        for r in measured:
+            r.placement = "far" if r.core_to_core_ns > FAR_FACTOR * fastest else "near"
+        self.placements = measured
         for r in rows:
             if r.op == "limit":
                 if r.busbw_gbps is not None:
@@ -200,7 +207,7 @@ def placement_lines(cells):
         text += (f"; {len(far)} of {len(rows)} launches ran with the cores far apart "
                  f"({far_ns[0]:.0f}-{far_ns[-1]:.0f} ns). A repetition's near launch replaces "
                  f"its far one; {kept} per-repetition values are from a far launch "
-                 f"(marked {FAR_MARK})")
+                 f"(marked {FAR_MARK} among the per-repetition ratios; a median may include one)")
     return [text + ".", ""]
 
 
