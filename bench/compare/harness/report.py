@@ -57,14 +57,16 @@ class Cells:
                     self.limits[r.impl][r.rep] = r.busbw_gbps
                 continue
             key = (r.op, r.ranks, r.transport, r.bytes, r.impl)
-            if r.choice and (key not in self.choices or r.rep < self.choices[key][0]):
-                self.choices[key] = (r.rep, r.choice)
             if r.error or r.busbw_gbps is None:
                 continue
             far = r.placement == "far"
             if far and r.rep in self.values[key] and (key, r.rep) not in self.far:
                 continue  # this repetition already has a near launch
             self.values[key][r.rep] = r.time_us if latency(r.bytes) else r.busbw_gbps
+            # The choice of the first repetition's kept launch (the init probe, and so the
+            # choice, may differ between a far launch and its near one).
+            if r.choice and (key not in self.choices or r.rep <= self.choices[key][0]):
+                self.choices[key] = (r.rep, r.choice)
             if far:
                 self.far.add((key, r.rep))
             else:
