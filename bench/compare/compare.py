@@ -86,8 +86,8 @@ def options():
                              "place may find it in its own cache)")
     common.add_argument("--far-retries", type=count, default=2,
                         help="launches again a configuration measured while two CPUs were far "
-                             "apart (core-to-core round trip over twice the run's fastest), at "
-                             "most this many times")
+                             "apart (core-to-core round trip over twice the run's fastest and "
+                             "100 ns above it), at most this many times")
     common.add_argument("--far-wait", type=float, default=5.0,
                         help="seconds to wait before such a launch again")
     run = sub.add_parser("run", parents=[common], help="the comparison")

@@ -2,8 +2,8 @@
 measurement as a row (the CSV the tables are made from).
 
 Each launch is bracketed by a measurement of the cores' placement (limits.core_to_core_ns). A
-launch during which two CPUs sat far apart (a round trip more than FAR_FACTOR times the run's
-fastest) is marked "far" and run again, up to a bound: on a virtual machine the host moves the
+launch during which two CPUs sat far apart (a round trip more than twice the run's
+fastest and 100 ns above it: report.is_far) is marked "far" and run again, up to a bound: on a virtual machine the host moves the
 vCPUs between cores that share a cache and cores that do not, for seconds to minutes, and a
 transfer between ranks then costs up to 4x more for every library. Every launch stays in the
 CSV; the tables prefer a repetition's near launch (report.Cells)."""
@@ -16,7 +16,6 @@ from . import drivers, limits, report
 
 FIELDS = ["rep", "impl", "transport", "op", "ranks", "bytes", "iters", "warmup", "time_us",
           "busbw_gbps", "choice", "error", "core_to_core_ns", "placement"]
-FAR_FACTOR = report.FAR_FACTOR
 
 
 @dataclass
@@ -115,7 +114,7 @@ class Placement:
         if not seen:
             return None, ""
         worst = max(seen)
-        return worst, "far" if worst > FAR_FACTOR * self.fastest else "near"
+        return worst, "far" if report.is_far(worst, self.fastest) else "near"
 
 
 def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True, far_retries=2,

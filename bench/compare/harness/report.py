@@ -9,7 +9,12 @@ NAMES = {"loom": "Loom", "loom-avx2": "Loom (AVX2)", "loom-shared": "Loom (alloc
          "loom-avx2-shared": "Loom (AVX2, alloc)", "mpi-vader": "OpenMPI vader",
          "mpi-tcp": "OpenMPI tcp", "torch-gloo": "PyTorch gloo"}
 FAR_MARK = "†"  # a value measured with the cores far apart (see measure.py)
-FAR_FACTOR = 2.0  # far: a round trip more than this times the run's fastest
+FAR_FACTOR = 2.0  # far: a round trip more than this times the run's fastest,
+FAR_MARGIN_NS = 100.0  # and more than this above it (near ones here: 36, 60 or 80 ns; far: 300)
+
+
+def is_far(ns, fastest):
+    return ns > max(FAR_FACTOR * fastest, fastest + FAR_MARGIN_NS)
 OPS = {"allreduce": "f32 sum all-reduce", "alltoall": "all-to-all (size: each rank's buffer)"}
 
 
@@ -49,7 +54,7 @@ class Cells:
         measured = [r for r in rows if r.op != "limit" and r.core_to_core_ns is not None]
         fastest = min((r.core_to_core_ns for r in measured), default=None)
         for r in measured:
-            r.placement = "far" if r.core_to_core_ns > FAR_FACTOR * fastest else "near"
+            r.placement = "far" if is_far(r.core_to_core_ns, fastest) else "near"
         self.placements = measured
         for r in rows:
             if r.op == "limit":
