@@ -155,10 +155,10 @@ def main():
         os.makedirs(a.out, exist_ok=True)
     recorder = measure.Recorder(os.path.join(a.out, "results.csv") if a.out else None)
     log = open(os.path.join(a.out, "runs.log"), "w") if a.out else None
+    fresh = "; fresh inputs (rewritten before every call)" if a.fresh_inputs else ""
     header = [f"`{' '.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}`, "
               f"{time.strftime('%Y-%m-%d %H:%M %Z')}; {machine()}; {a.reps} repetitions; "
-              f"Loom kernels: {a.kernels}"
-              f"{'; fresh inputs (rewritten before every call)' if a.fresh_inputs else ''}.", ""] + [f"Note: {n}." for n in notes]
+              f"Loom kernels: {a.kernels}{fresh}.", ""] + [f"Note: {n}." for n in notes]
     start = time.monotonic()
     try:
         measure.execute(plan, drv, a.reps, recorder, log, a.timeout, iter_args,

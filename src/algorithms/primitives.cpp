@@ -214,9 +214,8 @@ void Primitives::recv_copy_send(void* dst, std::size_t count) {
     const std::size_t bytes = std::min(slice_elems_, count - off) * elem_;
     auto slot = wait_recv(bytes);
     std::byte* out = wait_send(bytes);
-    if (send_direct_ && !send_inline_) {  // host memory only: nothing to complete
-      // Forwarded from where it lands, so it lands cached (no streaming).
-      if (slot.data != d + off * elem_) copy(d + off * elem_, slot.data, bytes);
+    if (send_direct_ && !send_inline_) {              // host memory only: nothing to complete
+      copy_out(d + off * elem_, slot, bytes, false);  // forwarded from where it lands
       release();
       post_from(out, d + off * elem_, bytes);
       continue;

@@ -73,10 +73,12 @@ class Primitives {
   // Steers the receive slices [steered, total) of a transfer into `dst`, as far as the window
   // allows; `received` slices of it have arrived. Returns the new `steered`.
   std::size_t steer(std::byte* dst, std::size_t count, std::size_t received, std::size_t steered);
-  // A received slice to its destination, unless the transport put it there already.
-  void copy_out(std::byte* dst, const transport::RecvSlot& slot, std::size_t bytes) {
+  // A received slice to its destination, unless the transport put it there already. may_stream:
+  // false where the call reads the destination again at once (it stays cached).
+  void copy_out(std::byte* dst, const transport::RecvSlot& slot, std::size_t bytes,
+                bool may_stream = true) {
     if (slot.data == dst) return;
-    if (streaming_out_ && !device_)
+    if (may_stream && streaming_out_ && !device_)
       host_.copy_streaming(dst, slot.data, bytes);
     else
       copy(dst, slot.data, bytes);

@@ -2,10 +2,10 @@
 measurement as a row (the CSV the tables are made from).
 
 Each launch is bracketed by a measurement of the cores' placement (limits.core_to_core_ns). A
-launch during which two CPUs sat far apart (a round trip more than twice the run's
-fastest and 100 ns above it: report.is_far) is marked "far" and run again, up to a bound: on a virtual machine the host moves the
-vCPUs between cores that share a cache and cores that do not, for seconds to minutes, and a
-transfer between ranks then costs up to 4x more for every library. Every launch stays in the
+launch during which two CPUs sat far apart (a round trip more than twice the run's fastest and
+100 ns above it: report.is_far) is marked "far" and run again, up to a bound: on a virtual
+machine the host moves the vCPUs between cores that share a cache and cores that do not, for
+seconds to minutes, and a transfer between ranks then costs up to 4x more for every library. Every launch stays in the
 CSV; the tables prefer a repetition's near launch (report.Cells)."""
 import csv
 import sys

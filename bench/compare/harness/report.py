@@ -8,6 +8,7 @@ LATENCY_BELOW = 64 << 10  # smaller sizes are reported as time (us), larger as b
 NAMES = {"loom": "Loom", "loom-avx2": "Loom (AVX2)", "loom-shared": "Loom (alloc)",
          "loom-avx2-shared": "Loom (AVX2, alloc)", "mpi-vader": "OpenMPI vader",
          "mpi-tcp": "OpenMPI tcp", "torch-gloo": "PyTorch gloo"}
+OPS = {"allreduce": "f32 sum all-reduce", "alltoall": "all-to-all (size: each rank's buffer)"}
 FAR_MARK = "†"  # a value measured with the cores far apart (see measure.py)
 FAR_FACTOR = 2.0  # far: a round trip more than this times the run's fastest,
 FAR_MARGIN_NS = 100.0  # and more than this above it (near ones here: 36, 60 or 80 ns; far: 300)
@@ -15,7 +16,6 @@ FAR_MARGIN_NS = 100.0  # and more than this above it (near ones here: 36, 60 or 
 
 def is_far(ns, fastest):
     return ns > max(FAR_FACTOR * fastest, fastest + FAR_MARGIN_NS)
-OPS = {"allreduce": "f32 sum all-reduce", "alltoall": "all-to-all (size: each rank's buffer)"}
 
 
 def name(impl):
