@@ -66,9 +66,13 @@ class Connection {
   // Capacity of every slot, in bytes.
   virtual std::size_t slot_bytes() const = 0;
 
-  // Sender side. The next free slot, or nullptr while every slot is in flight. Calling it again
-  // before post_send returns the same slot.
-  virtual std::byte* try_acquire_send_slot() = 0;
+  // Sender side. Where the next message of `bytes` (at most slot_bytes()) goes, in the next free
+  // slot, or nullptr while every slot is in flight. A transport may place the message anywhere
+  // in its slot. Calling it again with the same size before post_send returns the same place;
+  // post_send then sends at most `bytes` from there.
+  virtual std::byte* try_acquire_send_slot(std::size_t bytes) = 0;
+  // The next free slot, whole.
+  std::byte* try_acquire_send_slot() { return try_acquire_send_slot(slot_bytes()); }
   virtual void post_send(std::size_t bytes, Tag tag) = 0;
 
   // Receiver side. The oldest filled slot, or nullopt. Stays valid until release_recv_slot().

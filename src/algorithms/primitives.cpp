@@ -56,7 +56,7 @@ std::size_t Primitives::steer(std::byte* dst, std::size_t count, std::size_t rec
 
 std::byte* Primitives::try_send(std::size_t bytes) {
   send_inline_ = send_inline_max_ > 0 && bytes <= send_inline_max_;  // 0: no inline channel
-  return send_inline_ ? send_to_->try_acquire_inline() : send_to_->try_acquire_send_slot();
+  return send_inline_ ? send_to_->try_acquire_inline() : send_to_->try_acquire_send_slot(bytes);
 }
 
 std::byte* Primitives::wait_send(std::size_t bytes) {

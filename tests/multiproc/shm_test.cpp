@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -327,6 +328,109 @@ TEST(SharedMemory, AConnectionKeepsTheLayoutTheOpenerCheckedWhateverTheHeaderSay
   EXPECT_EQ(conn.slots(), slots);
   EXPECT_EQ(conn.host_regions().front().bytes, bytes);
 }  // the connection unmaps the segment
+
+// Both sides of one pair in this process, each with its own mapping of one memfd (a connection
+// unmaps its segment when destroyed).
+struct ConnectionPair {
+  ConnectionPair(std::size_t slot_bytes, std::size_t slots, std::size_t placement_span) {
+    bytes = transport::shm::segment_bytes(slot_bytes, slots);
+    fd = ::memfd_create("loom-shm-pair", MFD_CLOEXEC);
+    EXPECT_GE(fd, 0) << std::strerror(errno);
+    EXPECT_EQ(::ftruncate(fd, static_cast<off_t>(bytes)), 0);
+    void* low = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void* high = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    EXPECT_NE(low, MAP_FAILED);
+    EXPECT_NE(high, MAP_FAILED);
+    new (low) transport::shm::SegmentHeader{};
+    new (static_cast<std::byte*>(low) + transport::shm::kPage) transport::shm::FifoControl{};
+    new (static_cast<std::byte*>(low) + 2 * transport::shm::kPage) transport::shm::FifoControl{};
+    const int pid = static_cast<int>(::getpid());
+    sender = std::make_unique<transport::shm::ShmConnection>(0, 1, pid, low, bytes, slot_bytes,
+                                                             slots, 0, "pair", -1, placement_span);
+    receiver = std::make_unique<transport::shm::ShmConnection>(
+        1, 0, pid, high, bytes, slot_bytes, slots, 1, "pair", -1, placement_span);
+  }
+  ~ConnectionPair() { ::close(fd); }
+  // Sends `n` bytes of `value` and receives them; where in the segment the receiver found them.
+  std::size_t pass(std::size_t n, unsigned char value, std::uint64_t tag) {
+    std::byte* out = sender->try_acquire_send_slot(n);
+    EXPECT_NE(out, nullptr);
+    EXPECT_EQ(sender->try_acquire_send_slot(n), out) << "acquiring again moved the message";
+    std::memset(out, value, n);
+    sender->post_send(n, transport::Tag{tag, 0});
+    auto in = receiver->try_recv_slot();
+    EXPECT_TRUE(in.has_value());
+    const std::size_t at = static_cast<std::size_t>(in->data - base(*receiver));
+    EXPECT_EQ(at, static_cast<std::size_t>(out - base(*sender)))
+        << "the receiver looks elsewhere than the sender wrote";
+    EXPECT_EQ(in->bytes, n);
+    EXPECT_EQ(in->tag.word, tag);
+    for (std::size_t i = 0; i < n; ++i)
+      if (in->data[i] != std::byte{value}) {
+        ADD_FAILURE() << "byte " << i << " of " << n << " is wrong";
+        break;
+      }
+    receiver->release_recv_slot();
+    return at;
+  }
+  static const std::byte* base(const transport::shm::ShmConnection& c) {
+    return static_cast<const std::byte*>(c.host_regions().front().base);
+  }
+  std::size_t bytes = 0;
+  int fd = -1;
+  std::unique_ptr<transport::shm::ShmConnection> sender, receiver;
+};
+
+TEST(SharedMemory, SmallMessagesMoveAlongTheirSlotAndLargeOnesStartIt) {
+  const std::size_t slot_bytes = 64 << 10, slots = 2, span = 32 << 10;
+  ConnectionPair pair(slot_bytes, slots, span);
+  const std::size_t slot0 = transport::shm::slot_offset(0, 0, slot_bytes, slots);
+  const std::size_t slot1 = transport::shm::slot_offset(0, 1, slot_bytes, slots);
+  std::uint64_t tag = 1;
+  // 5000 bytes take two pages: slot 0 sees them at 0, 8, 16 and 24 KiB, then at 0 again; slot 1
+  // sees 100 bytes at 0, 4, 8, 12 and 16 KiB.
+  for (std::size_t use = 0; use < 5; ++use) {
+    const std::size_t at0 = pair.pass(5000, static_cast<unsigned char>(tag), tag);
+    ++tag;
+    EXPECT_EQ(at0, slot0 + (use % 4) * 8192) << "use " << use << " of slot 0";
+    const std::size_t at1 = pair.pass(100, static_cast<unsigned char>(tag), tag);
+    ++tag;
+    EXPECT_EQ(at1, slot1 + use * 4096) << "use " << use << " of slot 1";
+  }
+  // Slot 0's next place is 8 KiB: 30 KiB from there would pass the span, so it starts the slot.
+  EXPECT_EQ(pair.pass(30 << 10, 7, tag), slot0);
+  ++tag;
+  EXPECT_EQ(pair.pass(slot_bytes, 8, tag), slot1);  // a whole slot
+  ++tag;
+  EXPECT_EQ(pair.pass(100, 9, tag), slot0);  // after 30 KiB at 0, 32 KiB is the span's end
+  ++tag;
+}
+
+TEST(SharedMemory, WithoutASpanEveryMessageStartsItsSlot) {
+  const std::size_t slot_bytes = 64 << 10, slots = 2;
+  ConnectionPair pair(slot_bytes, slots, 0);
+  for (std::uint64_t tag = 1; tag <= 6; ++tag)
+    EXPECT_EQ(pair.pass(100, static_cast<unsigned char>(tag), tag),
+              transport::shm::slot_offset(0, (tag - 1) % slots, slot_bytes, slots));
+}
+
+TEST(SharedMemory, APlacementPastTheSlotIsAPeerErrorNotARead) {
+  const std::size_t slot_bytes = 64 << 10, slots = 2;
+  ConnectionPair pair(slot_bytes, slots, 32 << 10);
+  ASSERT_NE(pair.sender->try_acquire_send_slot(100), nullptr);
+  pair.sender->post_send(100, transport::Tag{1, 0});
+  // The peer's process rewrites the message's place after posting it.
+  auto* low = reinterpret_cast<std::byte*>(pair.sender->host_regions().front().base);
+  auto* control = reinterpret_cast<transport::shm::FifoControl*>(low + transport::shm::kPage);
+  control->meta[0].offset = slot_bytes - 10;
+  try {
+    pair.receiver->try_recv_slot();
+    ADD_FAILURE() << "a message placed past its slot was handed over";
+  } catch (const PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("corrupt slot of 100 bytes at 65526"), std::string::npos)
+        << e.what();
+  }
+}
 
 TEST(SharedMemory, SegmentsLeftByAWholeJobKilledAreRemovedByTheNextJob) {
   const auto note =

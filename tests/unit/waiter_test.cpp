@@ -23,7 +23,7 @@ class TricklingConnection final : public transport::Connection {
   explicit TricklingConnection(Clock::time_point trickle_until) : until_(trickle_until) {}
   int peer() const override { return 1; }
   std::size_t slot_bytes() const override { return 4096; }
-  std::byte* try_acquire_send_slot() override { return nullptr; }
+  std::byte* try_acquire_send_slot(std::size_t) override { return nullptr; }
   void post_send(std::size_t, transport::Tag) override {}
   std::optional<transport::RecvSlot> try_recv_slot() override { return std::nullopt; }
   void release_recv_slot() override {}

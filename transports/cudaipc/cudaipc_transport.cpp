@@ -19,7 +19,7 @@ CudaIpcConnection::CudaIpcConnection(shm::ShmConnection& control, std::byte* own
                                      std::byte* peer_slots, int device)
     : control_(control), own_slots_(own_slots), peer_slots_(peer_slots), device_(device) {}
 
-std::byte* CudaIpcConnection::try_acquire_send_slot() {
+std::byte* CudaIpcConnection::try_acquire_send_slot(std::size_t /*bytes*/) {
   if (control_.try_acquire_send_slot() == nullptr) return nullptr;
   return peer_slots_ + control_.send_slot_index() * control_.slot_bytes();
 }

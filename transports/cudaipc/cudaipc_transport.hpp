@@ -20,7 +20,8 @@ class CudaIpcConnection final : public Connection {
                     int device);
   int peer() const override { return control_.peer(); }
   std::size_t slot_bytes() const override { return control_.slot_bytes(); }
-  std::byte* try_acquire_send_slot() override;
+  using Connection::try_acquire_send_slot;
+  std::byte* try_acquire_send_slot(std::size_t bytes) override;
   void post_send(std::size_t bytes, Tag tag) override { control_.post_send(bytes, tag); }
   std::optional<RecvSlot> try_recv_slot() override;
   void release_recv_slot() override { control_.release_recv_slot(); }

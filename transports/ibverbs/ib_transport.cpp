@@ -241,7 +241,7 @@ void IbConnection::post_receive() {
     fail(fmt::format("ibv_post_recv: {}", std::strerror(e)));
 }
 
-std::byte* IbConnection::try_acquire_send_slot() {
+std::byte* IbConnection::try_acquire_send_slot(std::size_t /*bytes*/) {
   auto can = [this] { return credits_.can_post() && outstanding_sends_ < max_send_wr_; };
   if (!establish()) return nullptr;
   if (!can()) poll_completions();

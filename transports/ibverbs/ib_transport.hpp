@@ -57,7 +57,8 @@ class IbConnection final : public Connection {
 
   int peer() const override { return peer_; }
   std::size_t slot_bytes() const override { return slot_bytes_; }
-  std::byte* try_acquire_send_slot() override;
+  using Connection::try_acquire_send_slot;
+  std::byte* try_acquire_send_slot(std::size_t bytes) override;
   void post_send(std::size_t bytes, Tag tag) override;
   std::optional<RecvSlot> try_recv_slot() override;
   void release_recv_slot() override;

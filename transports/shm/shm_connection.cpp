@@ -33,17 +33,19 @@ void futex_wake_shared(std::atomic<std::uint32_t>& word) {
 
 ShmConnection::ShmConnection(int self, int peer, int peer_pid, void* base, std::size_t bytes,
                              std::size_t slot_bytes, std::size_t slots, int side, std::string name,
-                             int fd)
+                             int fd, std::size_t placement_span)
     : self_(self),
       peer_(peer),
       peer_pid_(peer_pid),
       side_(side),
       fd_(fd),
+      map_slots_(fd >= 0 && placement_span > 0),
       base_(base),
       bytes_(bytes),
       name_(std::move(name)),
       slot_bytes_(slot_bytes),
-      slots_(slots) {
+      slots_(slots),
+      placement_span_(std::min(placement_span, slot_bytes)) {
   auto* b = static_cast<std::byte*>(base);
   header_ = reinterpret_cast<SegmentHeader*>(b);
   auto* low_to_high = reinterpret_cast<FifoControl*>(b + kPage);
@@ -98,7 +100,7 @@ void ShmConnection::prepare_sleep() {
   seen_flag_ = recv_mail_[inline_received_ % slots_].flag.load(std::memory_order_acquire);
 }
 
-std::byte* ShmConnection::try_acquire_send_slot() {
+std::byte* ShmConnection::try_acquire_send_slot(std::size_t bytes) {
   check_peer_open();
   if (posted_ - send_->tail.load(std::memory_order_acquire) >= slots_) {
     return nullptr;
@@ -111,16 +113,22 @@ std::byte* ShmConnection::try_acquire_send_slot() {
           fmt::format("rank {} -> rank {} (shm {}): cannot reserve {} bytes (is "
                       "/dev/shm large enough?): {}",
                       self_, peer_, name_, slot_bytes_, std::strerror(err)));
+    if (map_slots_) map_now(send_data_ + (posted_ % slots_) * slot_bytes_, MADV_POPULATE_WRITE);
     if (++reserved_ == slots_) {  // every slot has its pages: the descriptor is done
       ::close(fd_);
       fd_ = -1;
     }
   }
-  return send_data_ + (posted_ % slots_) * slot_bytes_;
+  acquired_at_ = placement(bytes);
+  return send_data_ + (posted_ % slots_) * slot_bytes_ + acquired_at_;
 }
 
 void ShmConnection::post_send(std::size_t bytes, Tag tag) {
-  send_->meta[posted_ % slots_] = SlotMeta{bytes, tag.word, tag.count};
+  const std::uint64_t offset = acquired_at_;  // where the message was written
+  acquired_at_ = 0;
+  send_->meta[posted_ % slots_] = SlotMeta{bytes, offset, tag.word, tag.count};
+  next_offset_[posted_ % slots_] =
+      offset + (bytes + kPlacementStep - 1) / kPlacementStep * kPlacementStep;
   ++posted_;
   // seq_cst pairs with the peer's store to waiting[] in sleep(): one of the two sees the other.
   send_->head.store(posted_, std::memory_order_seq_cst);
@@ -132,13 +140,18 @@ std::optional<RecvSlot> ShmConnection::try_recv_slot() {
     check_peer_sent_more();
     return std::nullopt;
   }
+  if (consumed_ == recv_mapped_ && recv_mapped_ < slots_ && map_slots_) {
+    map_now(recv_data_ + consumed_ * slot_bytes_, MADV_POPULATE_READ);
+    ++recv_mapped_;
+  }
   const SlotMeta& m = recv_->meta[consumed_ % slots_];
   const std::uint64_t bytes = read_once(m.bytes);
-  if (bytes > slot_bytes_)
-    throw PeerError(fmt::format("rank {} <- rank {} (shm {}): corrupt slot of {} bytes", self_,
-                                peer_, name_, bytes),
+  const std::uint64_t offset = read_once(m.offset);
+  if (bytes > slot_bytes_ || offset > slot_bytes_ - bytes)
+    throw PeerError(fmt::format("rank {} <- rank {} (shm {}): corrupt slot of {} bytes at {}",
+                                self_, peer_, name_, bytes, offset),
                     peer_);
-  return RecvSlot{recv_data_ + (consumed_ % slots_) * slot_bytes_, bytes,
+  return RecvSlot{recv_data_ + (consumed_ % slots_) * slot_bytes_ + offset, bytes,
                   Tag{m.tag_word, m.tag_count}};
 }
 
@@ -188,6 +201,11 @@ void ShmConnection::release_inline() {
   ++inline_received_;
   recv_->acked.store(inline_received_, std::memory_order_seq_cst);
   ring_peer();
+}
+
+void ShmConnection::map_now(std::byte* slot, int advice) const {
+  // Best effort (the advice needs Linux 5.14): without it the pages fault in at first touch.
+  ::madvise(slot, placement_span_, advice);
 }
 
 void ShmConnection::ring_peer() {

@@ -22,11 +22,17 @@ inline constexpr std::uint64_t kSegmentMagic = 0x4c4f4f4d53484d31ull;  // "LOOMS
 inline constexpr std::size_t kMaxSlots = 64;
 inline constexpr std::size_t kPage = 4096;
 
+// A message of `bytes` at `offset` in its slot.
 struct SlotMeta {
   std::uint64_t bytes;
+  std::uint64_t offset;
   std::uint64_t tag_word;
   std::uint64_t tag_count;
 };
+// Where a slot's next message goes, past the last one, in steps of a page (the reduction kernels
+// and non-temporal copies like aligned data). Messages that fill their slot always start at 0.
+inline constexpr std::size_t kPlacementStep = 4096;
+inline constexpr std::size_t kPlacedMax = 64 << 10;
 
 // Counters on separate cache lines: the sender writes head, the receiver tail and acked.
 struct alignas(64) FifoControl {

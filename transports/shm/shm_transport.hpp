@@ -41,6 +41,8 @@ class ShmTransport final : public Transport {
     std::string name;
     int fd;
   };
+  // How far along its slot a small message may be placed (ShmConnection), 0: at its start.
+  std::size_t placement_span(std::size_t slots) const;
   void* create_segment(int peer, const std::string& name, std::size_t bytes);
   // fd_out: the open segment, for the connection to reserve its slots' pages with.
   void* open_segment(int peer, const std::string& name, std::size_t bytes, int& fd_out);

@@ -38,7 +38,7 @@ TcpConnection::~TcpConnection() {
   for (auto& s : sockets_) ::close(s.fd);
 }
 
-std::byte* TcpConnection::try_acquire_send_slot() {
+std::byte* TcpConnection::try_acquire_send_slot(std::size_t /*bytes*/) {
   if (send_posted_ >= send_done_ + slots_) return nullptr;
   return send_slot(send_posted_);
 }
