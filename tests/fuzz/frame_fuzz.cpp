@@ -21,8 +21,10 @@ namespace {
 constexpr std::size_t kSlotBytes = 4096;
 constexpr int kSlots = 4;
 
-void check_slot(const loom::transport::RecvSlot& slot, const std::byte* begin, std::size_t span) {
-  if (slot.bytes > kSlotBytes || slot.data < begin || slot.data + slot.bytes > begin + span)
+// A message lies within its own slot (it may be placed anywhere in it).
+void check_slot(const loom::transport::RecvSlot& slot, const std::byte* slot_begin) {
+  if (slot.bytes > kSlotBytes || slot.data < slot_begin ||
+      slot.data + slot.bytes > slot_begin + kSlotBytes)
     __builtin_trap();
 }
 
@@ -69,11 +71,12 @@ void shm_segment(const std::uint8_t* data, std::size_t size) {
   std::memcpy(mail, data + control, std::min(size - control, sizeof(Mailbox) * kSlots));
   header->closed[1] = 1;  // whatever was posted is read, then the connection ends
   std::byte* recv_data = b + 3 * kPage + kSlotBytes * kSlots;
+  int received = 0;
   try {
     ShmConnection conn(0, 1, ::getpid(), base, bytes, kSlotBytes, kSlots, 0, "fuzz", -1);
     for (int i = 0; i < 2 * kSlots; ++i) {
       if (auto slot = conn.try_recv_slot()) {
-        check_slot(*slot, recv_data, kSlotBytes * kSlots);
+        check_slot(*slot, recv_data + static_cast<std::size_t>(received++ % kSlots) * kSlotBytes);
         conn.release_recv_slot();
       }
       if (auto slot = conn.try_recv_inline()) {

@@ -15,6 +15,14 @@
 
 #include "loom/loom.hpp"
 
+// Older headers lack them; an older kernel refuses them (map_now is best effort).
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
 namespace loom::transport::shm {
 namespace {
 
@@ -204,7 +212,8 @@ void ShmConnection::release_inline() {
 }
 
 void ShmConnection::map_now(std::byte* slot, int advice) const {
-  // Best effort (the advice needs Linux 5.14): without it the pages fault in at first touch.
+  // Best effort (the advice needs Linux 5.14, and a slot that starts a page): without it the
+  // pages fault in at their first touch.
   ::madvise(slot, placement_span_, advice);
 }
 

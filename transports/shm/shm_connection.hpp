@@ -66,7 +66,7 @@ class ShmConnection final : public Connection {
 
   int self_, peer_, peer_pid_, side_;
   int fd_;
-  bool map_slots_;  // false: a control connection, whose slots are never written
+  bool map_slots_;  // whether to map the placement span at a slot's first use (map_now)
   void* base_;
   std::size_t bytes_;
   std::string name_;

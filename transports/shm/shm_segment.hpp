@@ -18,7 +18,8 @@
 
 namespace loom::transport::shm {
 
-inline constexpr std::uint64_t kSegmentMagic = 0x4c4f4f4d53484d31ull;  // "LOOMSHM1"
+// "LOOMSHM2": the slot metadata holds the message's place (a peer of another build is refused).
+inline constexpr std::uint64_t kSegmentMagic = 0x4c4f4f4d53484d32ull;
 inline constexpr std::size_t kMaxSlots = 64;
 inline constexpr std::size_t kPage = 4096;
 
