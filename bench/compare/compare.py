@@ -137,17 +137,24 @@ def main():
     missing = drv.missing()
     if "loom" in missing:
         sys.exit(f"compare: {missing['loom']}")
+    # The all-reduce's memory bound (copy_footprint) is measured beside Loom at each rank count
+    # and size, in every repetition: it is the same for every transport.
+    bound = [] if drivers.BOUND in missing else [({drivers.BOUND}, drivers.BOUND_TRANSPORT)]
+    notes = [f"memory bound: not measured, {missing[drivers.BOUND]}"] if not bound else []
     if a.command == "run":
         libs = [lib for lib in a.libs if lib not in missing]
-        notes = [f"{lib}: skipped, {missing[lib]}" for lib in a.libs if lib in missing]
-        plan = [(set(libs), op, n, t, s) for n in a.ranks
+        notes += [f"{lib}: skipped, {missing[lib]}" for lib in a.libs if lib in missing]
+        if "loom" not in libs:
+            bound = []
+        plan = [(set(libs_), op, n, t, s) for n in a.ranks
                 for op, op_sizes in (("allreduce", a.sizes), ("alltoall", a.alltoall_sizes))
-                for s in op_sizes for t in a.transports]
+                for s in op_sizes
+                for libs_, t in (bound if op == "allreduce" else []) +
+                [(libs, t) for t in a.transports]]
         iter_args = {"scale": a.iters_scale}
     else:
-        notes = []
-        plan = [({"loom"}, "allreduce", n, t, s) for t in a.transports for n in a.ranks
-                for s in sweep(a.min, a.max)]
+        plan = [(libs, "allreduce", n, t, s) for n in a.ranks for s in sweep(a.min, a.max)
+                for libs, t in bound + [({"loom"}, t) for t in a.transports]]
         iter_args = {"scale": a.iters_scale, "least": 3}
     for note in notes:
         print(f"compare: {note}", file=sys.stderr)

@@ -57,6 +57,13 @@ fi
 if [ -x "$build/bench/compare/memcpy_bandwidth" ]; then  # built with -DLOOM_BUILD_BENCH=ON
   grep -qE '^\| single-thread memcpy \(GB/s\) \| [0-9.]+ \|' "$tables" || fail "memcpy not measured"
 fi
+if [ -x "$build/bench/compare/copy_footprint" ]; then
+  expect copy-bound - allreduce 1048576
+  grep -A4 '^### 2 ranks, shm: f32 sum all-reduce' "$tables" | grep -q '| memory bound | Loom ÷ memory bound |' ||
+    fail "the shm table has no memory bound"
+  grep -A8 '^### 2 ranks, shm: f32 sum all-reduce' "$tables" | grep -qE '^\| 1 MiB \|.*\| [0-9.]+ \| [0-9.]+ \|$' ||
+    fail "no fraction of the memory bound at 1 MiB"
+fi
 if [ -x "$build/bench/compare/core_to_core" ] && [ "$(nproc)" -ge 2 ]; then
   grep -qE '^Placement: core-to-core round trip [0-9]+-[0-9]+ ns around [0-9]+ launches' "$tables" ||
     fail "the cores' placement is not measured around the launches"
@@ -96,6 +103,34 @@ echo "$cliffs" | grep -q '^- Loom shm, 2 ranks: 128 KiB → 256 KiB: 1.20 → 1.
   fail "the cliff is not at 256 KiB: $cliffs"
 echo "$cliffs" | grep -q 'ring → ring in slices of 140 KiB' || fail "the cliff names no choices"
 
+# With the memory bound measured: a fall no deeper than the bound's at the same step (8 -> 5,
+# bound 40 -> 20) is the memory's; one deeper than the bound's (5 -> 2, bound 20 -> 18) fails.
+{
+  echo "rep,impl,transport,op,ranks,bytes,iters,warmup,time_us,busbw_gbps,choice,error"
+  for rep in 1 2; do
+    echo "$rep,copy-bound,-,allreduce,2,4194304,5,2,1,40,,"
+    echo "$rep,copy-bound,-,allreduce,2,8388608,5,2,1,20,,"
+    echo "$rep,copy-bound,-,allreduce,2,16777216,5,2,1,18,,"
+    echo "$rep,loom,shm,allreduce,2,4194304,5,2,1,8,ring,"
+    echo "$rep,loom,shm,allreduce,2,8388608,5,2,1,5,ring,"
+    echo "$rep,loom,shm,allreduce,2,16777216,5,2,1,2,ring,"
+  done
+} >"$out/bounded.csv"
+bounded=$(python3 "$here/compare.py" report "$out/bounded.csv" --cliffs)
+[ $? = 1 ] || fail "a fall beyond the memory bound's should make the check exit 1"
+echo "$bounded" | grep -q '^Cliffs (busbw more than 10% below the next smaller size.*: 2$' ||
+  fail "expected two cliffs: $bounded"
+echo "$bounded" | grep -q '^Of these, beyond what the memory bound fell at the same step (✗): 1$' ||
+  fail "expected one cliff beyond the memory bound: $bounded"
+echo "$bounded" | grep -q '^- Loom shm, 2 ranks: 4 MiB → 8 MiB: .*memory bound 40.00 → 20.00 GB/s (-50%): the memory' ||
+  fail "the fall at 8 MiB is the memory's: $bounded"
+echo "$bounded" | grep -q '^- Loom shm, 2 ranks: 8 MiB → 16 MiB: .*(-10%): unexplained' ||
+  fail "the fall at 16 MiB is not the memory's: $bounded"
+echo "$bounded" | grep -qF '| 16 MiB | 0.11 |' || fail "no fraction of the memory bound: $bounded"
+sed -i '/,loom,shm,allreduce,2,16777216,/s/,2,ring,$/,16,ring,/' "$out/bounded.csv"
+python3 "$here/compare.py" report "$out/bounded.csv" --cliffs >/dev/null ||
+  fail "falls the memory bound explains should pass the check"
+
 # --fresh-inputs reaches every driver, and rewriting the input leaves its values as they were.
 python3 "$here/compare.py" run --build "$build" --reps 1 --ranks 2 --sizes 1M --alltoall-sizes "" \
   --transports tcp --iters-scale 0.05 --far-retries 0 --fresh-inputs --out "$out/fresh" \
@@ -110,8 +145,9 @@ if [ -x "$build/bench/compare/gloo_bench" ]; then fresh gloo:ring; fi
 if /usr/bin/python3 -c "import torch" 2>/dev/null; then fresh torch-gloo; fi
 [ "$(grep -c -- '--fresh-inputs\| fresh$' "$out/fresh/runs.log")" -ge 2 ] ||
   fail "--fresh-inputs did not reach the drivers' command lines"
-grep '^\$ ' "$out/fresh/runs.log" | grep -v -- '--fresh-inputs\| fresh$' | grep -q . &&
-  fail "a driver ran without --fresh-inputs: $(grep '^\$ ' "$out/fresh/runs.log" | grep -v -- '--fresh-inputs\| fresh$' | head -1)"
+# (copy_footprint measures the memory bound, not a library: it has no inputs to rewrite.)
+unfresh=$(grep '^\$ ' "$out/fresh/runs.log" | grep -v -- '--fresh-inputs\| fresh$' | grep -v '/copy_footprint ' || true)
+[ -z "$unfresh" ] || fail "a driver ran without --fresh-inputs: $(echo "$unfresh" | head -1)"
 "$build/tools/loomrun" --nproc-per-node 2 --no-prefix "$build/bench/loom-perf" -b 1M -e 1M -n 3 -w 1 -c \
   --fresh-inputs --csv 2>&1 | grep -qE '^1048576,.*,0$' || fail "--fresh-inputs changed the input"
 

@@ -31,7 +31,8 @@ class Job:
     argv: list
     env: dict = field(default_factory=dict)
     store_dir: bool = False  # Gloo's FileStore: a fresh directory per launch
-    kind: str = "row"  # "row": the drivers' CSV row; "loom": loom-perf's --csv output
+    kind: str = "row"  # "row": the drivers' CSV row; "loom": loom-perf's --csv output;
+    # "footprint": copy_footprint's row
 
 
 @dataclass
@@ -44,6 +45,10 @@ class Outcome:
 
 # A Loom variant's marker (not passed on): its buffers come from Communicator::alloc.
 SHARED_BUFFERS = "__shared_buffers"
+# The memory bound of an all-reduce (copy_footprint.cpp): every rank reads its input and writes its
+# output once, all ranks at once, on the machine's cores. It is the same for every transport.
+BOUND = "copy-bound"
+BOUND_TRANSPORT = "-"
 
 
 class Drivers:
@@ -55,6 +60,7 @@ class Drivers:
         self.mpi = os.path.join(self.build, "bench", "compare", "mpi_bench")
         self.memcpy = os.path.join(self.build, "bench", "compare", "memcpy_bandwidth")
         self.core_to_core = os.path.join(self.build, "bench", "compare", "core_to_core")
+        self.footprint = os.path.join(self.build, "bench", "compare", "copy_footprint")
         self.loom_variants = loom_variants  # impl name -> extra environment
         self.fresh_inputs = fresh_inputs  # every driver rewrites its input before each call
 
@@ -74,12 +80,17 @@ class Drivers:
             why["torch"] = f"PyTorch not installed for {TORCH_PYTHON} (tools/deps.sh --torch)"
         if not os.access(self.loomrun, os.X_OK):
             why.setdefault("gloo", "gloo_bench is launched by loomrun, which is not built")
+        if not os.access(self.footprint, os.X_OK):
+            why[BOUND] = "copy_footprint not built (-DLOOM_BUILD_BENCH=ON)"
         return why
 
     def jobs(self, libs, op, ranks, transport, size, iters, warmup):
         """The launches that measure one configuration. Gloo and PyTorch only talk TCP: they
         belong to the tcp tables."""
         out = []
+        if BOUND in libs and op == "allreduce" and size >= 64 << 10:
+            out.append(Job(BOUND, BOUND_TRANSPORT, op, ranks, size,
+                           [self.footprint, str(ranks), str(size)], kind="footprint"))
         if "loom" in libs:
             for impl, extra in self.loom_variants.items():
                 env = {k: v for k, v in extra.items() if k != SHARED_BUFFERS}
@@ -162,7 +173,12 @@ def run(job, timeout, log):
         result.error = f"rc={rc}: {tail}"
         return result
     fields = rows[-1].split(",")
-    if job.kind == "loom":  # size,count,type,redop,time_us,algbw_gbps,busbw_gbps,wrong
+    if job.kind == "footprint":  # copy_footprint,ranks,bytes,threads,pass_us,GB/s,memcpy,streamed
+        # As busbw: what an all-reduce that took one pass would report (nccl-tests' 2(n-1)/n).
+        result.time_us = float(fields[4])
+        result.busbw = job.size / result.time_us / 1e3 * 2 * (job.ranks - 1) / job.ranks
+        result.choice = f"memcpy {fields[6]} us, streamed {fields[7]} us on {fields[3]} threads"
+    elif job.kind == "loom":  # size,count,type,redop,time_us,algbw_gbps,busbw_gbps,wrong
         result.time_us, result.busbw = float(fields[4]), float(fields[6])
     else:  # impl,op,ranks,bytes,time_us,busbw_gbps
         result.time_us, result.busbw = float(fields[4]), float(fields[5])

@@ -4,10 +4,12 @@ limits; and the no-cliff check over Loom's size sweeps."""
 import statistics
 from collections import defaultdict
 
+from .drivers import BOUND, BOUND_TRANSPORT
+
 LATENCY_BELOW = 64 << 10  # smaller sizes are reported as time (us), larger as busbw (GB/s)
 NAMES = {"loom": "Loom", "loom-avx2": "Loom (AVX2)", "loom-shared": "Loom (alloc)",
          "loom-avx2-shared": "Loom (AVX2, alloc)", "mpi-vader": "OpenMPI vader",
-         "mpi-tcp": "OpenMPI tcp", "torch-gloo": "PyTorch gloo"}
+         "mpi-tcp": "OpenMPI tcp", "torch-gloo": "PyTorch gloo", BOUND: "memory bound"}
 OPS = {"allreduce": "f32 sum all-reduce", "alltoall": "all-to-all (size: each rank's buffer)"}
 FAR_MARK = "†"  # a value measured with the cores far apart (see measure.py)
 FAR_FACTOR = 2.0  # far: a round trip more than this times the run's fastest,
@@ -85,7 +87,14 @@ class Cells:
         return statistics.median(per_rep.values()) if per_rep else None
 
     def configs(self):
-        return sorted({k[:3] for k in self.values}, key=lambda c: (c[0], c[1], c[2] != "shm"))
+        """(op, ranks, transport) of the libraries' measurements (not the memory bound's)."""
+        return sorted({k[:3] for k in self.values if k[2] != BOUND_TRANSPORT},
+                      key=lambda c: (c[0], c[1], c[2] != "shm"))
+
+    def bound(self, op, ranks, size, rep=None):
+        """The memory bound as busbw: the median over repetitions, or one repetition's."""
+        key = (op, ranks, BOUND_TRANSPORT, size, BOUND)
+        return self.median(key) if rep is None else self.values.get(key, {}).get(rep)
 
     def sizes(self, config):
         return sorted({k[3] for k in self.values if k[:3] == config})
@@ -134,6 +143,11 @@ def config_table(cells, config):
     if glooes:
         head.append("best Gloo")
     head += ["best other"] + [f"{name(l)} ÷ best other" for l in looms]
+    # Shared memory's yardstick: the fraction of the memory bound that Loom reaches.
+    bounded = transport == "shm" and "loom" in looms and \
+        any(cells.bound(op, ranks, s) for s in cells.sizes(config))
+    if bounded:
+        head += ["memory bound", "Loom ÷ memory bound"]
     lines = [f"### {ranks} ranks, {transport}: {OPS.get(op, op)}", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for size in cells.sizes(config):
@@ -154,8 +168,18 @@ def config_table(cells, config):
                     (b_rep and cells.is_far((*config, size, b_rep), rep))
                 per_rep.append("—" if rr is None else f"{rr:.2f}{FAR_MARK if far else ''}")
             cell.append("—" if r is None else f"**{r:.2f}** ({', '.join(per_rep)})")
+        if bounded:
+            b = cells.bound(op, ranks, size)
+            v = cells.median((*config, size, "loom"))
+            cell += [fmt(b, size), "—" if b is None or v is None else f"{v / b:.2f}"]
         lines.append("| " + " | ".join(cell) + " |")
     lines.append("")
+    if bounded:
+        lines += ["Memory bound: every rank reads its input and writes its output once, all ranks "
+                  "at once on the machine's cores (`copy_footprint`: the faster of memcpy and "
+                  "non-temporal stores), as the busbw an all-reduce taking that long would report. "
+                  "No all-reduce moves fewer bytes through memory than these 2 x size per rank.",
+                  ""]
     largest = max(s for s in cells.sizes(config))
     limit = cells.limit("memcpy" if transport == "shm" else "iperf3")
     if limit and not latency(largest):
@@ -235,27 +259,50 @@ def compare_report(rows):
 
 def cliff_report(rows, threshold):
     """Tables of Loom's busbw per transport (sizes x ranks) and the cliffs: a size whose busbw is
-    more than `threshold` below the next smaller size's. Returns (markdown, number of cliffs)."""
+    more than `threshold` below the next smaller size's. Where the run measured the memory bound
+    (copy_footprint) at both sizes, a cliff is set against the bound's own change between them:
+    it is "unexplained" when Loom fell more than `threshold` below what the bound kept
+    (v / prev < (1 - threshold) * min(1, bound / bound_prev)), "the memory's" otherwise. Returns
+    (markdown, the number of cliffs the check fails on: the unexplained ones where the bound was
+    measured, every one where it was not)."""
     cells = Cells(rows)
     lines, found = [], []
+    unexplained = 0
     by_transport = defaultdict(list)
     for config in cells.configs():
         for impl in cells.impls(config):
             by_transport[(config[0], config[2], impl)].append(config)
+    bounded = False
     for (op, transport, impl), configs in sorted(by_transport.items()):
         sizes = sorted({s for c in configs for s in cells.sizes(c)})
         lines += [f"### {name(impl)}, {transport}: {OPS.get(op, op)}, busbw GB/s", "",
                   "| size | " + " | ".join(f"{c[1]} ranks" for c in configs) + " |",
                   "|" + "---|" * (len(configs) + 1)]
+        fractions = []
         for i, size in enumerate(sizes):
-            cell = []
+            cell, fraction = [], []
             for c in configs:
                 v = cells.median((*c, size, impl))
                 prev = cells.median((*c, sizes[i - 1], impl)) if i else None
+                b = cells.bound(op, c[1], size)
+                b_prev = cells.bound(op, c[1], sizes[i - 1]) if i else None
+                fraction.append("—" if v is None or not b else f"{v / b:.2f}")
+                bounded |= b is not None
                 text = fmt(v, size)
                 if v is not None and prev and v < (1 - threshold) * prev:
                     drop = 1 - v / prev
-                    text = f"**{text} ▼{100 * drop:.0f}%**"
+                    memory = ""
+                    if b and b_prev:
+                        kept = min(1.0, b / b_prev)
+                        explained = v >= (1 - threshold) * kept * prev
+                        memory = (f"; memory bound {b_prev:.2f} → {b:.2f} GB/s "
+                                  f"({100 * (b / b_prev - 1):+.0f}%): "
+                                  f"{'the memory' if explained else 'unexplained'}")
+                        unexplained += not explained
+                    else:
+                        explained = False
+                        unexplained += 1
+                    text = f"**{text} ▼{100 * drop:.0f}%{'' if explained else ' ✗'}**"
                     reps = cells.values[(*c, size, impl)]
                     before = cells.values[(*c, sizes[i - 1], impl)]
                     per_rep = [f"{100 * (reps[r] / before[r] - 1):+.0f}%"
@@ -267,11 +314,35 @@ def cliff_report(rows, threshold):
                     found.append(f"- {name(impl)} {transport}, {c[1]} ranks: "
                                  f"{size_text(sizes[i - 1])} → {size_text(size)}: "
                                  f"{prev:.2f} → {v:.2f} GB/s (−{100 * drop:.0f}%; per repetition "
-                                 f"{', '.join(per_rep)}); Loom: {choices[0]} → {choices[1]}")
+                                 f"{', '.join(per_rep)}){memory}; Loom: {choices[0]} → "
+                                 f"{choices[1]}")
                 cell.append(text)
             lines.append(f"| {size_text(size)} | " + " | ".join(cell) + " |")
+            fractions.append(f"| {size_text(size)} | " + " | ".join(fraction) + " |")
+        lines.append("")
+        if any(f.strip("| -—") for f in fractions):
+            lines += [f"{name(impl)}, {transport}: busbw ÷ the memory bound at the same size", "",
+                      "| size | " + " | ".join(f"{c[1]} ranks" for c in configs) + " |",
+                      "|" + "---|" * (len(configs) + 1)] + fractions + [""]
+    if bounded:
+        lines += ["### The memory bound, busbw GB/s", "",
+                  "Every rank reads its input and writes its output once, all ranks at once on "
+                  "the machine's cores (`copy_footprint`), as the busbw of an all-reduce that "
+                  "took that long. Where it falls from one size to the next, the ranks' buffers "
+                  "have left a cache: no collective keeps its busbw there.", ""]
+        ranks = sorted({k[1] for k in cells.values if k[4] == BOUND})
+        sizes = sorted({k[3] for k in cells.values if k[4] == BOUND})
+        lines += ["| size | " + " | ".join(f"{n} ranks" for n in ranks) + " |",
+                  "|" + "---|" * (len(ranks) + 1)]
+        for size in sizes:
+            lines.append(f"| {size_text(size)} | " + " | ".join(
+                fmt(cells.bound("allreduce", n, size), size) for n in ranks) + " |")
         lines.append("")
     lines += placement_lines(cells)
     lines += [f"Cliffs (busbw more than {100 * threshold:.0f}% below the next smaller size's, "
-              f"medians of the repetitions): {len(found) or 'none'}", ""] + found
-    return "\n".join(lines), len(found)
+              f"medians of the repetitions): {len(found) or 'none'}"]
+    if bounded:
+        lines.append(f"Of these, beyond what the memory bound fell at the same step (✗): "
+                     f"{unexplained or 'none'}")
+    lines += [""] + found
+    return "\n".join(lines), unexplained
