@@ -3,7 +3,8 @@
 # endpoint): underscore spellings, PET_* defaults, --standalone, node ranks and global ranks
 # assigned at the rendezvous (nodes of different sizes), refused combinations, and a restart
 # count agreed by every node: a node that joins after a failure restart starts at the job's
-# count, not at its own 0.
+# count, not at its own 0; the agent hosting the store killed, another at its address takes it
+# over.
 set -u
 loomrun=$1
 dir=$(mktemp -d)
@@ -86,4 +87,36 @@ pids=()
 [ "$(cat "$dir/seen.C")" = "1 1 3" ] || fail "C's workers saw '$(cat "$dir/seen.C")', not restart count 1 in a world of 3"
 [ "$(cat "$dir/seen.A" | tr '\n' ',')" = "0 0 2,1 1 2,1 1 3," ] ||
   fail "A saw '$(cat "$dir/seen.A" | tr '\n' ',')': a failure restart then letting C in (not counted)"
-echo "loomrun rendezvous: torchrun options, ranks assigned, restart count agreed by every node"
+
+# The agent hosting the rendezvous store is killed (SIGKILL) while another agent of the same
+# machine (same address) and one at another address run: the first takes the store over at the
+# same endpoint, the other joins it there, and both go on at 2 nodes after one restart.
+port=$(free_port)
+rm -f "$dir"/seen.*
+cat > "$dir/worker.sh" <<WORKER
+echo "\$TORCHELASTIC_RESTART_COUNT \$WORLD_SIZE" >> "$dir/seen.\$1"
+if [ "\$TORCHELASTIC_RESTART_COUNT" = 0 ]; then sleep 60; fi
+WORKER
+agent() {  # NAME [loomrun options]
+  local name=$1; shift
+  "$loomrun" --nnodes 2:3 --rdzv-endpoint "127.0.0.1:$port" --rdzv-id hostlost --max-restarts 1 \
+    --rdzv-conf last_call_timeout=1,keep_alive_timeout=10 --grace 1 "$@" sh "$dir/worker.sh" "$name" \
+    > "$dir/agent$name.log" 2>&1 &
+  pids+=($!)
+}
+agent A
+wait_for 30 '[ -n "$(ss -Hltn "sport = :$port")" ]' || fail "the first agent does not host the store"
+agent B
+agent C --local-addr 127.0.0.2
+wait_for 60 '[ -s "$dir/seen.A" ] && [ -s "$dir/seen.B" ] && [ -s "$dir/seen.C" ]' || fail "A, B and C did not start"
+grep -q "^0 3$" "$dir/seen.A" || fail "A's first round is not of 3 nodes: $(cat "$dir/seen.A")"
+kill -9 "${pids[0]}"
+for p in "${pids[@]:1}"; do wait "$p" || fail "an agent that survived the store's host exited with code $?"; done
+pids=()
+grep -q "this node (127.0.0.1) took it over on port $port" "$dir/agentB.log" ||
+  fail "B (same address as the lost host) did not take the store over"
+grep -q "is lost; 127.0.0.1:$port took it over" "$dir/agentC.log" || fail "C did not join the store where B took it over"
+for n in B C; do
+  [ "$(tail -n 1 "$dir/seen.$n")" = "1 2" ] || fail "$n did not go on at 2 nodes after one restart: $(cat "$dir/seen.$n")"
+done
+echo "loomrun rendezvous: torchrun options, ranks assigned, restart count agreed by every node, the store's host lost"

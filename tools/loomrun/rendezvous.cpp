@@ -218,7 +218,7 @@ void Rendezvous::take_over() {
                      lost.c_str(), next.c_str(), port);
         return;
       }
-      continue;
+      // Another agent at this address may have taken it first: join it there.
     }
     if (try_join(next, port, config_.read_timeout)) {
       std::fprintf(stderr, "loomrun: the rendezvous store at %s is lost; %s:%d took it over\n",
@@ -373,10 +373,14 @@ std::optional<Round> Rendezvous::join_round(std::int64_t round, int max_restarts
     r.members.push_back(nodes[static_cast<std::size_t>(order[g])].member);
     if (order[g] == arrival) r.group_rank = static_cast<int>(g);
   }
-  // The store's successors: the members in group-rank order, the present host left out.
+  // The store's successors: the members' addresses in group-rank order. The present host's is
+  // left out unless another member shares it (agents of one machine): one of those takes the
+  // store over at the same endpoint, where newcomers will look for it.
+  const auto at_host = std::count_if(r.members.begin(), r.members.end(),
+                                     [&](const Member& m) { return m.addr == store_host_; });
   successors_.clear();
   for (const Member& m : r.members)
-    if (m.addr != store_host_ &&
+    if ((m.addr != store_host_ || at_host > 1) &&
         std::find(successors_.begin(), successors_.end(), m.addr) == successors_.end())
       successors_.push_back(m.addr);
   last_round_ = round;
