@@ -6,7 +6,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <string_view>
 #include <system_error>
 
@@ -108,13 +110,27 @@ Communicator init(Options options) {
     // Rank 0 hosts the store unless a launcher (loomrun) already does.
     if (!launch.store_hosted_by_launcher) store_host = 0;
     if (rank == 0 && store_host == 0) server = host_store(at, secret);
-    store = std::make_shared<TcpStore>(at.host, at.port, config.timeout, secret);
+    // A request to a frozen store host gives up within the job's timeout where that is shorter
+    // than the client's minute (LOOM_TIMEOUT=10: a rank is not held 60 s by one set).
+    const auto request_timeout =
+        std::min<std::chrono::milliseconds>(config.timeout, std::chrono::seconds(60));
+    try {
+      store = std::make_shared<TcpStore>(at.host, at.port, config.timeout, secret, request_timeout);
+    } catch (const Error& e) {
+      rethrow_with_context(e, fmt::format("init: rank {}/{}", rank, size));
+    }
     where = fmt::format("{}:{}", at.host, at.port);
   }
-  Communicator comm(store, rank, size, options);
-  if (server) comm.impl_->hosted_server = std::move(server);
-  comm.impl_->set_store_host(store_host, where);
-  return comm;
+  try {
+    Communicator comm(store, rank, size, options);
+    if (server) comm.impl_->hosted_server = std::move(server);
+    comm.impl_->set_store_host(store_host, where);
+    return comm;
+  } catch (const Error& e) {
+    // Store failures name the call and the store, not the rank that made it.
+    if (e.kind() != ErrorKind::store && std::string_view(e.what()).rfind("store ", 0) != 0) throw;
+    rethrow_with_context(e, fmt::format("init: rank {}/{}", rank, size));
+  }
 }
 
 }  // namespace loom

@@ -73,10 +73,17 @@ class LOOM_INTERNAL TcpStore::Impl {
   // Sends one request and returns the server's OK reply; raises TimeoutError on a timeout status.
   Reply call(const char* what, const std::string& key, const std::vector<std::uint8_t>& body,
              std::chrono::milliseconds reply_timeout) {
-    Connection conn(*this);
     const auto context = [&] {
       return fmt::format("store {}('{}') on {}:{}", what, key, host_, port_);
     };
+    // A call that must connect again names itself in the connection's failure.
+    Connection conn(*this, [&] {
+      try {
+        return acquire();
+      } catch (const Error& e) {
+        rethrow_with_context(e, context());
+      }
+    }());
     std::uint32_t len = static_cast<std::uint32_t>(body.size());
     std::vector<std::uint8_t> frame(4 + body.size());
     std::memcpy(frame.data(), &len, 4);
@@ -113,7 +120,7 @@ class LOOM_INTERNAL TcpStore::Impl {
  private:
   // A connection for one call; it goes back to the pool only after a whole reply was read.
   struct Connection {
-    explicit Connection(Impl& impl) : impl(impl), fd(impl.acquire()) {}
+    Connection(Impl& impl, int fd) : impl(impl), fd(fd) {}
     ~Connection() {
       if (fd >= 0) ::close(fd);
     }
