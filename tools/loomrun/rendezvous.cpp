@@ -27,6 +27,8 @@ namespace {
 
 constexpr auto kHeartbeatEvery = 1s;
 constexpr auto kProbeTimeout = 3s;  // a store that accepts no connection this long is lost
+// How long an agent at the lost host's address takes to notice the loss and serve the store.
+constexpr auto kSiblingWait = 2 * kProbeTimeout + kHeartbeatEvery;
 
 loom::Bytes bytes(const std::string& s) {
   return loom::Bytes(s.begin(), s.end());
@@ -205,11 +207,18 @@ void Rendezvous::connect_initial() {
 
 void Rendezvous::take_over() {
   const std::string lost = fmt::format("{}:{}", store_host_, store_port_);
+  const std::string lost_host = store_host_;
   store_.reset();
   const int port = store_port_;
   while (!successors_.empty()) {
     const std::string next = successors_.front();
     successors_.erase(successors_.begin());
+    // At the lost host's address (or this node's own, where hosting failed) another agent serves
+    // the store once it notices the loss, or nobody does: the whole machine is gone. Waiting the
+    // read timeout there would delay every takeover after it.
+    const auto wait = next == lost_host || next == local_addr_
+                          ? std::min<std::chrono::milliseconds>(config_.read_timeout, kSiblingWait)
+                          : config_.read_timeout;
     if (next == local_addr_) {
       if (try_host(next, port)) {
         std::fprintf(stderr,
@@ -220,7 +229,7 @@ void Rendezvous::take_over() {
       }
       // Another agent at this address may have taken it first: join it there.
     }
-    if (try_join(next, port, config_.read_timeout)) {
+    if (try_join(next, port, wait)) {
       std::fprintf(stderr, "loomrun: the rendezvous store at %s is lost; %s:%d took it over\n",
                    lost.c_str(), next.c_str(), port);
       return;
