@@ -128,7 +128,10 @@ Communicator init(Options options) {
     return comm;
   } catch (const Error& e) {
     // Store failures name the call and the store, not the rank that made it.
-    if (e.kind() != ErrorKind::store && std::string_view(e.what()).rfind("store ", 0) != 0) throw;
+    const std::string_view what = e.what();
+    if ((e.kind() != ErrorKind::store && what.rfind("store ", 0) != 0) ||
+        what.rfind("init:", 0) == 0)
+      throw;
     rethrow_with_context(e, fmt::format("init: rank {}/{}", rank, size));
   }
 }

@@ -23,9 +23,15 @@ lose() {
     [ "$SECONDS" -lt "$deadline" ] || fail "$how: rank 0 does not serve the store"
     sleep 0.05
   done
-  RANK=1 MASTER_PORT=$port timeout 120 "$perf" -b 8 -e 8 -n 1 -w 0 > "$dir/rank1-$how.log" 2>&1 &
+  RANK=1 MASTER_PORT=$port timeout 60 "$perf" -b 8 -e 8 -n 1 -w 0 > "$dir/rank1-$how.log" 2>&1 &
   local rank1=$!
-  sleep 1
+  # Before the signal, rank 1 holds a connection to the store (a client other than rank 0's own).
+  deadline=$((SECONDS + 30))
+  until ss -Htnp "dport = :$port" | grep -o 'pid=[0-9]*' | grep -qv "^pid=$host_pid\$"; do
+    [ "$SECONDS" -lt "$deadline" ] || fail "$how: rank 1 never connected to the store"
+    sleep 0.05
+  done
+  sleep 0.5  # and is waiting in init
   kill -"$how" "$host_pid"
   local start=$SECONDS rc=0
   wait "$rank1" || rc=$?
