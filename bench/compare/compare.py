@@ -3,7 +3,8 @@
 timed alike (bench/compare/per_op.hpp), in one run; and the no-cliff check of Loom's sweeps.
 
   compare.py run    [options]   one table per configuration, with ratios and the machine's limits
-  compare.py cliffs [options]   Loom over 64 KiB..256 MiB: flags busbw drops of more than 10%
+  compare.py cliffs [options]   Loom over 64 KiB..256 MiB: flags busbw drops of more than 10%,
+                                and fails on those the memory bound does not explain
   compare.py report RESULTS.csv [--cliffs]   the tables again from a run's measurements
 
 Every configuration (library, transport, ranks, op, size) runs in fresh processes; the whole plan

@@ -4,8 +4,9 @@
 // CPU). The buffers are the ranks' footprint without any slots, and every pass touches all of
 // them, as every call of a collective does, so the pass leaves the last-level cache where a call
 // of that size leaves it. The passes copy in two ways, one after the other, each after a warm-up
-// pass: memcpy (its stores go through the cache) and non-temporal stores (past it, without reading
-// each output line first); the bound is the faster way's median pass.
+// pass: memcpy (the C library's: through the cache, at least below its own non-temporal
+// threshold) and non-temporal stores (past it, without reading each output line first); the bound
+// is the faster way's median pass.
 // Prints "copy_footprint,<ranks>,<bytes>,<threads>,<pass us>,<GB/s>,<memcpy us>,<streamed us>",
 // GB/s being the bytes of one rank's input over the pass's time (comparable with an all-reduce's
 // algbw).
@@ -180,7 +181,7 @@ int main(int argc, char** argv) {
     median[way] = pass_us[way][pass_us[way].size() / 2];
   }
   const double best = std::min(median[0], median[1]);
-  std::printf("copy_footprint,%d,%zu,%d,%.1f,%.3f,%.1f,%.1f\n", ranks, bytes, threads, best,
+  std::printf("copy_footprint,%d,%zu,%d,%.3f,%.3f,%.3f,%.3f\n", ranks, bytes, threads, best,
               static_cast<double>(bytes) / best / 1e3, median[0], median[1]);
   // Keeps the copies observable.
   return buffers[0].out.get()[bytes / 2] == 0 ? 1 : 0;
