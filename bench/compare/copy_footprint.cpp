@@ -105,11 +105,11 @@ std::vector<int> allowed_cpus() {
   return cpus;
 }
 
-void pin(std::thread& t, int cpu) {
+void pin(pthread_t thread, int cpu) {
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
-  pthread_setaffinity_np(t.native_handle(), sizeof set, &set);  // best effort: unpinned still runs
+  pthread_setaffinity_np(thread, sizeof set, &set);  // best effort: unpinned still runs
 }
 
 }  // namespace
@@ -165,14 +165,10 @@ int main(int argc, char** argv) {
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) {
     pool.emplace_back(work, t);
-    if (!cpus.empty()) pin(pool.back(), cpus[static_cast<std::size_t>(t) % cpus.size()]);
+    if (!cpus.empty())
+      pin(pool.back().native_handle(), cpus[static_cast<std::size_t>(t) % cpus.size()]);
   }
-  if (!cpus.empty()) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpus[0], &set);
-    sched_setaffinity(0, sizeof set, &set);
-  }
+  if (!cpus.empty()) pin(pthread_self(), cpus[0]);
   work(0);
   for (auto& t : pool) t.join();
   double median[2];

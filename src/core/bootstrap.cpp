@@ -47,6 +47,14 @@ HostPort parse_tcp_url(const std::string& url) {
   return {host, static_cast<std::uint16_t>(port)};
 }
 
+// A store failure met during init: the store names the call and itself, not the rank that made
+// it. Errors that already say "init:" name what they need.
+bool needs_the_rank(const Error& e) {
+  const std::string_view what = e.what();
+  return (e.kind() == ErrorKind::store || what.rfind("store", 0) == 0) &&
+         what.rfind("init:", 0) != 0;
+}
+
 // Rank 0's store on MASTER_ADDR. Only where MASTER_ADDR is not an address of this host (NAT, a
 // floating address) and clients must prove the secret does it serve on every interface instead.
 std::unique_ptr<StoreServer> host_store(const HostPort& at, const std::string& secret) {
@@ -117,6 +125,7 @@ Communicator init(Options options) {
     try {
       store = std::make_shared<TcpStore>(at.host, at.port, config.timeout, secret, request_timeout);
     } catch (const Error& e) {
+      if (!needs_the_rank(e)) throw;
       rethrow_with_context(e, fmt::format("init: rank {}/{}", rank, size));
     }
     where = fmt::format("{}:{}", at.host, at.port);
@@ -127,11 +136,7 @@ Communicator init(Options options) {
     comm.impl_->set_store_host(store_host, where);
     return comm;
   } catch (const Error& e) {
-    // Store failures name the call and the store, not the rank that made it.
-    const std::string_view what = e.what();
-    if ((e.kind() != ErrorKind::store && what.rfind("store ", 0) != 0) ||
-        what.rfind("init:", 0) == 0)
-      throw;
+    if (!needs_the_rank(e)) throw;
     rethrow_with_context(e, fmt::format("init: rank {}/{}", rank, size));
   }
 }

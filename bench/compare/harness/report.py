@@ -91,10 +91,9 @@ class Cells:
         return sorted({k[:3] for k in self.values if k[2] != BOUND_TRANSPORT},
                       key=lambda c: (c[0], c[1], c[2] != "shm"))
 
-    def bound(self, op, ranks, size, rep=None):
-        """The memory bound as busbw: the median over repetitions, or one repetition's."""
-        key = (op, ranks, BOUND_TRANSPORT, size, BOUND)
-        return self.median(key) if rep is None else self.values.get(key, {}).get(rep)
+    def bound(self, op, ranks, size):
+        """The memory bound as busbw, the median over repetitions."""
+        return self.median((op, ranks, BOUND_TRANSPORT, size, BOUND))
 
     def sizes(self, config):
         return sorted({k[3] for k in self.values if k[:3] == config})
