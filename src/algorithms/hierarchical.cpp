@@ -36,6 +36,7 @@ void hierarchical_all_reduce(Engine& engine, const Collective& call) {
     engine.set_slice_bytes(
         pipeline_slice(links, links.local, bytes / local_count, local_count - 1));
     RingPasses passes(engine, local_ring, parts, call.dtype);
+    passes.input_stays(disjoint(call.in, call.count * elem, call.out, call.count * elem));
     for (std::size_t round = 0; round < passes.rounds(); ++round)
       passes.reduce_scatter_round(round, call.in, mine, host_count == 1 ? divisor : 1, false);
   }

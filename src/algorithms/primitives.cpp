@@ -199,6 +199,13 @@ void Primitives::recv_reduce_copy(const void* local, void* dst, std::size_t coun
     const std::size_t n = std::min(slice_elems_, count - off);
     auto slot = wait_recv(n * elem_);
     std::byte* out = send ? wait_send(n * elem_) : nullptr;
+    if (send && send_direct_ && !send_inline_) {  // host memory only: nothing to complete
+      // The transport sends the result from dst: one write pass instead of two.
+      reduce_copy(d + off * elem_, nullptr, l + off * elem_, slot.data, n, c.dtype, c.op, divisor);
+      release();
+      post_from(out, d + off * elem_, n * elem_);
+      continue;
+    }
     reduce_copy(d + off * elem_, out, l + off * elem_, slot.data, n, c.dtype, c.op, divisor);
     complete();
     if (send) post(n * elem_);

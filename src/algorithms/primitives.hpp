@@ -37,7 +37,8 @@ class Primitives {
   void recv(void* dst, std::size_t count);
   // next = local op received.
   void recv_reduce_send(const void* local, std::size_t count);
-  // r = local op received (divided by `divisor` for avg); r goes to dst and, if send, to next.
+  // r = local op received (divided by `divisor` for avg); r goes to dst and, if send, to next
+  // (with caller memory: sent from dst, which must then stay unchanged until the call ends).
   void recv_reduce_copy(const void* local, void* dst, std::size_t count, bool send, int divisor);
   // received goes to dst and to next.
   void recv_copy_send(void* dst, std::size_t count);

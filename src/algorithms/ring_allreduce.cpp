@@ -13,6 +13,8 @@ void ring_all_reduce_pass(Engine& engine, const RingPosition& ring, const void* 
   const Blocks blocks = Blocks::even(count, ring.size);
   RingPasses passes(engine, ring, blocks, dtype);
   passes.stream_outputs(stream_outputs);
+  const std::size_t bytes = count * size_of(dtype);
+  passes.input_stays(disjoint(in, bytes, out, bytes));
   auto* mine = static_cast<std::byte*>(out) + blocks.offset(ring.position) * size_of(dtype);
   for (std::size_t round = 0; round < passes.rounds(); ++round) {
     passes.reduce_scatter_round(round, in, mine, divisor, true);

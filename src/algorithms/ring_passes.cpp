@@ -36,14 +36,16 @@ void RingPasses::reduce_scatter_round(std::size_t round, const void* input, void
                                       int divisor, bool forward) {
   auto* in = static_cast<const std::byte*>(input);
   const int n = ring_.size;
-  // An in-place call's input is its output, which the all-gather pass overwrites.
-  prims_.use_caller_memory(false);
+  // An in-place call's input is its output, which the all-gather pass overwrites: its pieces go
+  // through a slot.
+  prims_.use_caller_memory(input_stays_);
   int b = block(1);
   prims_.send(in + at(b, round), piece(b, round));
   for (int j = 2; j < n; ++j) {
     b = block(j);
     prims_.recv_reduce_send(in + at(b, round), piece(b, round));
   }
+  prims_.use_caller_memory(forward);
   b = ring_.position;
   prims_.recv_reduce_copy(in + at(b, round),
                           static_cast<std::byte*>(finished) + round * chunk_ * elem_,

@@ -13,11 +13,18 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "algorithms/algorithms.hpp"
 #include "algorithms/primitives.hpp"
 
 namespace loom::algorithms {
+
+// Whether two byte ranges share no byte.
+inline bool disjoint(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+  const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+  return x + a_bytes <= y || y + b_bytes <= x;
+}
 
 // Where each block of a buffer lies, one block per ring position, in elements: `count` elements
 // split in `parts` blocks whose lengths differ by at most one (the first count % parts are one
@@ -63,11 +70,15 @@ class RingPasses {
   // The copies out of the slots into the caller's buffer stream past the caches
   // (Primitives::stream_outputs).
   void stream_outputs(bool on) { prims_.stream_outputs(on); }
+  // The input is not written until the call ends (no output overlaps it): a transport that can
+  // (TCP) sends its pieces straight from it instead of copying them into a slot first.
+  void input_stays(bool on) { input_stays_ = on; }
 
   // The reduce-scatter steps of round `round`: block b of `in` from every position, reduced
   // (divided by `divisor` for avg), lands at this position's block; its piece of this round is
   // written to finished + round * chunk. forward: the finished piece is also sent to the next
-  // position (the first all-gather step of the same round).
+  // position (the first all-gather step of the same round), from `finished` where the transport
+  // can: the finished pieces must stay unchanged until the call ends.
   void reduce_scatter_round(std::size_t round, const void* in, void* finished, int divisor,
                             bool forward);
   // The all-gather steps of round `round`: each position's block of `out` reaches every
@@ -86,6 +97,7 @@ class RingPasses {
   std::size_t elem_;
   Primitives prims_;
   std::size_t chunk_;
+  bool input_stays_ = false;
 };
 
 }  // namespace loom::algorithms

@@ -15,6 +15,10 @@ void ring_reduce_scatter(Engine& engine, const Collective& call) {
     return;
   }
   RingPasses passes(engine, engine.ring(), blocks, call.dtype);
+  std::size_t in_elems = 0;
+  for (int b = 0; b < n; ++b) in_elems = std::max(in_elems, blocks.offset(b) + blocks.length(b));
+  passes.input_stays(
+      disjoint(call.in, in_elems * elem, call.out, blocks.length(engine.ring().position) * elem));
   for (std::size_t round = 0; round < passes.rounds(); ++round)
     passes.reduce_scatter_round(round, call.in, call.out, call.op == ReduceOp::avg ? n : 1, false);
 }
