@@ -85,6 +85,10 @@ def options():
                              "call, untimed, as a training step writes its gradients (otherwise "
                              "the input is unchanged between calls, and a peer that reads it in "
                              "place may find it in its own cache)")
+    common.add_argument("--cpu-bind", choices=["none", "cores"], default="none",
+                        help="cores: every library's ranks bound to CPUs in blocks of "
+                             "consecutive local ranks (loomrun --cpu-bind cores; OpenMPI's "
+                             "ranks the same way); none: the scheduler places them")
     common.add_argument("--far-retries", type=count, default=2,
                         help="launches again a configuration measured while two CPUs were far "
                              "apart (core-to-core round trip over twice the run's fastest and "
@@ -134,7 +138,7 @@ def main():
         shared = {f"{impl}-shared": {**env, drivers.SHARED_BUFFERS: "1"}
                   for impl, env in variants.items()}
         variants = shared if a.loom_buffers == "shared" else {**variants, **shared}
-    drv = drivers.Drivers(a.build, variants, a.fresh_inputs)
+    drv = drivers.Drivers(a.build, variants, a.fresh_inputs, a.cpu_bind == "cores")
     missing = drv.missing()
     if "loom" in missing:
         sys.exit(f"compare: {missing['loom']}")
@@ -163,10 +167,12 @@ def main():
         os.makedirs(a.out, exist_ok=True)
     recorder = measure.Recorder(os.path.join(a.out, "results.csv") if a.out else None)
     log = open(os.path.join(a.out, "runs.log"), "w") if a.out else None
-    fresh = "; fresh inputs (rewritten before every call)" if a.fresh_inputs else ""
+    conditions = "; fresh inputs (rewritten before every call)" if a.fresh_inputs else ""
+    if a.cpu_bind == "cores":
+        conditions += "; ranks bound to CPUs in blocks of consecutive local ranks (--cpu-bind cores)"
     header = [f"`{' '.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}`, "
               f"{time.strftime('%Y-%m-%d %H:%M %Z')}; {machine()}; {a.reps} repetitions; "
-              f"Loom kernels: {a.kernels}{fresh}.", ""] + [f"Note: {n}." for n in notes]
+              f"Loom kernels: {a.kernels}{conditions}.", ""] + [f"Note: {n}." for n in notes]
     start = time.monotonic()
     try:
         measure.execute(plan, drv, a.reps, recorder, log, a.timeout, iter_args,

@@ -157,6 +157,24 @@ unfresh=$(grep '^\$ ' "$out/fresh/runs.log" | grep -v -- '--fresh-inputs\| fresh
 "$build/tools/loomrun" --nproc-per-node 2 --no-prefix "$build/bench/loom-perf" -b 1M -e 1M -n 3 -w 1 -c \
   --fresh-inputs --csv 2>&1 | grep -qE '^1048576,.*,0$' || fail "--fresh-inputs changed the input"
 
+# --cpu-bind cores reaches every launcher, and the drivers run bound.
+python3 "$here/compare.py" run --build "$build" --reps 1 --ranks 2 --sizes 1M --alltoall-sizes "" \
+  --transports tcp --libs "loom mpi gloo" --iters-scale 0.05 --far-retries 0 --cpu-bind cores \
+  --out "$out/bound" >"$out/bound.stdout" 2>&1 ||
+  { tail -20 "$out/bound.stdout"; fail "compare.py run --cpu-bind cores exited $?"; }
+grep -q 'ranks bound to CPUs' "$out/bound/tables.md" || fail "the tables do not say the ranks were bound"
+bound() { grep -qE "^1,$1,tcp,allreduce,2,1048576,[0-9]+,[0-9]+,[0-9.]+,[0-9.]+," \
+  "$out/bound/results.csv" || fail "no bound measurement of $1"; }
+bound loom
+if [ -x "$build/bench/compare/mpi_bench" ] && command -v mpirun >/dev/null; then
+  bound mpi-tcp
+  grep -q '^\$ .*mpirun .*--bind-to none python3 .*/bind_local.py ' "$out/bound/runs.log" ||
+    fail "OpenMPI's ranks were not bound"
+fi
+if [ -x "$build/bench/compare/gloo_bench" ]; then bound gloo:ring; fi
+unbound=$(grep '^\$ .*/loomrun ' "$out/bound/runs.log" | grep -v -- '--cpu-bind cores' || true)
+[ -z "$unbound" ] || fail "a loomrun launch without --cpu-bind cores: $(echo "$unbound" | head -1)"
+
 # Placement: a repetition's near launch is kept over a far one; a far value left alone is marked.
 {
   echo "rep,impl,transport,op,ranks,bytes,iters,warmup,time_us,busbw_gbps,choice,error,core_to_core_ns,placement"

@@ -41,4 +41,19 @@ code=$?
   'if [ "$RANK" = 0 ] && [ "$LOOM_RESTART_COUNT" = 0 ]; then kill -KILL $$; fi; exit 0' >/dev/null 2>&1
 code=$?
 [ "$code" = 0 ] || fail "a job restarted after a killed worker should complete, got $code"
+# --cpu-bind cores: local ranks in blocks over loomrun's CPUs; none (the default) leaves them all.
+cpus_of() { sed -n 's/^\[\([0-9]*\)\] Cpus_allowed_list:[[:space:]]*/\1:/p' | sort | tr '\n' ' '; }
+show='grep Cpus_allowed_list /proc/self/status'
+got=$(taskset -c 0 "$loomrun" --cpu-bind cores --nproc-per-node 3 sh -c "$show" 2>/dev/null | cpus_of)
+[ "$got" = "0:0 1:0 2:0 " ] || fail "--cpu-bind cores on one CPU: expected every worker on 0, got: $got"
+if taskset -c 0,1 true 2>/dev/null; then
+  got=$(taskset -c 0,1 "$loomrun" --cpu-bind cores --nproc-per-node 4 sh -c "$show" 2>/dev/null | cpus_of)
+  [ "$got" = "0:0 1:0 2:1 3:1 " ] || fail "--cpu-bind cores, 4 workers on 2 CPUs: got: $got"
+  got=$(LOOM_CPU_BIND=cores taskset -c 0,1 "$loomrun" --nproc-per-node 1 sh -c "$show" 2>/dev/null | cpus_of)
+  [ "$got" = "0:0-1 " ] || fail "--cpu-bind cores, 1 worker on 2 CPUs: expected both, got: $got"
+  got=$(taskset -c 0,1 "$loomrun" --nproc-per-node 2 sh -c "$show" 2>/dev/null | cpus_of)
+  [ "$got" = "0:0-1 1:0-1 " ] || fail "unbound workers should keep loomrun's CPUs, got: $got"
+fi
+"$loomrun" --cpu-bind numa true >/dev/null 2>&1
+[ $? = 2 ] || fail "--cpu-bind numa should be refused with code 2"
 echo "loomrun: all checks passed"

@@ -49,6 +49,13 @@ namespace {
       "  --monitor-interval S  seconds between looks at the rendezvous (default 0.1)\n"
       "  --grace SECONDS       wait after SIGTERM before SIGKILL when stopping workers (default "
       "5)\n"
+      "Placement:\n"
+      "  --cpu-bind none|cores  cores: bind each worker to its share of loomrun's CPUs, local\n"
+      "                        ranks in order, in blocks: with more workers than CPUs,\n"
+      "                        consecutive local ranks share one (4 workers on 2 CPUs: 0 and 1\n"
+      "                        on the first, 2 and 3 on the second). Ranks that hand data to their\n"
+      "                        neighbours then wait on each other on one core, not across two\n"
+      "                        busy ones (default: $LOOM_CPU_BIND, else none)\n"
       "Output and security:\n"
       "  --no-prefix           do not prefix output lines with the rank\n"
       "  --role NAME           the workers' role (ROLE_NAME; default 'default')\n"
@@ -184,6 +191,7 @@ constexpr ValueOption kValueOptions[] = {
     {"--on-failure", "LOOM_ON_FAILURE"},
     {"--role", "PET_ROLE"},
     {"--local-addr", "PET_LOCAL_ADDR"},
+    {"--cpu-bind", "LOOM_CPU_BIND"},
 };
 
 struct Seen {
@@ -229,6 +237,9 @@ void apply(Args& a, Seen& seen, const std::string& flag, const std::string& v) {
     a.role = v;
   } else if (flag == "--local-addr") {
     a.local_addr = v;
+  } else if (flag == "--cpu-bind") {
+    if (v != "none" && v != "cores") bad("--cpu-bind " + v + ": none or cores");
+    a.bind_cores = v == "cores";
   } else if (flag == "--grace") {
     a.grace_s = parse_seconds(flag, v, 0, 3600);
   } else if (flag == "--secret-file") {
@@ -254,7 +265,7 @@ std::string_view unsupported_torchrun_option(const std::string& flag) {
       {"--tee", "worker output goes to loomrun's, each line prefixed with its rank"},
       {"--local-ranks-filter", "worker output goes to loomrun's, each line prefixed with its rank"},
       {"--event-log-handler", "loomrun records no torchelastic events"},
-      {"--numa-binding", "loomrun does not place workers; bind them in the program"},
+      {"--numa-binding", "loomrun binds workers to CPUs, not NUMA nodes: --cpu-bind cores"},
       {"--signals-to-handle", "loomrun always handles SIGINT, SIGTERM and SIGHUP"},
       {"--virtual-local-rank", "each worker's LOCAL_RANK is its own"},
   };

@@ -35,6 +35,9 @@ struct Args {
   bool shrink_on_failure = false;  // --on-failure shrink: the other workers go on
   std::chrono::milliseconds monitor_interval = std::chrono::milliseconds(100);
   bool prefix = true;
+  // --cpu-bind cores: each worker bound to its share of loomrun's CPUs, in blocks of consecutive
+  // local ranks (when workers outnumber the CPUs, neighbours in rank share one).
+  bool bind_cores = false;
   std::string secret_file;
   bool insecure = false;
   std::vector<std::string> command;

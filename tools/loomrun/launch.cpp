@@ -1,5 +1,8 @@
 #include "launch.hpp"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -113,11 +116,28 @@ std::vector<std::string> inherited_environment(char** environ, const Args& args)
   return env;
 }
 
+std::vector<int> cpu_share(int local, int workers, const std::vector<int>& allowed) {
+  const auto cpus = static_cast<long long>(allowed.size());
+  if (cpus == 0 || workers <= 0) return {};
+  const long long first = local * cpus / workers;
+  const long long end = std::max(first + 1, (local + 1LL) * cpus / workers);
+  return {allowed.begin() + first, allowed.begin() + end};
+}
+
 std::vector<WorkerSpec> worker_specs(const Args& args, const Placement& place,
                                      const std::vector<std::string>& base_env) {
+  std::vector<int> allowed;
+  if (args.bind_cores) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (::sched_getaffinity(0, sizeof(set), &set) == 0)
+      for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+        if (CPU_ISSET(cpu, &set)) allowed.push_back(cpu);
+  }
   std::vector<WorkerSpec> specs;
   for (int local = 0; local < args.nproc_per_node; ++local) {
-    WorkerSpec spec{place.first_rank + local, base_env};
+    WorkerSpec spec{place.first_rank + local, base_env,
+                    cpu_share(local, args.nproc_per_node, allowed)};
     auto set = [&](std::string_view name, const auto& value) {
       spec.env.push_back(fmt::format("{}={}", name, value));
     };

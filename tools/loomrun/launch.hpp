@@ -28,6 +28,10 @@ std::string random_hex(int bytes);
 // loomrun's environment less what a launcher sets per worker; OMP_NUM_THREADS=1 where several
 // workers share the node and it is unset, as torchrun does.
 std::vector<std::string> inherited_environment(char** environ, const Args& args);
+// --cpu-bind cores: local rank `local` of `workers` gets its block of the CPUs `allowed`, in
+// order: a run of them when there are more CPUs than workers, else one, shared with its
+// neighbours in local rank.
+std::vector<int> cpu_share(int local, int workers, const std::vector<int>& allowed);
 std::vector<WorkerSpec> worker_specs(const Args& args, const Placement& place,
                                      const std::vector<std::string>& base_env);
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -61,7 +62,8 @@ int exit_code_of(const siginfo_t& info) {
 
 // Forks one worker in its own process group (stopping it stops everything it started), which
 // dies with loomrun: the kernel kills it when loomrun dies, even by SIGKILL. -1 if fork failed.
-pid_t start_worker(char* const* argv, char* const* envp, int out, int err) {
+pid_t start_worker(char* const* argv, char* const* envp, const cpu_set_t* cpus, int out,
+                   int err) {
   const pid_t supervisor = ::getpid();
   // Until exec, a stop signal must not run loomrun's handler in the child, where it is lost.
   sigset_t stop_signals, previous;
@@ -80,6 +82,9 @@ pid_t start_worker(char* const* argv, char* const* envp, int out, int err) {
     setpgid(0, 0);
     dup2(out, 1);
     dup2(err, 2);
+    if (cpus != nullptr && ::sched_setaffinity(0, sizeof(*cpus), cpus) != 0)
+      dprintf(2, "loomrun: cannot bind to its CPUs (--cpu-bind): %s; running unbound\n",
+              std::strerror(errno));
     execvpe(argv[0], argv, envp);
     dprintf(2, "loomrun: cannot run %s: %s\n", argv[0], std::strerror(errno));
     _exit(127);
@@ -109,12 +114,17 @@ Outcome run_workers_impl(const std::vector<std::string>& command,
     for (auto& s : argv_copy) argvp.push_back(s.data());
     argvp.push_back(nullptr);
 
+    cpu_set_t cpus;  // built before fork: the child only applies it
+    CPU_ZERO(&cpus);
+    for (int cpu : spec.cpus) CPU_SET(cpu, &cpus);
+
     int out[2] = {-1, -1}, err[2] = {-1, -1};
     const char* step = "pipe";
     pid_t pid = -1;
     if (pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0) {
       step = "fork";
-      pid = start_worker(argvp.data(), envp.data(), out[1], err[1]);
+      pid = start_worker(argvp.data(), envp.data(), spec.cpus.empty() ? nullptr : &cpus, out[1],
+                         err[1]);
     }
     if (pid < 0) {
       std::fprintf(stderr, "loomrun: cannot start rank %d: %s: %s; stopping the workers started\n",

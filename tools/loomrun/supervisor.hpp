@@ -11,6 +11,7 @@ namespace loomrun {
 struct WorkerSpec {
   int rank;
   std::vector<std::string> env;  // the worker's whole environment, NAME=VALUE
+  std::vector<int> cpus;         // the CPUs it is bound to; empty: loomrun's own
 };
 
 struct Outcome {

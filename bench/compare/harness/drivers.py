@@ -52,7 +52,7 @@ BOUND_TRANSPORT = "-"
 
 
 class Drivers:
-    def __init__(self, build, loom_variants, fresh_inputs=False):
+    def __init__(self, build, loom_variants, fresh_inputs=False, bind_cores=False):
         self.build = os.path.abspath(build)
         self.loomrun = os.path.join(self.build, "tools", "loomrun")
         self.perf = os.path.join(self.build, "bench", "loom-perf")
@@ -63,6 +63,14 @@ class Drivers:
         self.footprint = os.path.join(self.build, "bench", "compare", "copy_footprint")
         self.loom_variants = loom_variants  # impl name -> extra environment
         self.fresh_inputs = fresh_inputs  # every driver rewrites its input before each call
+        # Every rank bound to its block of CPUs (loomrun --cpu-bind cores; OpenMPI's ranks through
+        # bind_local.py, the same blocks). PyTorch's launcher places its own processes: unbound.
+        self.bind = ["--cpu-bind", "cores"] if bind_cores else []
+
+    def mpi_bind(self):
+        if not self.bind:
+            return []
+        return ["--bind-to", "none", "python3", os.path.join(HERE, "harness", "bind_local.py")]
 
     def missing(self):
         """Libraries that cannot run here, with the reason."""
@@ -99,7 +107,7 @@ class Drivers:
                     continue  # plain memory over TCP: the same as the loom column
                 out.append(Job(impl, transport, op, ranks, size,
                                [self.loomrun, "--nproc-per-node", str(ranks), "--no-prefix",
-                                self.perf, "-o", op, "-b", str(size), "-e", str(size),
+                                *self.bind, self.perf, "-o", op, "-b", str(size), "-e", str(size),
                                 "-n", str(iters), "-w", str(warmup), "--csv",
                                 *(["--device", "shared"] if shared else []),
                                 *(["--fresh-inputs"] if self.fresh_inputs else [])],
@@ -109,14 +117,14 @@ class Drivers:
             out.append(Job(f"mpi-{'vader' if transport == 'shm' else 'tcp'}", transport, op,
                            ranks, size,
                            ["mpirun", "-np", str(ranks), "--mca", "pml", "ob1",
-                            *MPI_BTL[transport], self.mpi, op, str(size), str(iters),
+                            *MPI_BTL[transport], *self.mpi_bind(), self.mpi, op, str(size), str(iters),
                             str(warmup), *(["fresh"] if self.fresh_inputs else [])],
                            dict(MPI_ENV)))
         if transport == "tcp" and "gloo" in libs:
             for algo in GLOO_ALGOS if op == "allreduce" else ["alltoall"]:
                 out.append(Job(f"gloo:{algo}", transport, op, ranks, size,
                                [self.loomrun, "--nproc-per-node", str(ranks), "--no-prefix",
-                                self.gloo, "--op", op, "--algo", algo, "--bytes", str(size),
+                                *self.bind, self.gloo, "--op", op, "--algo", algo, "--bytes", str(size),
                                 "-n", str(iters), "-w", str(warmup),
                                 *(["--fresh-inputs"] if self.fresh_inputs else [])],
                                store_dir=True))
