@@ -62,8 +62,7 @@ int exit_code_of(const siginfo_t& info) {
 
 // Forks one worker in its own process group (stopping it stops everything it started), which
 // dies with loomrun: the kernel kills it when loomrun dies, even by SIGKILL. -1 if fork failed.
-pid_t start_worker(char* const* argv, char* const* envp, const cpu_set_t* cpus, int out,
-                   int err) {
+pid_t start_worker(char* const* argv, char* const* envp, const cpu_set_t* cpus, int out, int err) {
   const pid_t supervisor = ::getpid();
   // Until exec, a stop signal must not run loomrun's handler in the child, where it is lost.
   sigset_t stop_signals, previous;
