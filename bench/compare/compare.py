@@ -169,7 +169,8 @@ def main():
     log = open(os.path.join(a.out, "runs.log"), "w") if a.out else None
     conditions = "; fresh inputs (rewritten before every call)" if a.fresh_inputs else ""
     if a.cpu_bind == "cores":
-        conditions += "; ranks bound to CPUs in blocks of consecutive local ranks (--cpu-bind cores)"
+        conditions += ("; ranks bound to CPUs in blocks of consecutive local ranks "
+                       "(--cpu-bind cores)")
     header = [f"`{' '.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}`, "
               f"{time.strftime('%Y-%m-%d %H:%M %Z')}; {machine()}; {a.reps} repetitions; "
               f"Loom kernels: {a.kernels}{conditions}.", ""] + [f"Note: {n}." for n in notes]

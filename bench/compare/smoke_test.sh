@@ -143,12 +143,13 @@ python3 "$here/compare.py" run --build "$build" --reps 1 --ranks 2 --sizes 1M --
   >"$out/fresh.stdout" 2>&1 || { tail -20 "$out/fresh.stdout"; fail "compare.py run --fresh-inputs exited $?"; }
 grep -q 'fresh inputs (rewritten before every call)' "$out/fresh/tables.md" ||
   fail "the tables do not say the inputs were fresh"
-fresh() { grep -qE "^1,$1,tcp,allreduce,2,1048576,[0-9]+,[0-9]+,[0-9.]+,[0-9.]+," \
-  "$out/fresh/results.csv" || fail "no fresh-input measurement of $1"; }
-fresh loom
-if [ -x "$build/bench/compare/mpi_bench" ] && command -v mpirun >/dev/null; then fresh mpi-tcp; fi
-if [ -x "$build/bench/compare/gloo_bench" ]; then fresh gloo:ring; fi
-if /usr/bin/python3 -c "import torch" 2>/dev/null; then fresh torch-gloo; fi
+# measured RUN IMPL: run $out/RUN has a measurement of IMPL over tcp at 2 ranks, 1 MiB.
+measured() { grep -qE "^1,$2,tcp,allreduce,2,1048576,[0-9]+,[0-9]+,[0-9.]+,[0-9.]+," \
+  "$out/$1/results.csv" || fail "no measurement of $2 in the $1 run"; }
+measured fresh loom
+if [ -x "$build/bench/compare/mpi_bench" ] && command -v mpirun >/dev/null; then measured fresh mpi-tcp; fi
+if [ -x "$build/bench/compare/gloo_bench" ]; then measured fresh gloo:ring; fi
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then measured fresh torch-gloo; fi
 [ "$(grep -c -- '--fresh-inputs\| fresh$' "$out/fresh/runs.log")" -ge 2 ] ||
   fail "--fresh-inputs did not reach the drivers' command lines"
 # (copy_footprint measures the memory bound, not a library: it has no inputs to rewrite.)
@@ -163,15 +164,13 @@ python3 "$here/compare.py" run --build "$build" --reps 1 --ranks 2 --sizes 1M --
   --out "$out/bound" >"$out/bound.stdout" 2>&1 ||
   { tail -20 "$out/bound.stdout"; fail "compare.py run --cpu-bind cores exited $?"; }
 grep -q 'ranks bound to CPUs' "$out/bound/tables.md" || fail "the tables do not say the ranks were bound"
-bound() { grep -qE "^1,$1,tcp,allreduce,2,1048576,[0-9]+,[0-9]+,[0-9.]+,[0-9.]+," \
-  "$out/bound/results.csv" || fail "no bound measurement of $1"; }
-bound loom
+measured bound loom
 if [ -x "$build/bench/compare/mpi_bench" ] && command -v mpirun >/dev/null; then
-  bound mpi-tcp
+  measured bound mpi-tcp
   grep -q '^\$ .*mpirun .*--bind-to none python3 .*/bind_local.py ' "$out/bound/runs.log" ||
     fail "OpenMPI's ranks were not bound"
 fi
-if [ -x "$build/bench/compare/gloo_bench" ]; then bound gloo:ring; fi
+if [ -x "$build/bench/compare/gloo_bench" ]; then measured bound gloo:ring; fi
 unbound=$(grep '^\$ .*/loomrun ' "$out/bound/runs.log" | grep -v -- '--cpu-bind cores' || true)
 [ -z "$unbound" ] || fail "a loomrun launch without --cpu-bind cores: $(echo "$unbound" | head -1)"
 

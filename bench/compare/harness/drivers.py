@@ -117,15 +117,15 @@ class Drivers:
             out.append(Job(f"mpi-{'vader' if transport == 'shm' else 'tcp'}", transport, op,
                            ranks, size,
                            ["mpirun", "-np", str(ranks), "--mca", "pml", "ob1",
-                            *MPI_BTL[transport], *self.mpi_bind(), self.mpi, op, str(size), str(iters),
-                            str(warmup), *(["fresh"] if self.fresh_inputs else [])],
+                            *MPI_BTL[transport], *self.mpi_bind(), self.mpi, op, str(size),
+                            str(iters), str(warmup), *(["fresh"] if self.fresh_inputs else [])],
                            dict(MPI_ENV)))
         if transport == "tcp" and "gloo" in libs:
             for algo in GLOO_ALGOS if op == "allreduce" else ["alltoall"]:
                 out.append(Job(f"gloo:{algo}", transport, op, ranks, size,
                                [self.loomrun, "--nproc-per-node", str(ranks), "--no-prefix",
-                                *self.bind, self.gloo, "--op", op, "--algo", algo, "--bytes", str(size),
-                                "-n", str(iters), "-w", str(warmup),
+                                *self.bind, self.gloo, "--op", op, "--algo", algo,
+                                "--bytes", str(size), "-n", str(iters), "-w", str(warmup),
                                 *(["--fresh-inputs"] if self.fresh_inputs else [])],
                                store_dir=True))
         if transport == "tcp" and "torch" in libs:
