@@ -13,6 +13,7 @@ namespace loom::algorithms {
 void ring_all_reduce(Engine& engine, const Collective& call);
 void hierarchical_all_reduce(Engine& engine, const Collective& call);
 void recursive_doubling_all_reduce(Engine& engine, const Collective& call);
+void halving_doubling_all_reduce(Engine& engine, const Collective& call);
 void one_shot_all_reduce(Engine& engine, const Collective& call);
 void ring_reduce_scatter(Engine& engine, const Collective& call);
 void ring_all_gather(Engine& engine, const Collective& call);

@@ -237,7 +237,19 @@ void Primitives::recv_copy_send(void* dst, std::size_t count) {
 
 void Primitives::send_recv(const void* src, std::size_t send_count, void* dst,
                            std::size_t recv_count, bool empty_message) {
+  exchange(src, send_count, nullptr, dst, recv_count, empty_message);
+}
+
+void Primitives::send_recv_reduce(const void* src, std::size_t send_count, const void* local,
+                                  void* dst, std::size_t recv_count) {
+  exchange(src, send_count, local, dst, recv_count, false);
+}
+
+void Primitives::exchange(const void* src, std::size_t send_count, const void* local, void* dst,
+                          std::size_t recv_count, bool empty_message) {
+  const Collective& c = engine_.call();
   auto* s = static_cast<const std::byte*>(src);
+  auto* l = static_cast<const std::byte*>(local);
   auto* d = static_cast<std::byte*>(dst);
   // Each side in slices; an empty transfer is one empty message where asked for, so that a peer
   // expecting data finds a mismatch instead of waiting.
@@ -261,11 +273,15 @@ void Primitives::send_recv(const void* src, std::size_t send_count, void* dst,
             }
           }
           if (received < to_receive) {
-            steered = steer(d, recv_count, received, steered);
+            if (l == nullptr) steered = steer(d, recv_count, received, steered);
             const std::size_t off = received * slice_elems_;
-            const std::size_t bytes = std::min(slice_elems_, recv_count - off) * elem_;
+            const std::size_t n = std::min(slice_elems_, recv_count - off);
+            const std::size_t bytes = n * elem_;
             if (auto slot = try_recv(bytes)) {
-              copy_out(d + off * elem_, *slot, bytes);
+              if (l != nullptr)
+                reduce(d + off * elem_, l + off * elem_, slot->data, n, c.dtype, c.op);
+              else
+                copy_out(d + off * elem_, *slot, bytes);
               complete();
               release();
               ++received, moved = true;

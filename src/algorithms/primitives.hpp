@@ -47,6 +47,10 @@ class Primitives {
   // still one (empty) message, so that counts that differ between the ends are a mismatch.
   void send_recv(const void* src, std::size_t send_count, void* dst, std::size_t recv_count,
                  bool empty_message);
+  // The same exchange, each slice received reduced with `local` into dst (dst = local op
+  // received; local may be dst).
+  void send_recv_reduce(const void* src, std::size_t send_count, const void* local, void* dst,
+                        std::size_t recv_count);
   // Without waiting: the slices of a `count`-element send (receive) from element `done` on, as
   // far as the connection allows; returns the elements done now. For operations that progress
   // side by side (PointToPointBatch).
@@ -58,6 +62,9 @@ class Primitives {
   void recv_message(void* dst, std::size_t bytes);
 
  private:
+  // send_recv and send_recv_reduce: received slices copied to dst (local null) or reduced.
+  void exchange(const void* src, std::size_t send_count, const void* local, void* dst,
+                std::size_t recv_count, bool empty_message);
   // Send side: a slot (or inline mailbox) for `bytes`, then its post.
   std::byte* try_send(std::size_t bytes);
   std::byte* wait_send(std::size_t bytes);

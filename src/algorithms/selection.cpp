@@ -3,6 +3,7 @@
 //   all-reduce           hops               bytes through each rank's busiest link
 //   ring                 2(n-1)             2(n-1)/n * S
 //   recursive_doubling   log2 p (+2 if n>p) S per hop
+//   halving_doubling     2 log2 p (+2)      2(p-1)/p * S (+2 S if n>p)
 //   one_shot             1                  (n-1) * S
 //   hierarchical         2(L-1) local       2(L-1)/L * S local
 //   (H hosts x L ranks)  + 2(H-1) network   + 2(H-1)/H * S through each host's network link
@@ -304,6 +305,40 @@ std::size_t whole_buffer_slice(const SelectionInputs& in, std::size_t bytes, boo
   return std::max(slice_for(in, in.bottleneck(), to_d(bytes), 2, true), (bytes + half - 1) / half);
 }
 
+double halving_doubling_cost(const SelectionInputs& in, std::size_t bytes, bool device) {
+  const LinkCost& m = in.bottleneck();
+  int p = 1, steps = 0;
+  while (p * 2 <= in.size) p *= 2, ++steps;
+  const bool folds = p != in.size;
+  // Halving and doubling: 2 log2 p messages carrying 2(p-1)/p of the buffer; folding in and out
+  // adds a whole buffer each way.
+  const double hops = 2.0 * steps + (folds ? 2 : 0);
+  const double buffers = 2.0 * (p - 1) / p + (folds ? 2 : 0);
+  // Averaged over the ranks (the n-p others receive one message and one buffer).
+  const double messages_per_rank = (to_d(p) * 2 * steps + 2.0 * (in.size - p)) / in.size;
+  const double buffers_per_rank = (to_d(p) * 2.0 * (p - 1) / p + 2.0 * (in.size - p)) / in.size;
+  // Its first step reduces half the buffer at once where the ring reduces a block (1/n) a step:
+  // once that half outgrows the share of a core's L2 (8 slice caps; unmeasured, a slot) each
+  // rank on the core has, its reductions and the kernel's copies run from the shared cache or
+  // memory. Charged its bytes once more there (4 and 8 ranks on 2 cores, over TCP and shared
+  // memory: 1.1-1.8x faster than the ring while the half fits the share, 1.5-2x slower at
+  // 4 MiB, and at 1 MiB with 8 ranks).
+  const double cache = m.slice_cap_bytes > 0 ? 8 * m.slice_cap_bytes : to_d(in.slot_bytes);
+  const double share = cache / std::max(1, in.ranks_per_core);
+  const double spill = !device && to_d(bytes) / 2 > share ? 1.0 : 0.0;
+  // Half of what it moves is reduced, as in the ring, but for the folded buffer.
+  return on_shared_cores(in, m, hops, messages_per_rank) * m.alpha_us +
+         (on_shared_cores(in, m, buffers, buffers_per_rank) + spill) * to_d(bytes) *
+             m.beta_us_per_byte +
+         (folds ? 1 : 0) * to_d(bytes) * whole_reduction_extra_us_per_byte(in, device);
+}
+// Its steps exchange halves of the buffer and less, each after the one before: pipelined over one
+// hop.
+std::size_t half_buffer_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
+  if (device || bytes <= 16 * 1024) return 0;
+  return slice_for(in, in.bottleneck(), to_d(bytes) / 2, 2, true);
+}
+
 // It keeps a host copy of the input.
 const char* small_host_only(const SelectionInputs& in, std::size_t bytes, bool device) {
   if (device) return "host buffers only";
@@ -504,6 +539,8 @@ const std::vector<Algorithm>& algorithm_table() {
       {Kind::all_reduce, "ring", fits_always, ring_cost, ring_slice, ring_all_reduce},
       {Kind::all_reduce, "recursive_doubling", small_only, recursive_doubling_cost,
        whole_buffer_slice, recursive_doubling_all_reduce},
+      {Kind::all_reduce, "halving_doubling", fits_always, halving_doubling_cost, half_buffer_slice,
+       halving_doubling_all_reduce},
       {Kind::all_reduce, "one_shot", small_host_only, one_shot_cost, whole_buffer_slice,
        one_shot_all_reduce},
       {Kind::all_reduce, "hierarchical", even_hosts, hierarchical_cost, no_slice,
@@ -547,7 +584,7 @@ bool takes_any_slice(const Algorithm& a) {
   // These pipeline through the slots in slices of any size; the others size their own (whole
   // buffers that must fit half the FIFO) or send whole slots.
   return a.slice == ring_slice || a.slice == chain_slice || a.slice == p2p_slice ||
-         a.slice == uneven_slice;
+         a.slice == uneven_slice || a.slice == half_buffer_slice;
 }
 
 std::string_view rule_name(Kind kind) {

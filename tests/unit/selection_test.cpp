@@ -314,7 +314,8 @@ TEST(MeasuredModel, SharedMemorySlicesFillTheCacheUnlessRanksOutnumberCores) {
       EXPECT_EQ(Selector(in).choose(Kind::all_reduce, bytes, false).slice, 128u << 10)
           << n << " ranks, " << bytes << " B";
     in.ranks_per_core = 2;
-    if (n > 2) {  // 2 ranks' single stage still takes the cap at 1 MiB
+    in.overrides = "allreduce:ring";  // halving-doubling's steps take larger halves
+    if (n > 2) {                      // 2 ranks' single stage still takes the cap at 1 MiB
       EXPECT_LT(Selector(in).choose(Kind::all_reduce, 1 << 20, false).slice, 128u << 10)
           << n << " ranks";
     }
@@ -400,6 +401,33 @@ TEST(MeasuredModel, OneShotOverTcpSerialisesWhenRanksOutnumberCores) {
   three.costs = tcp.costs;
   three.ranks_per_core = 2;
   EXPECT_EQ(pick(three, Kind::all_reduce, 8), "recursive_doubling");
+}
+
+// Halving-doubling moves the ring's bytes in 2 log2(p) hops instead of 2(n-1): with ranks
+// outnumbering cores it takes the mid sizes, while the half its first step reduces fits the
+// share of a core's cache each of the core's ranks has; beyond, the ring's blocks do. At 3 ranks
+// its fold (a whole buffer in and out) costs more than the hops it saves.
+TEST(MeasuredModel, HalvingDoublingTakesMidSizesWhileItsHalvesFitTheCoresCache) {
+  MachineRates r = zen4_rates();
+  r.loopback_us = 8, r.loopback_gbps = 7;
+  for (TransportKind kind : {TransportKind::shm, TransportKind::tcp}) {
+    for (int n : {4, 8}) {
+      auto in = one_host(n);
+      in.local = kind;
+      in.ranks_per_core = n / 2;
+      in.costs = CostModel::measured(r, true);
+      EXPECT_EQ(pick(in, Kind::all_reduce, 256 << 10), "halving_doubling") << n << " ranks";
+      // Halves beyond 1 MiB / (n / 2) of L2 each: 4 MiB at 4 ranks, 1 MiB at 8.
+      EXPECT_EQ(pick(in, Kind::all_reduce, n == 4 ? 4 << 20 : 1 << 20), "ring") << n << " ranks";
+      EXPECT_EQ(pick(in, Kind::all_reduce, 64 << 20), "ring") << n << " ranks";
+    }
+    auto three = one_host(3);
+    three.local = kind;
+    three.ranks_per_core = 2;
+    three.costs = CostModel::measured(r, true);
+    for (std::size_t bytes = 8; bytes <= (std::size_t{64} << 20); bytes *= 4)
+      EXPECT_NE(pick(three, Kind::all_reduce, bytes), "halving_doubling") << bytes << " B";
+  }
 }
 
 // Recursive doubling and one-shot reduce the whole buffer at each hop, where the ring reduces half
