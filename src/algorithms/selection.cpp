@@ -317,15 +317,20 @@ double halving_doubling_cost(const SelectionInputs& in, std::size_t bytes, bool 
   // Averaged over the ranks (the n-p others receive one message and one buffer).
   const double messages_per_rank = (to_d(p) * 2 * steps + 2.0 * (in.size - p)) / in.size;
   const double buffers_per_rank = (to_d(p) * 2.0 * (p - 1) / p + 2.0 * (in.size - p)) / in.size;
-  // Its first step reduces half the buffer at once where the ring reduces a block (1/n) a step:
-  // once that half outgrows the share of a core's L2 (8 slice caps; unmeasured, a slot) each
-  // rank on the core has, its reductions and the kernel's copies run from the shared cache or
-  // memory. Charged its bytes once more there (4 and 8 ranks on 2 cores, over TCP and shared
-  // memory: 1.1-1.8x faster than the ring while the half fits the share, 1.5-2x slower at
-  // 4 MiB, and at 1 MiB with 8 ranks).
+  // Its first step reduces half the buffer at once where the ring reduces a block (1/n) a step.
+  // Where the kernel or a NIC moves the bytes, that step's footprint is the half; over shared
+  // memory the ranks copy every byte themselves, through slots in the same caches: the half read,
+  // the half written and the peer's half in and out of the slots, twice the buffer. Once that
+  // footprint outgrows the share of a core's L2 (8 slice caps; unmeasured, a slot) each rank on
+  // the core has, its reductions and copies run from the shared cache or memory: charged its
+  // bytes once more. Paired launches, 4 and 8 ranks on 2 cores, against the ring or recursive
+  // doubling the model chose before: 1.1-1.9x faster while it fits (TCP 4 ranks 256 KiB-1 MiB,
+  // 8 ranks 64-256 KiB; shared memory 4 ranks 64-256 KiB, 8 ranks 64 KiB), 0.9x at the next
+  // size over shared memory, 0.6x at 4 MiB over TCP.
   const double cache = m.slice_cap_bytes > 0 ? 8 * m.slice_cap_bytes : to_d(in.slot_bytes);
   const double share = cache / std::max(1, in.ranks_per_core);
-  const double spill = !device && to_d(bytes) / 2 > share ? 1.0 : 0.0;
+  const double footprint = m.stages_wait ? to_d(bytes) / 2 : 2 * to_d(bytes);
+  const double spill = !device && footprint > share ? 1.0 : 0.0;
   // Half of what it moves is reduced, as in the ring, but for the folded buffer.
   return on_shared_cores(in, m, hops, messages_per_rank) * m.alpha_us +
          (on_shared_cores(in, m, buffers, buffers_per_rank) + spill) * to_d(bytes) *

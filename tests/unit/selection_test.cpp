@@ -404,23 +404,32 @@ TEST(MeasuredModel, OneShotOverTcpSerialisesWhenRanksOutnumberCores) {
 }
 
 // Halving-doubling moves the ring's bytes in 2 log2(p) hops instead of 2(n-1): with ranks
-// outnumbering cores it takes the mid sizes, while the half its first step reduces fits the
-// share of a core's cache each of the core's ranks has; beyond, the ring's blocks do. At 3 ranks
-// its fold (a whole buffer in and out) costs more than the hops it saves.
-TEST(MeasuredModel, HalvingDoublingTakesMidSizesWhileItsHalvesFitTheCoresCache) {
-  MachineRates r = zen4_rates();
+// outnumbering cores it takes the mid sizes while its first step's footprint (the half over TCP;
+// over shared memory, where the ranks copy every byte through slots in the same caches, twice
+// the buffer) fits the share of a core's cache each of the core's ranks has; beyond, the ring's
+// blocks do. At 3 ranks its fold (a whole buffer in and out) costs more than the hops it saves.
+TEST(MeasuredModel, HalvingDoublingTakesMidSizesWhileItsStepsFitTheCoresCache) {
+  MachineRates r = zen4_rates();  // 1 MiB of L2 a core
   r.loopback_us = 8, r.loopback_gbps = 7;
+  struct Case {
+    TransportKind kind;
+    int ranks;
+    std::size_t fits, spills;
+  };
+  const Case cases[] = {{TransportKind::tcp, 4, 256 << 10, 4 << 20},
+                        {TransportKind::tcp, 8, 256 << 10, 1 << 20},
+                        {TransportKind::shm, 4, 256 << 10, 1 << 20},
+                        {TransportKind::shm, 8, 64 << 10, 256 << 10}};
+  for (const Case& c : cases) {
+    auto in = one_host(c.ranks);
+    in.local = c.kind;
+    in.ranks_per_core = c.ranks / 2;
+    in.costs = CostModel::measured(r, true);
+    EXPECT_EQ(pick(in, Kind::all_reduce, c.fits), "halving_doubling") << c.ranks << " ranks";
+    EXPECT_EQ(pick(in, Kind::all_reduce, c.spills), "ring") << c.ranks << " ranks";
+    EXPECT_EQ(pick(in, Kind::all_reduce, 64 << 20), "ring") << c.ranks << " ranks";
+  }
   for (TransportKind kind : {TransportKind::shm, TransportKind::tcp}) {
-    for (int n : {4, 8}) {
-      auto in = one_host(n);
-      in.local = kind;
-      in.ranks_per_core = n / 2;
-      in.costs = CostModel::measured(r, true);
-      EXPECT_EQ(pick(in, Kind::all_reduce, 256 << 10), "halving_doubling") << n << " ranks";
-      // Halves beyond 1 MiB / (n / 2) of L2 each: 4 MiB at 4 ranks, 1 MiB at 8.
-      EXPECT_EQ(pick(in, Kind::all_reduce, n == 4 ? 4 << 20 : 1 << 20), "ring") << n << " ranks";
-      EXPECT_EQ(pick(in, Kind::all_reduce, 64 << 20), "ring") << n << " ranks";
-    }
     auto three = one_host(3);
     three.local = kind;
     three.ranks_per_core = 2;
