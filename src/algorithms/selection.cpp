@@ -319,23 +319,26 @@ double halving_doubling_cost(const SelectionInputs& in, std::size_t bytes, bool 
   const double buffers_per_rank = (to_d(p) * 2.0 * (p - 1) / p + 2.0 * (in.size - p)) / in.size;
   // Its first step reduces half the buffer at once where the ring reduces a block (1/n) a step.
   // Where the kernel or a NIC moves the bytes, that step's footprint is the half; over shared
-  // memory the ranks copy every byte themselves, through slots in the same caches: the half read,
-  // the half written and the peer's half in and out of the slots, twice the buffer. Once that
-  // footprint outgrows the share of a core's L2 (8 slice caps; unmeasured, a slot) each rank on
-  // the core has, its reductions and copies run from the shared cache or memory: charged its
-  // bytes once more. Paired launches, 4 and 8 ranks on 2 cores, against the ring or recursive
-  // doubling the model chose before: 1.1-1.9x faster while it fits (TCP 4 ranks 256 KiB-1 MiB,
-  // 8 ranks 64-256 KiB; shared memory 4 ranks 64-256 KiB, 8 ranks 64 KiB), 0.9x at the next
-  // size over shared memory, 0.6x at 4 MiB over TCP.
+  // memory the ranks copy every byte themselves, the half they read and the half they write: the
+  // buffer. Once that footprint outgrows the share of a core's L2 (8 slice caps; unmeasured, a
+  // slot) each rank on the core has, its reductions and copies run from the shared cache or
+  // memory: charged its bytes once more. Paired launches, 4 and 8 ranks on 2 cores, against the
+  // ring or recursive doubling the model chose before: 1.1-1.9x faster while it fits (TCP
+  // 4 ranks 256 KiB-1 MiB, 8 ranks 64-256 KiB; shared memory 4 ranks 64-512 KiB, 8 ranks
+  // 64 KiB; 8 ranks at 256 KiB 0.9x), 0.9x at the next size.
   const double cache = m.slice_cap_bytes > 0 ? 8 * m.slice_cap_bytes : to_d(in.slot_bytes);
   const double share = cache / std::max(1, in.ranks_per_core);
-  const double footprint = m.stages_wait ? to_d(bytes) / 2 : 2 * to_d(bytes);
+  const double footprint = m.stages_wait ? to_d(bytes) / 2 : to_d(bytes);
   const double spill = !device && footprint > share ? 1.0 : 0.0;
   // Half of what it moves is reduced, as in the ring, but for the folded buffer.
   return on_shared_cores(in, m, hops, messages_per_rank) * m.alpha_us +
          (on_shared_cores(in, m, buffers, buffers_per_rank) + spill) * to_d(bytes) *
              m.beta_us_per_byte +
          (folds ? 1 : 0) * to_d(bytes) * whole_reduction_extra_us_per_byte(in, device);
+}
+// Host buffers: its device path has not run on a GPU.
+const char* host_only(const SelectionInputs&, std::size_t, bool device) {
+  return device ? "host buffers only" : nullptr;
 }
 // Its steps exchange halves of the buffer and less, each after the one before: pipelined over one
 // hop.
@@ -544,7 +547,7 @@ const std::vector<Algorithm>& algorithm_table() {
       {Kind::all_reduce, "ring", fits_always, ring_cost, ring_slice, ring_all_reduce},
       {Kind::all_reduce, "recursive_doubling", small_only, recursive_doubling_cost,
        whole_buffer_slice, recursive_doubling_all_reduce},
-      {Kind::all_reduce, "halving_doubling", fits_always, halving_doubling_cost, half_buffer_slice,
+      {Kind::all_reduce, "halving_doubling", host_only, halving_doubling_cost, half_buffer_slice,
        halving_doubling_all_reduce},
       {Kind::all_reduce, "one_shot", small_host_only, one_shot_cost, whole_buffer_slice,
        one_shot_all_reduce},

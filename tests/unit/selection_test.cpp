@@ -405,8 +405,8 @@ TEST(MeasuredModel, OneShotOverTcpSerialisesWhenRanksOutnumberCores) {
 
 // Halving-doubling moves the ring's bytes in 2 log2(p) hops instead of 2(n-1): with ranks
 // outnumbering cores it takes the mid sizes while its first step's footprint (the half over TCP;
-// over shared memory, where the ranks copy every byte through slots in the same caches, twice
-// the buffer) fits the share of a core's cache each of the core's ranks has; beyond, the ring's
+// over shared memory, where the ranks copy every byte themselves, the half read and the half
+// written) fits the share of a core's cache each of the core's ranks has; beyond, the ring's
 // blocks do. At 3 ranks its fold (a whole buffer in and out) costs more than the hops it saves.
 TEST(MeasuredModel, HalvingDoublingTakesMidSizesWhileItsStepsFitTheCoresCache) {
   MachineRates r = zen4_rates();  // 1 MiB of L2 a core
@@ -418,8 +418,8 @@ TEST(MeasuredModel, HalvingDoublingTakesMidSizesWhileItsStepsFitTheCoresCache) {
   };
   const Case cases[] = {{TransportKind::tcp, 4, 256 << 10, 4 << 20},
                         {TransportKind::tcp, 8, 256 << 10, 1 << 20},
-                        {TransportKind::shm, 4, 256 << 10, 1 << 20},
-                        {TransportKind::shm, 8, 64 << 10, 256 << 10}};
+                        {TransportKind::shm, 4, 512 << 10, 1 << 20},
+                        {TransportKind::shm, 8, 256 << 10, 512 << 10}};
   for (const Case& c : cases) {
     auto in = one_host(c.ranks);
     in.local = c.kind;
@@ -428,6 +428,7 @@ TEST(MeasuredModel, HalvingDoublingTakesMidSizesWhileItsStepsFitTheCoresCache) {
     EXPECT_EQ(pick(in, Kind::all_reduce, c.fits), "halving_doubling") << c.ranks << " ranks";
     EXPECT_EQ(pick(in, Kind::all_reduce, c.spills), "ring") << c.ranks << " ranks";
     EXPECT_EQ(pick(in, Kind::all_reduce, 64 << 20), "ring") << c.ranks << " ranks";
+    EXPECT_NE(pick(in, Kind::all_reduce, c.fits, true), "halving_doubling") << "device buffers";
   }
   for (TransportKind kind : {TransportKind::shm, TransportKind::tcp}) {
     auto three = one_host(3);
