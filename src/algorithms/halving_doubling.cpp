@@ -4,11 +4,12 @@
 // reduces the half this rank keeps; rank r ends with block r of p reduced, and the doubling steps
 // trade ever larger ranges back. A rank sends 2(p-1)/p of the buffer in 2 log2(p) messages:
 // recursive doubling's hop count twice over but fewer bytes than its log2(p) whole buffers, and
-// the ring's bytes in fewer hops. The n - p extra ranks fold in and out as in recursive doubling.
+// the ring's bytes in fewer hops. The n - p extra ranks fold in and out (power_of_two_fold.hpp).
 // Each step sends and receives side by side, slice by slice, so it takes any size. Pairwise steps
 // compute a op b on one side and b op a on the other; the kernels' ops are commutative bit for
 // bit, so all ranks end with identical bytes.
 #include "algorithms/algorithms.hpp"
+#include "algorithms/power_of_two_fold.hpp"
 #include "algorithms/primitives.hpp"
 #include "algorithms/ring_passes.hpp"
 
@@ -29,27 +30,13 @@ void halving_doubling_all_reduce(Engine& engine, const Collective& call) {
   const std::size_t elem = size_of(call.dtype);
   auto* out = static_cast<std::byte*>(call.out);
   const auto* in = static_cast<const std::byte*>(call.in);
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
-  const int extra = n - p;
-
-  if (r >= p) {  // fold in, then wait for the result
-    transport::Connection& partner = engine.connection(r - p);
-    Primitives prims(engine, &partner, &partner);
-    prims.send(call.in, call.count);
-    prims.recv(out, call.count);
-    return;
-  }
+  const int p = power_of_two_below(n);
+  if (!fold_in(engine, call, p)) return;
   // What the first step reads: the input itself, or (folded) the input reduced with a partner's.
-  const std::byte* source = in;
-  if (r < extra) {
-    transport::Connection& partner = engine.connection(r + p);
-    Primitives(engine, &partner, nullptr).recv_reduce_copy(call.in, out, call.count, false, 1);
-    source = out;
-  }
-  // The input stays unchanged until the call ends where it shares no byte with the output: the
-  // first step may send from it in place (TCP: no copy into a slot).
-  const bool input_stays = source == in && disjoint(in, call.count * elem, out, call.count * elem);
+  const std::byte* source = r < n - p ? out : in;
+  // The input stays unchanged until the call ends where it shares no byte with the output: a
+  // step reading it may send from it in place (TCP: no copy into a slot).
+  const bool input_stays = disjoint(in, call.count * elem, out, call.count * elem);
   auto offset = [&](int block) { return block_start(call.count, p, block) * elem; };
   auto span = [&](int first, int blocks) {
     return block_start(call.count, p, first + blocks) - block_start(call.count, p, first);
@@ -87,10 +74,7 @@ void halving_doubling_all_reduce(Engine& engine, const Collective& call) {
                    false);
     low = std::min(low, theirs);
   }
-  if (r < extra) {
-    transport::Connection& partner = engine.connection(r + p);
-    Primitives(engine, nullptr, &partner).use_caller_memory(true).send(out, call.count);
-  }
+  fold_out(engine, call, p);
 }
 
 }  // namespace loom::algorithms
