@@ -48,7 +48,7 @@ CostModel CostModel::defaults() {
 namespace {
 
 // The rates in the order encode() writes them, with their names.
-constexpr std::array<std::pair<const char*, double MachineRates::*>, 9> kRateFields = {{
+constexpr std::array<std::pair<const char*, double MachineRates::*>, 10> kRateFields = {{
     {"copy_gbps", &MachineRates::copy_gbps},
     {"reduce_gbps", &MachineRates::reduce_gbps},
     {"handover_us", &MachineRates::handover_us},
@@ -58,6 +58,7 @@ constexpr std::array<std::pair<const char*, double MachineRates::*>, 9> kRateFie
     {"slice_us", &MachineRates::slice_us},
     {"pipe_gbps", &MachineRates::pipe_gbps},
     {"core_cache_kib", &MachineRates::core_cache_kib},
+    {"segment_bytes", &MachineRates::segment_bytes},
 }};
 
 // Rates are better larger, times smaller; 0 is "not measured" and loses to any figure.
@@ -84,7 +85,7 @@ MachineRates pick(const MachineRates& a, const MachineRates& b, bool better) {
 std::string MachineRates::encode() const {
   std::string out;
   for (const auto& [name, field] : kRateFields)
-    out += fmt::format("{}{}={:.4g}", out.empty() ? "" : " ", name, this->*field);
+    out += fmt::format("{}{}={:.6g}", out.empty() ? "" : " ", name, this->*field);
   return out;
 }
 
@@ -169,6 +170,7 @@ CostModel CostModel::measured(const MachineRates& r, bool tcp_on_loopback) {
     // that outgrows the core's cache is copied from memory (2 ranks: 128 KiB slices 1.3x
     // faster than 512 KiB at 64 MiB on a 1 MiB L2).
     if (r.core_cache_kib > 0) tcp.slice_cap_bytes = r.core_cache_kib * 1024 / 8;
+    tcp.segment_bytes = r.segment_bytes;
     any = true;
   }
   if (any)
@@ -232,8 +234,33 @@ std::size_t slice_for(const SelectionInputs& in, const LinkCost& over, double un
   const double best =
       pipelined ? std::sqrt(unit * per_slice / (std::max(1, stages - 1) * link.beta_us_per_byte))
                 : slot;
-  const auto s = static_cast<std::size_t>(std::clamp(best, std::min(kMin, slot), slot));
+  auto s = static_cast<std::size_t>(std::clamp(best, std::min(kMin, slot), slot));
+  // Where ranks outnumber cores a frame's last few bytes in a segment of their own cost a wake-up
+  // (LinkCost::segment_bytes): slices fill whole segments. 4 ranks on 2 cores, the ring at
+  // 4-64 MiB: 60 KiB slices (one segment) 1.05-1.15x faster than 64 KiB (a segment and 77 bytes), and
+  // at 16 MiB than 56 KiB as well (8 and 6 paired launches).
+  if (over.segment_bytes > 0 && in.oversubscribed() && to_d(s) > over.segment_bytes)
+    s = static_cast<std::size_t>(std::floor(to_d(s) / over.segment_bytes) * over.segment_bytes);
   return s / 4096 * 4096 >= 4096 ? s / 4096 * 4096 : s;
+}
+
+// The hops a message of `bytes` in slices of `slice` (0: one frame) costs: one, and over loopback
+// TCP where the `working` ranks outnumber the cores one more for each frame that ends in a partly
+// filled segment and for a last frame its slice leaves short: the receiver, woken for what came
+// first, has left the core when the rest arrives (LinkCost::segment_bytes). Frames that fill whole
+// segments stream one behind the other. Where the ranks working at once have a core each (3 ranks
+// on 2 cores: recursive doubling's exchange between 2 of them) the rest comes while the receiver
+// spins: recursive doubling as 60 + 4 KiB frames 1.6x halving-doubling at 64 KiB. 4 ranks on 2 cores: recursive doubling at 64 KiB as one frame over two
+// segments 214 us, as 60 + 4 KiB frames 245 us, halving-doubling (32 KiB frames) 137-149 us; at
+// 256 KiB recursive doubling's four 64 KiB frames 781 us, halving-doubling's 354 us; 8 ranks,
+// 256 KiB: halving-doubling's steps of 4, 2 and 1 frames of 32 KiB 1.7x the ring's single frames.
+double hops_per_message(const SelectionInputs& in, const LinkCost& m, double bytes,
+                        std::size_t slice, int working) {
+  if (m.segment_bytes <= 0 || !in.crowded(working)) return 1.0;
+  const double frame = slice == 0 ? bytes : std::min(bytes, to_d(slice));
+  const double full = std::floor(bytes / frame), last = bytes - full * frame;
+  const bool spills = frame > m.segment_bytes && std::fmod(frame, m.segment_bytes) != 0;
+  return 1.0 + (spills ? full : 0.0) + (last > 0 ? 1.0 : 0.0);
 }
 
 // ---- all-reduce
@@ -260,10 +287,21 @@ double on_shared_cores(const SelectionInputs& in, const LinkCost& m, double path
   return std::max(path, per_rank * std::max(1, in.ranks_per_core));
 }
 
-double ring_cost(const SelectionInputs& in, std::size_t bytes, bool) {
+std::size_t ring_slice(const SelectionInputs& in, std::size_t bytes, bool device);
+// The ranks working at once while the n - p ranks beyond a power of two fold in or out: they and
+// their partners.
+int fold_working(const SelectionInputs& in, int p) {
+  return 2 * (in.size - p);
+}
+std::size_t whole_buffer_slice(const SelectionInputs& in, std::size_t bytes, bool device);
+std::size_t half_buffer_slice(const SelectionInputs& in, std::size_t bytes, bool device);
+
+double ring_cost(const SelectionInputs& in, std::size_t bytes, bool device) {
   const LinkCost& m = in.bottleneck();
   const int n = in.size;
-  const double hops = 2.0 * (n - 1), blocks = 2.0 * (n - 1) / n;
+  const double hops = 2.0 * (n - 1) *
+                      hops_per_message(in, m, to_d(bytes) / n, ring_slice(in, bytes, device), n),
+               blocks = 2.0 * (n - 1) / n;
   return on_shared_cores(in, m, hops, hops) * m.alpha_us +
          on_shared_cores(in, m, blocks, blocks) * to_d(bytes) * m.beta_us_per_byte;
 }
@@ -293,9 +331,15 @@ double recursive_doubling_cost(const SelectionInputs& in, std::size_t bytes, boo
   // Messages received: p at every hop; each of the n-p others receives one, and so does its
   // partner.
   const double messages_per_rank = (to_d(p) * hops + 2.0 * (in.size - p)) / in.size;
-  if (p != in.size) hops += 2;
+  // A message's hops, averaged over the path: p ranks work at each exchange, 2(n-p) at a fold.
+  const std::size_t slice = whole_buffer_slice(in, bytes, device);
+  const int folds = p != in.size ? 2 : 0;
+  const double frames = (hops * hops_per_message(in, m, to_d(bytes), slice, p) +
+                         folds * hops_per_message(in, m, to_d(bytes), slice, fold_working(in, p))) /
+                        (hops + folds);
+  hops += folds;
   const double path = on_shared_cores(in, m, hops, messages_per_rank);
-  return path * (m.alpha_us + to_d(bytes) * m.beta_us_per_byte) +
+  return path * (frames * m.alpha_us + to_d(bytes) * m.beta_us_per_byte) +
          reducing * to_d(bytes) * whole_reduction_extra_us_per_byte(in, device);
 }
 // The whole buffer in each slice, at least so many that it fits half the FIFO.
@@ -311,11 +355,18 @@ double halving_doubling_cost(const SelectionInputs& in, std::size_t bytes, bool 
   while (p * 2 <= in.size) p *= 2, ++steps;
   const bool folds = p != in.size;
   // Halving and doubling: 2 log2 p messages carrying 2(p-1)/p of the buffer; folding in and out
-  // adds a whole buffer each way.
-  const double hops = 2.0 * steps + (folds ? 2 : 0);
+  // adds a whole buffer each way. A message costs its frames' hops where they are handed over one
+  // by one (hops_per_message).
+  const std::size_t slice = half_buffer_slice(in, bytes, device);
+  double step_hops = 0;
+  for (int k = 1; k <= steps; ++k)
+    step_hops += 2.0 * hops_per_message(in, m, to_d(bytes) / (1 << k), slice, p);
+  const double fold_hops =
+      folds ? 2.0 * hops_per_message(in, m, to_d(bytes), slice, fold_working(in, p)) : 0.0;
+  const double hops = step_hops + fold_hops;
   const double buffers = 2.0 * (p - 1) / p + (folds ? 2 : 0);
   // Averaged over the ranks (the n-p others receive one message and one buffer).
-  const double messages_per_rank = (to_d(p) * 2 * steps + 2.0 * (in.size - p)) / in.size;
+  const double messages_per_rank = (to_d(p) * step_hops + (in.size - p) * fold_hops) / in.size;
   const double buffers_per_rank = (to_d(p) * 2.0 * (p - 1) / p + 2.0 * (in.size - p)) / in.size;
   // Its first step reduces half the buffer at once where the ring reduces a block (1/n) a step.
   // Where the kernel or a NIC moves the bytes, that step's footprint is the half; over shared

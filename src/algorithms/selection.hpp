@@ -40,6 +40,11 @@ struct LinkCost {
   // TCP between ranks of one host: the kernel's copies run on the cores the ranks share, so
   // ranks outnumbering cores take turns at them (CostModel::measured sets it).
   bool shares_cores = false;
+  // The payload one segment carries there (0: not measured). Where ranks outnumber cores a frame
+  // that spills a few bytes into another segment pays for that segment as for a frame: its
+  // receiver, woken by the first, is off the core when the rest arrives. Slices fill whole
+  // segments, and a message costs a hop per frame.
+  double segment_bytes = 0;
 };
 
 // What the init probe measured on a host (core/machine_probe.cpp); 0: not measured.
@@ -55,6 +60,7 @@ struct MachineRates {
   double slice_us = 0;        // one slice: its hand-overs and the slot's bookkeeping
   double pipe_gbps = 0;       // bytes one side sends per second, each copied in and reduced across
   double core_cache_kib = 0;  // a core's level-2 cache
+  double segment_bytes = 0;   // a TCP frame's payload that fits one loopback segment
 
   // "copy=41.2 reduce=20.1 ..." (a rank's topology record carries it); decode() reads any
   // field it knows and leaves the rest 0.
@@ -100,6 +106,7 @@ struct SelectionInputs {
   std::size_t slot_bytes = 512 << 10;
   int slots = 8;
   int ranks_per_core = 1;    // the most ranks sharing a core (and its cache) on any host
+  int cores = 0;             // the fewest processors of any host (0: not known)
   bool reads_peers = false;  // every rank may read its peers' memory (process_vm_readv)
   std::size_t cache_bytes = std::size_t{32} << 20;  // the last-level cache a host's ranks share
   std::string overrides;                            // LOOM_ALGO
@@ -111,6 +118,9 @@ struct SelectionInputs {
   bool one_host() const { return hosts.size() <= 1; }
   // Some host runs more ranks than cores: hand-overs cost more.
   bool oversubscribed() const { return ranks_per_core > 1; }
+  // Whether `working` ranks of a host, working at once, outnumber its cores (cores not known:
+  // whether any host is oversubscribed).
+  bool crowded(int working) const { return cores > 0 ? working > cores : oversubscribed(); }
   // Whether buffers of `bytes` on each of `ranks` ranks of a host outgrow its last-level cache.
   bool beyond_cache(double bytes, int ranks) const {
     return bytes * std::max(1, ranks) >= static_cast<double>(cache_bytes);

@@ -26,6 +26,7 @@
 #include "base/tcp_connect.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "store/listen_socket.hpp"
+#include "transports/tcp/tcp_connection.hpp"
 
 namespace loom::core {
 namespace {
@@ -172,10 +173,12 @@ class CorePair {
 // Taken by the rank that runs the pipe probe, so that the host's other ranks leave its cores to it.
 constexpr const char* kPipeLock = "/tmp/loom-probe-pipe.lock";
 
-// One TCP connection over loopback: the one-way latency of 8 bytes and one stream's rate.
+// One TCP connection over loopback: the one-way latency of 8 bytes, one stream's rate, and the
+// payload one segment carries after a frame's header.
 struct Loopback {
   double latency_us = 0;
   double gbps = 0;
+  double segment_bytes = 0;
 };
 
 // Closes its descriptor.
@@ -267,6 +270,13 @@ Loopback loopback(std::chrono::microseconds budget) {
     return static_cast<double>(kChunks * kProbeBytes);
   });
   result.gbps = bytes_per_us / 1e3;
+  // Read after the stream: the kernel caps a segment at half the largest window the peer has
+  // offered, which grows as the stream runs (loopback: 32768, then 65483).
+  int segment = 0;
+  socklen_t segment_len = sizeof(segment);
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &segment, &segment_len) == 0 &&
+      segment > static_cast<int>(sizeof(transport::tcp::FrameHeader)))
+    result.segment_bytes = segment - static_cast<int>(sizeof(transport::tcp::FrameHeader));
   ::shutdown(fd, SHUT_RDWR);
   echo.join();
   if (result.latency_us == 0 || result.gbps == 0) return {};
@@ -434,6 +444,7 @@ algorithms::MachineRates probe_machine(std::chrono::microseconds budget, bool tc
     const Loopback l = loopback(part(40));
     r.loopback_us = l.latency_us;
     r.loopback_gbps = l.gbps;
+    r.segment_bytes = l.segment_bytes;
   }
   return r;
 }

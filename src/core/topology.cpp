@@ -57,6 +57,13 @@ int Topology::ranks_per_core() const {
   return most;
 }
 
+int Topology::fewest_cores() const {
+  int fewest = 0;
+  for (const int cores : cores_of_rank)
+    if (cores > 0 && (fewest == 0 || cores < fewest)) fewest = cores;
+  return std::max(1, fewest);
+}
+
 int Topology::ranks_on_host_of(int rank) const {
   int n = 0;
   for (const auto& h : host_of_rank) n += h == host_of_rank[rank];

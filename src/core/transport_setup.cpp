@@ -113,6 +113,7 @@ algorithms::SelectionInputs Communicator::Impl::selection_inputs() const {
   in.slot_bytes = config_.buffer_bytes / static_cast<std::size_t>(config_.slots);
   in.slots = config_.slots;
   in.ranks_per_core = topology_.ranks_per_core();
+  in.cores = topology_.fewest_cores();
   in.reads_peers = std::all_of(topology_.reads_peers_of_rank.begin(),
                                topology_.reads_peers_of_rank.end(), [](bool b) { return b; });
   in.cache_bytes = base::last_level_cache_bytes();

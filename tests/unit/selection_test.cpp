@@ -192,7 +192,7 @@ namespace {
 TEST(MeasuredModel, RatesSurviveTheirRecordAndBadFieldsReadAsNotMeasured) {
   MachineRates r;
   r.copy_gbps = 41.5, r.reduce_gbps = 20.25, r.handover_us = 0.125, r.wake_us = 6.5;
-  r.loopback_us = 12.75, r.loopback_gbps = 3.5;
+  r.loopback_us = 12.75, r.loopback_gbps = 3.5, r.segment_bytes = 65459;
   const MachineRates back = MachineRates::decode(r.encode());
   EXPECT_EQ(back.encode(), r.encode());
   EXPECT_DOUBLE_EQ(back.handover_us, 0.125);
@@ -440,6 +440,56 @@ TEST(MeasuredModel, HalvingDoublingTakesMidSizesWhileItsStepsFitTheCoresCache) {
   }
 }
 
+// Over loopback TCP, where the ranks working at once outnumber the cores, a frame's bytes in a
+// segment of their own, or a last frame its slice leaves short, cost a hop: slices fill whole
+// segments, and recursive doubling's whole buffer of 64 KiB (a segment and 77 bytes) loses to
+// halving-doubling's halves at 4 and 8 ranks on 2 cores. At 3 ranks its exchange runs between 2
+// ranks, a core each, and it keeps the call; with a core per rank nothing changes.
+TEST(MeasuredModel, LoopbackFramesFillWholeSegmentsWhereRanksOutnumberCores) {
+  MachineRates r = zen4_rates();
+  r.loopback_us = 8, r.loopback_gbps = 7;
+  const auto tcp = [&](int ranks, double segment_bytes) {
+    MachineRates with = r;
+    with.segment_bytes = segment_bytes;
+    auto in = one_host(ranks);
+    in.local = TransportKind::tcp;
+    in.costs = CostModel::measured(with, true);
+    in.cores = 2;
+    in.ranks_per_core = (ranks + 1) / 2;
+    return in;
+  };
+  constexpr double kSegment = 65483 - 24;  // loopback's MSS less a frame's header
+  auto ring4 = tcp(4, kSegment);
+  ring4.overrides = "allreduce:ring";
+  EXPECT_EQ(Selector(ring4).choose(Kind::all_reduce, 64 << 20, false).slice, 60u << 10);
+  auto unmeasured = tcp(4, 0);
+  unmeasured.overrides = "allreduce:ring";
+  EXPECT_EQ(Selector(unmeasured).choose(Kind::all_reduce, 64 << 20, false).slice, 64u << 10);
+  // Two segments' worth: 128 KiB slices (a core's 2 MiB shared by 2 ranks) become 124 KiB.
+  MachineRates larger = r;
+  larger.core_cache_kib = 2048, larger.segment_bytes = kSegment;
+  ring4.costs = CostModel::measured(larger, true);
+  EXPECT_EQ(Selector(ring4).choose(Kind::all_reduce, 64 << 20, false).slice, 124u << 10);
+
+  EXPECT_EQ(pick(tcp(4, kSegment), Kind::all_reduce, 64 << 10), "halving_doubling");
+  EXPECT_EQ(pick(tcp(4, 0), Kind::all_reduce, 64 << 10), "recursive_doubling");
+  EXPECT_EQ(pick(tcp(8, kSegment), Kind::all_reduce, 64 << 10), "halving_doubling");
+  EXPECT_EQ(pick(tcp(3, kSegment), Kind::all_reduce, 64 << 10), "recursive_doubling");
+  EXPECT_EQ(pick(tcp(4, kSegment), Kind::all_reduce, 64 << 20), "ring");
+  EXPECT_EQ(pick(tcp(4, kSegment), Kind::all_reduce, 8), "recursive_doubling");
+  // A core per rank: the same choices and slices as without the segment.
+  for (std::size_t bytes : {std::size_t{8}, std::size_t{64} << 10, std::size_t{1} << 20,
+                            std::size_t{64} << 20}) {
+    auto with = tcp(2, kSegment), without = tcp(2, 0);
+    with.ranks_per_core = without.ranks_per_core = 1;
+    const auto a = Selector(with).choose(Kind::all_reduce, bytes, false);
+    const auto b = Selector(without).choose(Kind::all_reduce, bytes, false);
+    EXPECT_EQ(a.algorithm, b.algorithm) << bytes << " B";
+    EXPECT_EQ(a.slice, b.slice) << bytes << " B";
+    EXPECT_DOUBLE_EQ(a.predicted_us, b.predicted_us) << bytes << " B";
+  }
+}
+
 // Recursive doubling and one-shot reduce the whole buffer at each hop, where the ring reduces half
 // of what it moves: on 2 ranks with a core each, the ring wins from about a slice's latency
 // upward (one-shot and recursive doubling beat it 1.2-1.9x slower before this was priced, by
@@ -491,6 +541,7 @@ TEST(MachineProbe, MeasuresEveryPartAndEnds) {
   EXPECT_GT(r.wake_us, 0);
   EXPECT_GT(r.loopback_us, 0);
   EXPECT_GT(r.loopback_gbps, 0);
+  EXPECT_GT(r.segment_bytes, 0);
   EXPECT_GE(r.handover_us, 0);  // 0 where the two threads shared a core
   // 0 where another process held the host's pipe lock; both or neither.
   EXPECT_EQ(r.slice_us > 0, r.pipe_gbps > 0);
