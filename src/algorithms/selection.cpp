@@ -237,8 +237,8 @@ std::size_t slice_for(const SelectionInputs& in, const LinkCost& over, double un
   auto s = static_cast<std::size_t>(std::clamp(best, std::min(kMin, slot), slot));
   // Where ranks outnumber cores a frame's last few bytes in a segment of their own cost a wake-up
   // (LinkCost::segment_bytes): slices fill whole segments. 4 ranks on 2 cores, the ring at
-  // 4-64 MiB: 60 KiB slices (one segment) 1.05-1.15x faster than 64 KiB (a segment and 77 bytes), and
-  // at 16 MiB than 56 KiB as well (8 and 6 paired launches).
+  // 4-64 MiB: 60 KiB slices (one segment) 1.05-1.15x faster than 64 KiB (a segment and 77 bytes),
+  // and at 16 MiB than 56 KiB as well (8 and 6 paired launches).
   if (over.segment_bytes > 0 && in.oversubscribed() && to_d(s) > over.segment_bytes)
     s = static_cast<std::size_t>(std::floor(to_d(s) / over.segment_bytes) * over.segment_bytes);
   return s / 4096 * 4096 >= 4096 ? s / 4096 * 4096 : s;
@@ -250,10 +250,11 @@ std::size_t slice_for(const SelectionInputs& in, const LinkCost& over, double un
 // first, has left the core when the rest arrives (LinkCost::segment_bytes). Frames that fill whole
 // segments stream one behind the other. Where the ranks working at once have a core each (3 ranks
 // on 2 cores: recursive doubling's exchange between 2 of them) the rest comes while the receiver
-// spins: recursive doubling as 60 + 4 KiB frames 1.6x halving-doubling at 64 KiB. 4 ranks on 2 cores: recursive doubling at 64 KiB as one frame over two
-// segments 214 us, as 60 + 4 KiB frames 245 us, halving-doubling (32 KiB frames) 137-149 us; at
-// 256 KiB recursive doubling's four 64 KiB frames 781 us, halving-doubling's 354 us; 8 ranks,
-// 256 KiB: halving-doubling's steps of 4, 2 and 1 frames of 32 KiB 1.7x the ring's single frames.
+// spins: recursive doubling as 60 + 4 KiB frames 1.6x halving-doubling at 64 KiB. 4 ranks on 2
+// cores: recursive doubling at 64 KiB as one frame over two segments 214 us, as 60 + 4 KiB frames
+// 245 us, halving-doubling (32 KiB frames) 137-149 us; at 256 KiB recursive doubling's four 64 KiB
+// frames 781 us, halving-doubling's 354 us; 8 ranks, 256 KiB: halving-doubling's steps of 4, 2 and
+// 1 frames of 32 KiB 1.7x the ring's single frames.
 double hops_per_message(const SelectionInputs& in, const LinkCost& m, double bytes,
                         std::size_t slice, int working) {
   if (m.segment_bytes <= 0 || !in.crowded(working)) return 1.0;

@@ -478,8 +478,8 @@ TEST(MeasuredModel, LoopbackFramesFillWholeSegmentsWhereRanksOutnumberCores) {
   EXPECT_EQ(pick(tcp(4, kSegment), Kind::all_reduce, 64 << 20), "ring");
   EXPECT_EQ(pick(tcp(4, kSegment), Kind::all_reduce, 8), "recursive_doubling");
   // A core per rank: the same choices and slices as without the segment.
-  for (std::size_t bytes : {std::size_t{8}, std::size_t{64} << 10, std::size_t{1} << 20,
-                            std::size_t{64} << 20}) {
+  for (std::size_t bytes :
+       {std::size_t{8}, std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{64} << 20}) {
     auto with = tcp(2, kSegment), without = tcp(2, 0);
     with.ranks_per_core = without.ranks_per_core = 1;
     const auto a = Selector(with).choose(Kind::all_reduce, bytes, false);
