@@ -202,7 +202,7 @@ double to_d(std::size_t bytes) {
 // The slice for `unit` bytes crossing `stages` pipeline stages over `over`; `reduced`: each slice
 // is reduced against the caller's input as it arrives (the all-reduce).
 std::size_t slice_for(const SelectionInputs& in, const LinkCost& over, double unit, int stages,
-                      bool reduced = false) {
+                      bool reduced = false, bool fill_segments = true) {
   constexpr double kMin = 16 * 1024;
   // Over TCP within a host the cache's cap and the ranks' turns were measured on the all-reduce.
   // Slices that are only copied keep the pipeline's rule there: an all-gather and a broadcast ran
@@ -239,29 +239,30 @@ std::size_t slice_for(const SelectionInputs& in, const LinkCost& over, double un
   // (LinkCost::segment_bytes): slices fill whole segments. 4 ranks on 2 cores, the ring at
   // 4-64 MiB: 60 KiB slices (one segment) 1.05-1.15x faster than 64 KiB (a segment and 77 bytes),
   // and at 16 MiB than 56 KiB as well (8 and 6 paired launches).
-  if (over.segment_bytes > 0 && in.oversubscribed() && to_d(s) > over.segment_bytes)
+  if (fill_segments && over.segment_bytes > 0 && in.oversubscribed() &&
+      to_d(s) > over.segment_bytes)
     s = static_cast<std::size_t>(std::floor(to_d(s) / over.segment_bytes) * over.segment_bytes);
   return s / 4096 * 4096 >= 4096 ? s / 4096 * 4096 : s;
 }
 
 // The hops a message of `bytes` in slices of `slice` (0: one frame) costs: one, and over loopback
 // TCP where the `working` ranks outnumber the cores one more for each frame that ends in a partly
-// filled segment and for a last frame its slice leaves short: the receiver, woken for what came
-// first, has left the core when the rest arrives (LinkCost::segment_bytes). Frames that fill whole
-// segments stream one behind the other. Where the ranks working at once have a core each (3 ranks
-// on 2 cores: recursive doubling's exchange between 2 of them) the rest comes while the receiver
-// spins: recursive doubling as 60 + 4 KiB frames 1.6x halving-doubling at 64 KiB. 4 ranks on 2
-// cores: recursive doubling at 64 KiB as one frame over two segments 214 us, as 60 + 4 KiB frames
-// 245 us, halving-doubling (32 KiB frames) 137-149 us; at 256 KiB recursive doubling's four 64 KiB
-// frames 781 us, halving-doubling's 354 us; 8 ranks, 256 KiB: halving-doubling's steps of 4, 2 and
-// 1 frames of 32 KiB 1.7x the ring's single frames.
+// filled segment: its receiver, woken for the first segments, has left the core when the last
+// arrives (LinkCost::segment_bytes). 4 ranks on 2 cores, recursive doubling (medians of 5
+// launches): 60 KiB as one frame of one segment 165 us, 64 KiB as one frame of a segment and 77
+// bytes 214 us, where halving-doubling's halves (one segment each) take 137 us; at 256 KiB its four
+// 64 KiB frames 781 us, halving-doubling's 354 us. Where the ranks working at once have a core each
+// (recursive doubling's exchange between 2 of 3 ranks on 2 cores) the rest comes while the
+// receiver spins: recursive doubling 1.3x halving-doubling at 64 KiB there.
 double hops_per_message(const SelectionInputs& in, const LinkCost& m, double bytes,
                         std::size_t slice, int working) {
   if (m.segment_bytes <= 0 || !in.crowded(working)) return 1.0;
+  const auto spills = [&](double frame) {
+    return frame > m.segment_bytes && std::fmod(frame, m.segment_bytes) != 0 ? 1.0 : 0.0;
+  };
   const double frame = slice == 0 ? bytes : std::min(bytes, to_d(slice));
   const double full = std::floor(bytes / frame), last = bytes - full * frame;
-  const bool spills = frame > m.segment_bytes && std::fmod(frame, m.segment_bytes) != 0;
-  return 1.0 + (spills ? full : 0.0) + (last > 0 ? 1.0 : 0.0);
+  return 1.0 + full * spills(frame) + spills(last);
 }
 
 // ---- all-reduce
@@ -347,7 +348,10 @@ double recursive_doubling_cost(const SelectionInputs& in, std::size_t bytes, boo
 std::size_t whole_buffer_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
   if (device || bytes <= 16 * 1024) return 0;
   const std::size_t half = static_cast<std::size_t>(std::max(1, in.slots / 2));
-  return std::max(slice_for(in, in.bottleneck(), to_d(bytes), 2, true), (bytes + half - 1) / half);
+  // Cut to whole segments, a buffer just over one would end in a short frame (60 + 4 KiB at
+  // 64 KiB: 245 us at 4 ranks on 2 cores, against 214 us as one frame).
+  return std::max(slice_for(in, in.bottleneck(), to_d(bytes), 2, true, false),
+                  (bytes + half - 1) / half);
 }
 
 double halving_doubling_cost(const SelectionInputs& in, std::size_t bytes, bool device) {

@@ -440,11 +440,11 @@ TEST(MeasuredModel, HalvingDoublingTakesMidSizesWhileItsStepsFitTheCoresCache) {
   }
 }
 
-// Over loopback TCP, where the ranks working at once outnumber the cores, a frame's bytes in a
-// segment of their own, or a last frame its slice leaves short, cost a hop: slices fill whole
-// segments, and recursive doubling's whole buffer of 64 KiB (a segment and 77 bytes) loses to
-// halving-doubling's halves at 4 and 8 ranks on 2 cores. At 3 ranks its exchange runs between 2
-// ranks, a core each, and it keeps the call; with a core per rank nothing changes.
+// Over loopback TCP, where the ranks working at once outnumber the cores, a frame that ends in a
+// partly filled segment costs another hop: slices fill whole segments, and recursive doubling's
+// whole buffer of 64 KiB (a segment and 77 bytes) loses to halving-doubling's halves at 4 ranks
+// on 2 cores. At 3 ranks its exchange runs between 2 ranks, a core each, and it keeps the call;
+// with a core per rank nothing changes.
 TEST(MeasuredModel, LoopbackFramesFillWholeSegmentsWhereRanksOutnumberCores) {
   MachineRates r = zen4_rates();
   r.loopback_us = 8, r.loopback_gbps = 7;
