@@ -290,13 +290,14 @@ double on_shared_cores(const SelectionInputs& in, const LinkCost& m, double path
 }
 
 std::size_t ring_slice(const SelectionInputs& in, std::size_t bytes, bool device);
+std::size_t whole_buffer_slice(const SelectionInputs& in, std::size_t bytes, bool device);
+std::size_t half_buffer_slice(const SelectionInputs& in, std::size_t bytes, bool device);
+
 // The ranks working at once while the n - p ranks beyond a power of two fold in or out: they and
 // their partners.
 int fold_working(const SelectionInputs& in, int p) {
   return 2 * (in.size - p);
 }
-std::size_t whole_buffer_slice(const SelectionInputs& in, std::size_t bytes, bool device);
-std::size_t half_buffer_slice(const SelectionInputs& in, std::size_t bytes, bool device);
 
 double ring_cost(const SelectionInputs& in, std::size_t bytes, bool device) {
   const LinkCost& m = in.bottleneck();

@@ -41,9 +41,9 @@ struct LinkCost {
   // ranks outnumbering cores take turns at them (CostModel::measured sets it).
   bool shares_cores = false;
   // The payload one segment carries there (0: not measured). Where ranks outnumber cores a frame
-  // that spills a few bytes into another segment pays for that segment as for a frame: its
-  // receiver, woken by the first, is off the core when the rest arrives. Slices fill whole
-  // segments, and a message costs a hop per frame.
+  // that ends in a partly filled segment costs another hop: its receiver, woken by the first
+  // segments, is off the core when the last arrives. The pipelined slices fill whole segments
+  // (slice_for), and the model charges the frames that do not (hops_per_message).
   double segment_bytes = 0;
 };
 

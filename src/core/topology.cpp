@@ -61,7 +61,7 @@ int Topology::fewest_cores() const {
   int fewest = 0;
   for (const int cores : cores_of_rank)
     if (cores > 0 && (fewest == 0 || cores < fewest)) fewest = cores;
-  return std::max(1, fewest);
+  return fewest;
 }
 
 int Topology::ranks_on_host_of(int rank) const {

@@ -38,7 +38,7 @@ struct Topology {
   // The most ranks that share one core on any host (ranks over cores, rounded up): the same on
   // every rank.
   int ranks_per_core() const;
-  // The fewest processors any host has.
+  // The fewest processors any host has (0: no rank reported its host's).
   int fewest_cores() const;
   bool same_host(int a, int b) const { return host_of_rank[a] == host_of_rank[b]; }
   int ranks_on_host_of(int rank) const;
