@@ -256,7 +256,7 @@ std::size_t slice_for(const SelectionInputs& in, const LinkCost& over, double un
 // receiver spins: recursive doubling 1.3x halving-doubling at 64 KiB there.
 double hops_per_message(const SelectionInputs& in, const LinkCost& m, double bytes,
                         std::size_t slice, int working) {
-  if (m.segment_bytes <= 0 || !in.crowded(working)) return 1.0;
+  if (m.segment_bytes <= 0 || bytes <= 0 || !in.crowded(working)) return 1.0;
   const auto spills = [&](double frame) {
     return frame > m.segment_bytes && std::fmod(frame, m.segment_bytes) != 0 ? 1.0 : 0.0;
   };

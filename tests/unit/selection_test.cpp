@@ -477,6 +477,13 @@ TEST(MeasuredModel, LoopbackFramesFillWholeSegmentsWhereRanksOutnumberCores) {
   EXPECT_EQ(pick(tcp(3, kSegment), Kind::all_reduce, 64 << 10), "recursive_doubling");
   EXPECT_EQ(pick(tcp(4, kSegment), Kind::all_reduce, 64 << 20), "ring");
   EXPECT_EQ(pick(tcp(4, kSegment), Kind::all_reduce, 8), "recursive_doubling");
+  // An empty call has no frame to split: priced as without the segment, not as 0 / 0.
+  for (int ranks : {3, 4, 8}) {
+    const auto a = Selector(tcp(ranks, kSegment)).choose(Kind::all_reduce, 0, false);
+    const auto b = Selector(tcp(ranks, 0)).choose(Kind::all_reduce, 0, false);
+    EXPECT_EQ(a.algorithm, b.algorithm) << ranks << " ranks";
+    EXPECT_DOUBLE_EQ(a.predicted_us, b.predicted_us) << ranks << " ranks";
+  }
   // A core per rank: the same choices and slices as without the segment.
   for (std::size_t bytes :
        {std::size_t{8}, std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{64} << 20}) {
