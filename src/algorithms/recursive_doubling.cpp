@@ -3,12 +3,9 @@
 // (power_of_two_fold.hpp). Every pairwise step computes a op b on one side and b op a on the
 // other; the kernels' ops are commutative bit for bit (NaN-propagating min/max, -0 below +0), so
 // all ranks end with identical bytes.
-#include <cstring>
-
 #include "algorithms/algorithms.hpp"
 #include "algorithms/power_of_two_fold.hpp"
 #include "algorithms/primitives.hpp"
-#include "kernels/cpu/cpu_kernels.hpp"
 
 namespace loom::algorithms {
 
