@@ -39,7 +39,8 @@ class LOOM_API Store {
   // health monitor); null when this store cannot make one.
   virtual std::shared_ptr<Store> clone() const { return nullptr; }
   // The same, with requests that do not wait for a key giving up after `request_timeout`: a
-  // watcher must notice a stopped store within that time. By default clone().
+  // watcher must notice a stopped store within that time (and a refused reconnection gives up at
+  // once: the watcher asks again on its next round). By default clone().
   virtual std::shared_ptr<Store> clone_bounded(std::chrono::milliseconds request_timeout) const {
     (void)request_timeout;
     return clone();
@@ -86,6 +87,7 @@ class LOOM_API TcpStore : public Store {
   class Impl;
 
  private:
+  explicit TcpStore(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

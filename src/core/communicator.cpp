@@ -200,6 +200,7 @@ void Communicator::Impl::shutdown() {
     gpu_.reset();
   }
   transport_.reset();
+  keep_store_for_survivors();
 }
 
 namespace {

@@ -130,6 +130,7 @@ class LOOM_INTERNAL Communicator::Impl {
   void halt_from_record(const base::AbortRecord& record);
   [[noreturn]] void fail(const algorithms::Collective& call, const Error& e);
   base::AbortRecord record_of(const Error& e) const;
+  void keep_store_for_survivors();
   base::AbortRecord publish(const base::AbortRecord& mine,
                             std::chrono::milliseconds prefer_standing,
                             core::HealthMonitor* monitor);

@@ -1,8 +1,11 @@
 // How a communicator stops: abort(), another rank's record found by the health monitor, or a
 // call's own failure; and how the cause reaches every rank through the store.
 #include <algorithm>
+#include <thread>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/logging.hpp"
 #include "core/communicator_impl.hpp"
@@ -17,6 +20,10 @@ namespace {
 constexpr auto kPublishWait = std::chrono::seconds(1);
 // How long a rank that only saw a connection close waits for the cause from the rank that knows.
 constexpr auto kPreferStanding = std::chrono::milliseconds(500);
+// How long the rank hosting the store keeps it, on its way out after a failure, for the ranks
+// that have not read the record: they learn a failure within a second (a closed connection, the
+// monitor's next look), or are gone themselves.
+constexpr auto kKeepStoreForSurvivors = std::chrono::seconds(3);
 }  // namespace
 
 void Communicator::Impl::abort() {
@@ -112,6 +119,30 @@ void Communicator::Impl::fail(const Collective& call, const Error& e) {
   throw;
 }
 
+// On the way out after a failure, on the rank that hosts the store (init()): its process may end
+// right after, and the store with it. A survivor that has not read the record by then would find
+// no store and blame this rank; so the store stays until every rank but the failed one has read
+// the record, or kKeepStoreForSurvivors has passed.
+void Communicator::Impl::keep_store_for_survivors() {
+  if (!hosted_server || !halt_.triggered()) return;
+  try {
+    const auto record = core::read_abort(*store_);
+    if (!record) return;  // none stands in the store: nobody will say they read it
+    const auto deadline = std::chrono::steady_clock::now() + kKeepStoreForSurvivors;
+    std::vector<int> unaware;
+    while (!(unaware = core::unaware_of_abort(*store_, size_, rank_, *record)).empty() &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!unaware.empty())
+      base::log().info(
+          "{}: closing the store it hosts: rank(s) {} did not read the failure "
+          "record within {} s",
+          who(rank_), fmt::join(unaware, ","), kKeepStoreForSurvivors.count());
+  } catch (const Error& e) {
+    base::log().debug("{}: the store it hosts: {}", who(rank_), e.what());
+  }
+}
+
 // What this rank's own error tells the others.
 base::AbortRecord Communicator::Impl::record_of(const Error& e) const {
   using Kind = base::AbortRecord::Kind;
@@ -150,6 +181,7 @@ base::AbortRecord Communicator::Impl::publish(const base::AbortRecord& mine,
   } else {
     try {
       standing = core::publish_abort(*store_, mine);
+      core::mark_abort_seen(*store_, rank_);
     } catch (const Error& e) {
       base::log().warn("{}: cannot publish the failure: {}", who(rank_), e.what());
     }

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -113,6 +114,7 @@ void HealthMonitor::serve_publish() {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (!standing) standing = publish_abort(*store_, request->mine);
     store_answered(Clock::now());
+    mark_seen();
   } catch (const Error& e) {
     store_silent(Clock::now(), e);
   }
@@ -127,6 +129,7 @@ void HealthMonitor::tick(Clock::time_point now) {
     if (auto record = read_abort(*store_)) {
       abort_seen_ = true;
       on_abort_(*record);
+      mark_seen();
     }
   }
   if (now >= next_beat_) {
@@ -135,6 +138,12 @@ void HealthMonitor::tick(Clock::time_point now) {
   }
   if (settings_.size > 1 && settings_.heartbeat_timeout.count() > 0) watch_heartbeat(now);
   watch_stalls(now);
+}
+
+// On the monitor's thread, with the record read or published: once.
+void HealthMonitor::mark_seen() {
+  if (std::exchange(seen_marked_, true)) return;
+  mark_abort_seen(*store_, settings_.rank);
 }
 
 void HealthMonitor::store_answered(Clock::time_point now) {
@@ -215,6 +224,7 @@ void HealthMonitor::declare(const base::AbortRecord& record, bool publish) {
   if (publish) {
     try {
       standing = publish_abort(*store_, record);
+      mark_seen();
     } catch (const Error& e) {
       base::log().warn("{}: cannot publish the failure: {}", who(settings_.rank), e.what());
     }

@@ -8,7 +8,8 @@
 // - keeps going when the store does not answer, saying so at WARN once; when the store stays
 //   silent for LOOM_HEARTBEAT_TIMEOUT and a rank hosts it, that rank is declared failed here
 //   (there is no store to tell the others: each rank finds it on its own);
-// - publishes this rank's own failure records, with a deadline its caller chooses;
+// - publishes this rank's own failure records, with a deadline its caller chooses, and says
+//   when this rank has the record that stands (the rank hosting the store waits for that);
 // - stall report: a rank whose collective has waited LOOM_STALL_WARN seconds says so through the
 //   store, every rank then publishes where it stands, and rank 0 logs which ranks have and have
 //   not entered that collective (the run keeps waiting until its timeout).
@@ -80,6 +81,7 @@ class HealthMonitor {
   void watch_stalls(Clock::time_point now);
   void report_stall(std::int64_t stalls);
   void declare(const base::AbortRecord& record, bool publish);
+  void mark_seen();
   std::string who(int rank) const;
 
   std::shared_ptr<Store> store_;
@@ -87,6 +89,7 @@ class HealthMonitor {
   const Progress& progress_;
   std::function<void(const base::AbortRecord&)> on_abort_;
   bool abort_seen_ = false;
+  bool seen_marked_ = false;  // this rank said it has the record (keys::abort_seen)
 
   Clock::time_point started_;
 

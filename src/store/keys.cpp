@@ -64,6 +64,9 @@ std::string topology(int rank) {
 std::string abort_record() {
   return key(Space::failure, "abort");
 }
+std::string abort_seen(int rank) {
+  return key(Space::failure, "seen", rank);
+}
 std::string heartbeat(int rank) {
   return key(Space::health, "heartbeat", rank);
 }

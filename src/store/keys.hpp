@@ -39,6 +39,8 @@ std::string generation_prefix(std::string_view attempt, std::int64_t n);
 std::string job_token();
 std::string topology(int rank);
 std::string abort_record();
+// Rank `rank` has read the abort record: the rank that hosts the store may let it go.
+std::string abort_seen(int rank);
 std::string heartbeat(int rank);
 std::string progress(int rank);
 std::string stalls();

@@ -53,13 +53,16 @@ auto decoded(const Context& context, Decode&& decode) -> decltype(decode()) {
 
 class LOOM_INTERNAL TcpStore::Impl {
  public:
+  // retry_refused: whether a reconnection that the host refuses is tried again until the
+  // request's deadline (the first connection always is: the server may not be up yet).
   Impl(std::string host, std::uint16_t port, std::chrono::milliseconds timeout, std::string secret,
-       std::chrono::milliseconds request_timeout)
+       std::chrono::milliseconds request_timeout, bool retry_refused = true)
       : host_(std::move(host)),
         port_(port),
         secret_(std::move(secret)),
-        request_timeout_(request_timeout) {
-    idle_.push_back(connect(Deadline(timeout)));
+        request_timeout_(request_timeout),
+        retry_refused_(retry_refused) {
+    idle_.push_back(connect(Deadline(timeout), true));
   }
   ~Impl() {
     for (int fd : idle_) ::close(fd);
@@ -143,7 +146,7 @@ class LOOM_INTERNAL TcpStore::Impl {
       if (::poll(&p, 1, 0) == 0) return fd;  // nothing pending: neither EOF nor stray bytes
       ::close(fd);
     }
-    return connect(Deadline(request_timeout_));
+    return connect(Deadline(request_timeout_), retry_refused_);
   }
   void release(int fd) {
     std::lock_guard lock(mu_);
@@ -156,11 +159,11 @@ class LOOM_INTERNAL TcpStore::Impl {
 
   // A server with too many connections awaiting authentication closes new ones before its
   // challenge: those are tried again until the deadline.
-  int connect(const Deadline& deadline) {
+  int connect(const Deadline& deadline, bool retry_refused) {
     auto pause = std::chrono::milliseconds(5);
     for (;;) {
       std::string error;
-      const int fd = base::connect_tcp(host_, port_, deadline, error);
+      const int fd = base::connect_tcp(host_, port_, deadline, error, retry_refused);
       if (fd < 0)
         throw TimeoutError(fmt::format("store: cannot connect to {}:{}: {}", host_, port_, error));
       bool turned_away = false;
@@ -216,6 +219,7 @@ class LOOM_INTERNAL TcpStore::Impl {
   std::uint16_t port_;
   std::string secret_;
   std::chrono::milliseconds request_timeout_;
+  bool retry_refused_;
 };
 
 namespace {
@@ -234,6 +238,7 @@ TcpStore::TcpStore(const std::string& host, std::uint16_t port, std::chrono::mil
                    std::optional<std::string> secret, std::chrono::milliseconds request_timeout)
     : impl_(std::make_unique<Impl>(host, port, timeout, secret ? *secret : base::job_secret(),
                                    request_timeout)) {}
+TcpStore::TcpStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TcpStore::~TcpStore() = default;
 const std::string& TcpStore::host() const {
   return impl_->host();
@@ -318,9 +323,12 @@ std::shared_ptr<Store> TcpStore::clone() const {
   return std::make_shared<TcpStore>(impl_->host(), impl_->port(), impl_->request_timeout(),
                                     impl_->secret(), impl_->request_timeout());
 }
+// A watcher's connection: a store host that refuses it is gone (it was up: this one's original
+// connected), and waiting out the deadline would only hold the watcher's owner (a rank on its way
+// out after a failure joins it).
 std::shared_ptr<Store> TcpStore::clone_bounded(std::chrono::milliseconds request_timeout) const {
-  return std::make_shared<TcpStore>(impl_->host(), impl_->port(), request_timeout, impl_->secret(),
-                                    request_timeout);
+  return std::shared_ptr<TcpStore>(new TcpStore(std::make_unique<Impl>(
+      impl_->host(), impl_->port(), request_timeout, impl_->secret(), request_timeout, false)));
 }
 
 std::shared_ptr<Store> PrefixStore::clone() const {

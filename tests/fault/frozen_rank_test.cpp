@@ -1,7 +1,12 @@
-// A rank that stops (SIGSTOP: alive, silent) is named on every survivor within the heartbeat
-// timeout and a couple of seconds: a middle rank by the rank that watches its heartbeat; rank 0,
-// which hosts the store under init(), by every survivor on its own, since the store stops
-// answering with it.
+// Ranks under init(), where rank 0 hosts the store, and each survivor raises its error and leaves
+// at once, as a user's script would:
+// - a rank that stops (SIGSTOP: alive, silent) is named on every survivor within the heartbeat
+//   timeout and a couple of seconds: a middle rank by the rank that watches its heartbeat; rank 0
+//   by every survivor on its own, since the store stops answering with it;
+// - a middle rank killed (SIGKILL) is named on every survivor, whichever rank saw it first, and
+//   every survivor's process has destroyed its communicator within 3 s: rank 0, on its way out,
+//   keeps the store until the others have read the record (else they would find no store and
+//   blame rank 0), and the others do not wait on a store that is gone.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -44,10 +49,13 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
+enum class Stop { freeze, kill };
+
 // A rank under init(): calls all-reduces until one fails; the victim stops itself after a few.
 // Exits 0 when the failure is a PeerError naming `victim` (as `expected`) and came within the
-// heartbeat timeout and two seconds of the victim's stop.
-[[noreturn]] void rank_main(int rank, int victim, int port, const char* expected) {
+// heartbeat timeout and two seconds of the victim's stop (frozen), or when the communicator was
+// destroyed within 3 s of it (killed).
+[[noreturn]] void rank_main(int rank, int victim, int port, const char* expected, Stop how) {
   ::setenv("RANK", std::to_string(rank).c_str(), 1);
   ::setenv("WORLD_SIZE", std::to_string(kWorld).c_str(), 1);
   ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
@@ -58,37 +66,46 @@ int free_port() {
   ::setenv("LOOM_TIMEOUT", "60", 1);
   int code = 1;
   try {
-    Communicator comm = init();
-    float x = 1;
-    for (int i = 0; i < 20; ++i) comm.all_reduce(&x, &x, 1, DataType::f32, ReduceOp::max);
-    if (rank == victim) {
-      ::raise(SIGSTOP);  // the parent kills it once the others are done
-      ::_exit(0);
-    }
-    // The victim stops right after its last call: from here on, no call can finish.
-    const auto stopped = Clock::now();
-    try {
-      for (;;) comm.all_reduce(&x, &x, 1, DataType::f32, ReduceOp::max);
-    } catch (const PeerError& e) {
-      const auto took = Clock::now() - stopped;
-      const std::string what = e.what();
-      const bool named = what.find(expected) != std::string::npos && e.peer() == victim;
-      const bool in_time = took < kHeartbeat + 2s;
-      std::fprintf(stderr, "rank %d: after %.1f s: %s\n", rank,
-                   std::chrono::duration<double>(took).count(), what.c_str());
-      code = named && in_time ? 0 : 1;
-    }
-    // The store's host keeps it up until every survivor has had its error: a process that exits
-    // at once takes the failure record with it, and the later ranks would name the store's host.
-    if (victim != 0) {
-      TcpStore store("127.0.0.1", static_cast<std::uint16_t>(port), 10s);
-      store.set(fmt::format("reported/{}", rank), std::string("1"));
-      if (rank == 0) {
-        std::vector<std::string> survivors;
-        for (int r = 1; r < kWorld; ++r)
-          if (r != victim) survivors.push_back(fmt::format("reported/{}", r));
-        store.wait(survivors, 30s);
+    auto stopped = Clock::now();
+    bool named = false;
+    {
+      Communicator comm = init();
+      // Killed: calls long enough that the victim dies in the middle of one, and whichever rank
+      // sees it first varies from trial to trial.
+      std::vector<float> x(how == Stop::kill ? 1 << 18 : 1, 1.0f);
+      const auto step = [&] {
+        comm.all_reduce(x.data(), x.data(), x.size(), DataType::f32, ReduceOp::max);
+      };
+      for (int i = 0; i < 20; ++i) step();
+      if (rank == victim) {
+        if (how == Stop::kill) {
+          std::thread([] {
+            std::this_thread::sleep_for(2ms);
+            ::raise(SIGKILL);
+          }).detach();
+          for (;;) step();
+        }
+        ::raise(SIGSTOP);  // the parent kills it once the others are done
+        ::_exit(0);
       }
+      // The victim stops right after its last call: from here on, no call can finish.
+      stopped = Clock::now();
+      try {
+        for (;;) step();
+      } catch (const PeerError& e) {
+        const auto took = Clock::now() - stopped;
+        const std::string what = e.what();
+        named = what.find(expected) != std::string::npos && e.peer() == victim;
+        if (how == Stop::freeze) code = named && took < kHeartbeat + 2s ? 0 : 1;
+        std::fprintf(stderr, "rank %d: after %.1f s: %s\n", rank,
+                     std::chrono::duration<double>(took).count(), what.c_str());
+      }
+    }  // the communicator is destroyed: nothing of this job waits any more
+    if (how == Stop::kill) {
+      const auto left = Clock::now() - stopped;
+      std::fprintf(stderr, "rank %d: destroyed %.2f s after the victim's last call\n", rank,
+                   std::chrono::duration<double>(left).count());
+      code = named && left < 3s ? 0 : 1;
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
@@ -97,13 +114,13 @@ int free_port() {
   ::_exit(code);
 }
 
-void expect_named_on_every_survivor(int victim, const char* expected) {
+void expect_named_on_every_survivor(int victim, const char* expected, Stop how = Stop::freeze) {
   const int port = free_port();
   std::vector<pid_t> pids;
   for (int r = 0; r < kWorld; ++r) {
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
-    if (pid == 0) rank_main(r, victim, port, expected);
+    if (pid == 0) rank_main(r, victim, port, expected, how);
     pids.push_back(pid);
   }
   const auto deadline = Clock::now() + 60s;
@@ -130,6 +147,17 @@ TEST(FrozenRank, AMiddleRankIsNamedOnEverySurvivorWithinTheHeartbeatTimeout) {
 
 TEST(FrozenRank, RankZeroHostingTheStoreIsNamedOnEverySurvivorWithinTheHeartbeatTimeout) {
   expect_named_on_every_survivor(0, "rank 0 on host");
+}
+
+TEST(KilledRank, EverySurvivorNamesItAndLeavesWithinThreeSecondsWhileRankZeroHostsTheStore) {
+  for (int trial = 0; trial < 6; ++trial) {
+    const char* transport = trial % 2 == 0 ? "tcp" : "shm";
+    SCOPED_TRACE(fmt::format("trial {} over {}", trial, transport));
+    ::setenv("LOOM_TRANSPORT", transport, 1);  // the ranks' environment, as a launcher's
+    expect_named_on_every_survivor(2, "rank 2 on host", Stop::kill);
+    ::unsetenv("LOOM_TRANSPORT");
+    if (HasFailure()) return;
+  }
 }
 
 }  // namespace

@@ -55,6 +55,27 @@ TEST(Stores, AClientCarriesOnWithARestartedServer) {
   EXPECT_EQ(client.get_string("after", 1s), "2");
 }
 
+// A watcher's clone (the health monitor's) learns at once that a server it reached is gone: the
+// client it was cloned from still waits for a server to come back within its timeout.
+TEST(Stores, ABoundedCloneGivesUpAtOnceWhenTheServerIsGone) {
+  auto server = std::make_unique<StoreServer>("127.0.0.1", 0, std::string());
+  const std::uint16_t port = server->port();
+  TcpStore client("127.0.0.1", port, 2s, std::string(), 5s);
+  const std::shared_ptr<Store> watcher = client.clone_bounded(5s);
+  watcher->set("before", std::string("1"));
+  server.reset();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(watcher->add("after", 1), Error);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  // The original retries a refusal: a server back within its request timeout answers it.
+  auto restart = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(300ms);
+    server = std::make_unique<StoreServer>("127.0.0.1", port, std::string());
+  });
+  EXPECT_EQ(client.add("after", 1), 1);
+  restart.get();
+}
+
 // A server that authenticates nobody, answers the first request with `reply_body` and stays.
 class OneReplyServer {
  public:

@@ -28,6 +28,7 @@ TEST(StoreKeys, NoTwoBuildersOrIndicesGiveTheSameKey) {
   for (int r = 0; r < 9; ++r) {
     add(keys::topology(r), "topology");
     add(keys::heartbeat(r), "heartbeat");
+    add(keys::abort_seen(r), "abort_seen");
     add(keys::progress(r), "progress");
     add(keys::tcp_address(r), "tcp_address");
     for (int p = 0; p < 9; ++p) {
@@ -81,6 +82,7 @@ TEST(StoreKeys, EveryKeyStartsWithItsComponentsSpaceAndSpacesAreDistinct) {
   EXPECT_TRUE(starts(keys::ib_record(0, 1), Space::ibverbs));
   EXPECT_TRUE(starts(keys::heartbeat(0), Space::health));
   EXPECT_TRUE(starts(keys::abort_record(), Space::failure));
+  EXPECT_TRUE(starts(keys::abort_seen(0), Space::failure));
   EXPECT_TRUE(starts(keys::topology(0), Space::topology));
   EXPECT_TRUE(starts(keys::job_token(), Space::communicator));
 }
