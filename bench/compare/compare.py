@@ -7,8 +7,9 @@ timed alike (bench/compare/per_op.hpp), in one run; and the no-cliff check of Lo
                                 and fails on those the memory bound does not explain
   compare.py report RESULTS.csv [--cliffs]   the tables again from a run's measurements
 
-Every configuration (library, transport, ranks, op, size) runs in fresh processes; the whole plan
-is repeated --reps times. Tables go to stdout; with --out DIR also DIR/results.csv (every
+Every configuration (library, transport, ranks, op, size) runs in fresh processes (the cliff
+check runs Loom's whole sweep in one launch per transport and rank count, unless
+--launch-per-size); the whole plan is repeated --reps times. Tables go to stdout; with --out DIR also DIR/results.csv (every
 measurement), DIR/tables.md and DIR/runs.log (every command and its output)."""
 import argparse
 import os
@@ -108,6 +109,10 @@ def options():
     cliffs.add_argument("--max", type=size, default=256 * MIB)
     cliffs.add_argument("--threshold", type=float, default=0.10,
                         help="a drop larger than this fraction is a cliff")
+    cliffs.add_argument("--launch-per-size", action="store_true",
+                        help="each of Loom's sizes in fresh processes (by default one launch "
+                             "sweeps every size, so that adjacent sizes share their processes "
+                             "and a fall between them is not one launch's luck)")
     again = sub.add_parser("report", help="the tables again from a results.csv")
     again.add_argument("results")
     again.add_argument("--cliffs", action="store_true")
@@ -157,9 +162,17 @@ def main():
                 for libs_, t in (bound if op == "allreduce" else []) +
                 [(libs, t) for t in a.transports]]
         iter_args = {"scale": a.iters_scale}
-    else:
+    elif a.launch_per_size:
         plan = [(libs, "allreduce", n, t, s) for n in a.ranks for s in sweep(a.min, a.max)
                 for libs, t in bound + [({"loom"}, t) for t in a.transports]]
+        iter_args = {"scale": a.iters_scale, "least": 3}
+    else:
+        # The bound at each size, then Loom's whole sweep in one launch per transport.
+        plan = [(libs, "allreduce", n, t, s) for n in a.ranks
+                for s in sweep(a.min, a.max) for libs, t in bound] + \
+               [({"loom"}, "allreduce", n, t, tuple(sweep(a.min, a.max)))
+                for n in a.ranks for t in a.transports]
+        plan.sort(key=lambda p: p[2])  # rank count by rank count, as before
         iter_args = {"scale": a.iters_scale, "least": 3}
     for note in notes:
         print(f"compare: {note}", file=sys.stderr)

@@ -137,6 +137,28 @@ tcp_cliffs=$(python3 "$here/compare.py" report "$out/bounded-tcp.csv" --cliffs)
 echo "$tcp_cliffs" | grep -q '^- Loom tcp, 2 ranks: 4 MiB → 8 MiB: .*: not excused over tcp' ||
   fail "the tcp fall at 8 MiB was excused: $tcp_cliffs"
 
+# A fall in one launch's medians that the launches' own pairs do not show (a slow launch, rep 2 at
+# 128 KiB) is no cliff: the check compares each repetition with itself.
+{
+  echo "rep,impl,transport,op,ranks,bytes,iters,warmup,time_us,busbw_gbps,choice,error"
+  echo "1,loom,tcp,allreduce,2,65536,5,2,1,2.0,ring,"; echo "1,loom,tcp,allreduce,2,131072,5,2,1,1.0,ring,"
+  echo "2,loom,tcp,allreduce,2,65536,5,2,1,2.0,ring,"; echo "2,loom,tcp,allreduce,2,131072,5,2,1,2.0,ring,"
+  echo "3,loom,tcp,allreduce,2,65536,5,2,1,1.0,ring,"; echo "3,loom,tcp,allreduce,2,131072,5,2,1,1.0,ring,"
+} >"$out/paired.csv"
+python3 "$here/compare.py" report "$out/paired.csv" --cliffs >"$out/paired.txt" ||
+  fail "one slow launch made a cliff: $(cat "$out/paired.txt")"
+
+# The cliff check's sweep: Loom's sizes in one launch per transport, a row per size and repetition.
+python3 "$here/compare.py" cliffs --build "$build" --reps 1 --ranks 2 --transports tcp --min 64K \
+  --max 256K --iters-scale 0.05 --far-retries 0 --out "$out/sweep" >"$out/sweep.stdout" 2>&1
+[ $? -le 1 ] || { tail -20 "$out/sweep.stdout"; fail "compare.py cliffs failed"; }
+for b in 65536 131072 262144; do
+  grep -qE "^1,loom,tcp,allreduce,2,$b,[0-9]+,[0-9]+,[0-9.]+,[0-9.]+,.* for $b B over tcp" \
+    "$out/sweep/results.csv" || fail "the sweep has no row for $b B, or not its choice"
+done
+[ "$(grep -c '/loom-perf .*-b 65536 -e 262144 .*--iter-bytes' "$out/sweep/runs.log")" = 1 ] ||
+  fail "the sweep was not one launch"
+
 # --fresh-inputs reaches every driver, and rewriting the input leaves its values as they were.
 python3 "$here/compare.py" run --build "$build" --reps 1 --ranks 2 --sizes 1M --alltoall-sizes "" \
   --transports tcp --iters-scale 0.05 --far-retries 0 --fresh-inputs --out "$out/fresh" \

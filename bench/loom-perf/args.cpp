@@ -23,6 +23,9 @@ namespace {
       "  -i BYTES   add BYTES each step instead\n"
       "  -n ITERS   timed iterations per size (default 20)\n"
       "  -w ITERS   warm-up iterations per size (default 5)\n"
+      "  --iter-bytes BYTES  fewer calls for larger sizes: each size runs BYTES / size timed\n"
+      "             calls (at least 1, at most -n) and a tenth of that warm-up (at least 1,\n"
+      "             at most -w), so one launch can sweep 64 KiB to 256 MiB\n"
       "  -R ROOT    root of broadcast, reduce, gather and scatter (default 0)\n"
       "  --per-op   (default) every rank times each call, without barriers; a call's time is its\n"
       "             slowest rank's; time(us) is the median over the calls\n"
@@ -130,6 +133,8 @@ Args parse(int argc, char** argv) {
       a.iters = std::max(1, std::atoi(next().c_str()));
     else if (f == "-w" || f == "--warmup_iters")
       a.warmup = std::max(0, std::atoi(next().c_str()));
+    else if (f == "--iter-bytes")
+      a.iter_bytes = parse_size(next());
     else if (f == "-R" || f == "--root")
       a.root = std::atoi(next().c_str());
     else if (f == "--per-op")
@@ -172,6 +177,13 @@ Args parse(int argc, char** argv) {
     std::exit(2);
   }
   return a;
+}
+
+Iterations iterations_for(const Args& a, std::size_t bytes) {
+  if (a.iter_bytes == 0 || bytes == 0) return {a.iters, a.warmup};
+  const auto fit = static_cast<long long>(a.iter_bytes / bytes);
+  const int timed = static_cast<int>(std::clamp<long long>(fit, 1, a.iters));
+  return {timed, std::clamp(timed / 10, std::min(1, a.warmup), a.warmup)};
 }
 
 }  // namespace perf

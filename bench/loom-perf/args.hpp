@@ -25,6 +25,7 @@ struct Args {
   double factor = 2;
   std::size_t increment = 0;
   int iters = 20, warmup = 5, root = 0;
+  std::size_t iter_bytes = 0;  // --iter-bytes: iterations shrink with the size (0: -n and -w)
   Timing timing = Timing::per_op;
   bool check = false, csv = false, in_place = false;
   bool fresh_inputs = false;  // rewrite the input's cache lines before every call, untimed
@@ -34,6 +35,12 @@ struct Args {
 };
 
 Args parse(int argc, char** argv);
+
+// Timed and warm-up calls at one size (--iter-bytes, or -n and -w).
+struct Iterations {
+  int timed, warmup;
+};
+Iterations iterations_for(const Args& a, std::size_t bytes);
 
 // The call takes a root (-R).
 bool rooted(Op op);

@@ -140,10 +140,15 @@ int main(int argc, char** argv) {
     const char* timing = a.timing == Timing::per_op ? "median over calls of the slowest rank"
                                                     : "slowest rank's mean";
     if (rank == 0 && !a.csv) {
-      std::printf("# loom-perf: %s, %s, %s, %d ranks, %d iterations, %d warm-up, %s; time: %s\n",
-                  a.op_name.c_str(), std::string(loom::to_string(a.dtype)).c_str(),
-                  std::string(loom::to_string(a.redop)).c_str(), n, a.iters, a.warmup,
-                  a.in_place ? "in place" : "out of place", timing);
+      const std::string per_size =
+          a.iter_bytes ? "up to " + std::to_string(a.iter_bytes) + " bytes of calls per size, "
+                       : "";
+      std::printf(
+          "# loom-perf: %s, %s, %s, %d ranks, %s%s%d iterations, %d warm-up, %s; time: %s\n",
+          a.op_name.c_str(), std::string(loom::to_string(a.dtype)).c_str(),
+          std::string(loom::to_string(a.redop)).c_str(), n, per_size.c_str(),
+          a.iter_bytes ? "at most " : "", a.iters, a.warmup,
+          a.in_place ? "in place" : "out of place", timing);
       std::printf("# %s; buffers in %s\n", comm.describe().c_str(), device_text.c_str());
       std::printf("#%12s %12s %6s %6s %12s %12s %12s %8s\n", "size(B)", "count", "type", "redop",
                   "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
@@ -201,7 +206,8 @@ int main(int argc, char** argv) {
       auto before = [&] {
         if (a.fresh_inputs) bench::rewrite_lines(inp, input_bytes);
       };
-      for (int i = 0; i < a.warmup; ++i) {
+      const perf::Iterations runs = perf::iterations_for(a, bytes);
+      for (int i = 0; i < runs.warmup; ++i) {
         before();
         io.run_once();
       }
@@ -211,8 +217,9 @@ int main(int argc, char** argv) {
         io.run_once();
         sync();
       };
-      const double us = a.timing == Timing::per_op ? per_op_median_us(comm, a.iters, call, before)
-                                                   : mean_us(comm, a.iters, io.run_once, sync);
+      const double us = a.timing == Timing::per_op
+                            ? per_op_median_us(comm, runs.timed, call, before)
+                            : mean_us(comm, runs.timed, io.run_once, sync);
 
       long long wrong = -1;
       if (a.check) {

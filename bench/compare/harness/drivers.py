@@ -33,6 +33,8 @@ class Job:
     store_dir: bool = False  # Gloo's FileStore: a fresh directory per launch
     kind: str = "row"  # "row": the drivers' CSV row; "loom": loom-perf's --csv output;
     # "footprint": copy_footprint's row
+    sizes: tuple = ()  # a sweep: every one of these sizes in this one launch (size: the largest)
+    iter_bytes: int = 0  # a sweep's calls per size: iter_bytes / size (sweep_iterations)
 
 
 @dataclass
@@ -41,6 +43,7 @@ class Outcome:
     busbw: float = None
     choice: str = ""  # Loom's pick as LOOM_DEBUG=INFO logs it (algorithm, slices, transport)
     error: str = ""
+    per_size: dict = field(default_factory=dict)  # a sweep's: size -> (time_us, busbw, choice)
 
 
 # A Loom variant's marker (not passed on): its buffers come from Communicator::alloc.
@@ -49,6 +52,12 @@ SHARED_BUFFERS = "__shared_buffers"
 # output once, all ranks at once, on the machine's cores. It is the same for every transport.
 BOUND = "copy-bound"
 BOUND_TRANSPORT = "-"
+
+
+def sweep_iterations(size, most, warmup, iter_bytes):
+    """(timed, warm-up) calls of a sweep's size, as loom-perf --iter-bytes counts them."""
+    timed = max(1, min(most, iter_bytes // size))
+    return timed, max(min(1, warmup), min(warmup, timed // 10))
 
 
 class Drivers:
@@ -91,6 +100,28 @@ class Drivers:
         if not os.access(self.footprint, os.X_OK):
             why[BOUND] = "copy_footprint not built (-DLOOM_BUILD_BENCH=ON)"
         return why
+
+    def loom_sweeps(self, op, ranks, transport, sizes, most, warmup, budget):
+        """Loom at every size of `sizes` (x2 steps) in one launch per variant: adjacent sizes
+        are measured in the same processes, so a fall between them is not a launch's luck. Each
+        size runs budget / size timed calls, at least 1 and at most `most` (loom-perf
+        --iter-bytes)."""
+        out = []
+        for impl, extra in self.loom_variants.items():
+            env = {k: v for k, v in extra.items() if k != SHARED_BUFFERS}
+            shared = SHARED_BUFFERS in extra
+            if shared and transport != "shm":
+                continue
+            out.append(Job(impl, transport, op, ranks, max(sizes),
+                           [self.loomrun, "--nproc-per-node", str(ranks), "--no-prefix",
+                            *self.bind, self.perf, "-o", op, "-b", str(min(sizes)), "-e",
+                            str(max(sizes)), "-f", "2", "-n", str(most), "-w", str(warmup),
+                            "--iter-bytes", str(budget), "--csv",
+                            *(["--device", "shared"] if shared else []),
+                            *(["--fresh-inputs"] if self.fresh_inputs else [])],
+                           {"LOOM_TRANSPORT": transport, "LOOM_DEBUG": "INFO", **env},
+                           kind="loom", sizes=tuple(sizes), iter_bytes=budget))
+        return out
 
     def jobs(self, libs, op, ranks, transport, size, iters, warmup):
         """The launches that measure one configuration. Gloo and PyTorch only talk TCP: they
@@ -150,6 +181,12 @@ def choice_of(op, log):
     return max(picks)[1] if picks else ""
 
 
+def choices_by_size(op, log):
+    """A sweep's picks: size in bytes -> the pick rank 0 logged for a call of that size."""
+    return {int(m.group(3)): m.group(2) for m in CHOICE.finditer(log)
+            if m.group(1) == CALL.get(op)}
+
+
 def run(job, timeout, log):
     """Launches job in fresh processes; returns its Outcome (error set when it failed)."""
     env = dict(os.environ, **job.env)
@@ -176,8 +213,17 @@ def run(job, timeout, log):
     if job.kind == "loom":
         rows = [r for r in rows if r[0].isdigit()]
         result.choice = choice_of(job.op, err)
+    tail = (err.strip().splitlines() or ["no output"])[-1]
+    if job.sizes:  # a sweep: size,count,type,redop,time_us,algbw_gbps,busbw_gbps,wrong per size;
+        # the sizes it measured before it failed are kept
+        picks = choices_by_size(job.op, err)
+        for line in rows:
+            f = line.split(",")
+            result.per_size[int(f[0])] = (float(f[4]), float(f[6]), picks.get(int(f[0]), ""))
+        if rc != 0 or any(s not in result.per_size for s in job.sizes):
+            result.error = f"rc={rc}: {tail}"
+        return result
     if rc != 0 or not rows:
-        tail = (err.strip().splitlines() or ["no output"])[-1]
         result.error = f"rc={rc}: {tail}"
         return result
     fields = rows[-1].split(",")

@@ -36,7 +36,10 @@ class Row:
     placement: str = ""  # "near", "far", or "" when not measured
 
 
-def iterations(size, scale=1.0, budget=512 << 20, least=5, most=400):
+BUDGET = 512 << 20
+
+
+def iterations(size, scale=1.0, budget=BUDGET, least=5, most=400):
     """(timed calls, warm-up calls) for one size: latency sizes get many calls, bandwidth sizes
     about `budget` bytes' worth, at least `least`."""
     if size < 64 << 10:
@@ -130,6 +133,12 @@ def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True
               file=sys.stderr)
     jobs = []
     for libs, op, ranks, transport, size in plan:
+        if isinstance(size, tuple):  # Loom's sweep over these sizes in one launch per variant
+            most, warmup = iterations(min(size), **iter_args)
+            budget = round(iter_args.get("budget", BUDGET) * iter_args.get("scale", 1.0))
+            jobs += [(j, most, warmup)
+                     for j in drv.loom_sweeps(op, ranks, transport, size, most, warmup, budget)]
+            continue
         iters, warmup = iterations(size, **iter_args)
         jobs += [(j, iters, warmup)
                  for j in drv.jobs(libs, op, ranks, transport, size, iters, warmup)]
@@ -144,10 +153,21 @@ def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True
                 before = placement.probe()
                 outcome = drivers.run(job, timeout, log)
                 ns, where = placement.judge(before, placement.probe())
-                recorder.add(Row(rep, job.impl, job.transport, job.op, job.ranks, job.size, iters,
-                                 warmup, outcome.time_us, outcome.busbw, outcome.choice,
-                                 outcome.error, ns, where))
-                shown = outcome.error or f"{outcome.busbw:.3f} GB/s, {outcome.time_us:.1f} us"
+                if job.sizes:
+                    for size in job.sizes:
+                        t, bw, choice = outcome.per_size.get(size, (None, None, ""))
+                        timed, warm = drivers.sweep_iterations(size, iters, warmup,
+                                                               job.iter_bytes)
+                        recorder.add(Row(rep, job.impl, job.transport, job.op, job.ranks, size,
+                                         timed, warm, t, bw, choice,
+                                         "" if t is not None else outcome.error, ns, where))
+                    shown = outcome.error or " ".join(
+                        f"{bw:.2f}" for _, bw, _ in outcome.per_size.values()) + " GB/s"
+                else:
+                    recorder.add(Row(rep, job.impl, job.transport, job.op, job.ranks, job.size,
+                                     iters, warmup, outcome.time_us, outcome.busbw,
+                                     outcome.choice, outcome.error, ns, where))
+                    shown = outcome.error or f"{outcome.busbw:.3f} GB/s, {outcome.time_us:.1f} us"
                 if where == "far":
                     shown += f" (cores far apart: {ns:.0f} ns)"
                 if where != "far" or outcome.error or attempt == far_retries:

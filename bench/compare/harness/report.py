@@ -256,13 +256,23 @@ def compare_report(rows):
     return "\n".join(lines)
 
 
+def paired_ratio(cells, key, before):
+    """The median over repetitions of one size's busbw over the next smaller size's, each
+    repetition against itself: its launches ran side by side (the cliff check's sweep: in the
+    same processes), so what a launch's placement or neighbours did to both cancels."""
+    now, then = cells.values.get(key, {}), cells.values.get(before, {})
+    ratios = [now[r] / then[r] for r in now if r in then and then[r]]
+    return statistics.median(ratios) if ratios else None
+
+
 def cliff_report(rows, threshold):
     """Tables of Loom's busbw per transport (sizes x ranks) and the cliffs: a size whose busbw is
-    more than `threshold` below the next smaller size's. Over shared memory, where the run
+    more than `threshold` below the next smaller size's, as the median of the repetitions'
+    ratios (paired_ratio). Over shared memory, where the run
     measured the memory bound (copy_footprint) at both sizes and the bound itself fell by more
     than `threshold` there (the buffers left a cache), a cliff is set against that fall: it is
     "unexplained" when Loom fell more than `threshold` below what the bound kept
-    (v / prev < (1 - threshold) * bound / bound_prev), "the memory's" otherwise. Smaller moves of
+    (ratio < (1 - threshold) * bound / bound_prev), "the memory's" otherwise. Smaller moves of
     the bound are noise and excuse nothing, and over TCP, which runs at a small fraction of the
     bound, nothing is excused. Returns (markdown, the number of cliffs the check fails on: the
     unexplained ones)."""
@@ -290,12 +300,14 @@ def cliff_report(rows, threshold):
                 fraction.append("—" if v is None or not b else f"{v / b:.2f}")
                 bounded |= b is not None
                 text = fmt(v, size)
-                if v is not None and prev and v < (1 - threshold) * prev:
-                    drop = 1 - v / prev
+                ratio = paired_ratio(cells, (*c, size, impl), (*c, sizes[i - 1], impl)) \
+                    if i else None
+                if v is not None and prev and ratio is not None and ratio < 1 - threshold:
+                    drop = 1 - ratio
                     explained = False
                     if b and b_prev:
                         kept = b / b_prev if b / b_prev < 1 - threshold else 1.0
-                        explained = transport == "shm" and v >= (1 - threshold) * kept * prev
+                        explained = transport == "shm" and ratio >= (1 - threshold) * kept
                         why = ("the memory" if explained else
                                "unexplained" if transport == "shm" else "not excused over tcp")
                         memory = (f"; memory bound {b_prev:.2f} → {b:.2f} GB/s "
@@ -341,7 +353,7 @@ def cliff_report(rows, threshold):
         lines.append("")
     lines += placement_lines(cells)
     lines += [f"Cliffs (busbw more than {100 * threshold:.0f}% below the next smaller size's, "
-              f"medians of the repetitions): {len(found) or 'none'}"]
+              f"the median of the repetitions' ratios): {len(found) or 'none'}"]
     if bounded:
         lines.append(f"Of these, not the memory's (✗: over shm, deeper than the bound's own "
                      f"fall at the same step; over tcp, every one): {unexplained or 'none'}")
