@@ -10,9 +10,15 @@ fail() { echo "FAIL: $*"; [ -f "$dir/log" ] && tail -30 "$dir/log"; exit 1; }
 table=$dir/cache/tune.txt
 export LOOM_TIMEOUT=60
 
-"$loomrun" --nproc-per-node 2 "$tune" -b 8 -e 256K -f 8 --rounds 1 --ms 2 --file "$table" \
-  >"$dir/log" 2>&1 || fail "loom-tune exited $?"
+"$loomrun" --nproc-per-node 2 "$tune" -b 8 -e 256K -f 8 --rounds 1 --confirm 2 --ms 2 \
+  --file "$table" >"$dir/log" 2>&1 || fail "loom-tune exited $?"
 grep -q "wrote the entry" "$dir/log" || fail "no entry written"
+grep -q " confirmed$" "$dir/log" || fail "the report has no confirmation column"
+# A size the table names was confirmed: its line shows the confirmation's gain.
+if grep -q -- "<- table" "$dir/log"; then
+  grep -- "<- table" "$dir/log" | grep -qvE " [0-9.]+x +[0-9.]+x  <- table$" &&
+    fail "a size in the table without its confirmation: $(grep -- '<- table' "$dir/log")"
+fi
 entries() { grep -v '^#' "$table" | grep -c $'\tshm\t2x1\t'; }
 [ "$(entries)" = 1 ] || fail "expected one shm 2x1 entry: $(cat "$table")"
 grep -q "allreduce" "$dir/log" || fail "no report"

@@ -6,8 +6,10 @@
 // itself) runs on a child communicator split with that LOOM_ALGO rule. Rounds go over every
 // candidate in turn, so a slow spell of the machine hits them alike; a size's figure for a
 // candidate is its median round. A round is timed as every comparison in bench/compare is: each
-// rank times every call, a call's time is its slowest rank's, the median over calls. The table
-// names a candidate for a size only where it beats the model by the margin; elsewhere the model
+// rank times every call, a call's time is its slowest rank's, the median over calls. The fastest
+// candidate at a size then runs against the model again, in turn, in rounds of their own (the
+// confirmation): the fastest of many noisy figures looks better than it is. The table names a
+// candidate for a size only where it beats the model by the margin in both; elsewhere the model
 // chooses.
 #include <algorithm>
 #include <chrono>
@@ -38,6 +40,7 @@ struct Args {
   std::size_t min_bytes = 8, max_bytes = std::size_t{64} << 20;
   double factor = 2;
   int rounds = 3;
+  int confirm = 5;
   double cell_ms = 20;
   double margin = 0.05;
   std::optional<std::string> file;
@@ -48,8 +51,8 @@ struct Args {
   std::fprintf(code == 0 ? stdout : stderr,
                "usage: loom-tune [--ops allreduce,reducescatter,allgather,broadcast,reduce] "
                "[-b 8] [-e 64M] [-f 2]\n"
-               "                 [--rounds 3] [--ms 20] [--margin 0.05] [--file PATH] "
-               "[--dry-run]\n"
+               "                 [--rounds 3] [--confirm 5] [--ms 20] [--margin 0.05] "
+               "[--file PATH] [--dry-run]\n"
                "Run under a launcher (loomrun --nproc-per-node N loom-tune). Sizes are a call's "
                "count times 4 bytes\n(f32; one rank's block for reducescatter and allgather), as "
                "LOOM_ALGO rules read them. The entry\ngoes to --file, else LOOM_TUNE_FILE, else "
@@ -117,6 +120,8 @@ Args parse(int argc, char** argv) {
       a.factor = number(1.1, 1024);
     } else if (flag == "--rounds") {
       a.rounds = static_cast<int>(number(1, 100));
+    } else if (flag == "--confirm") {
+      a.confirm = static_cast<int>(number(0, 100));
     } else if (flag == "--ms") {
       a.cell_ms = number(0.1, 60000);
     } else if (flag == "--margin") {
@@ -232,6 +237,13 @@ class Timer {
   std::vector<float> in_, out_;
 };
 
+double median(std::vector<double> r) {
+  if (r.empty()) return NAN;
+  std::sort(r.begin(), r.end());
+  const std::size_t mid = r.size() / 2;
+  return r.size() % 2 ? r[mid] : (r[mid - 1] + r[mid]) / 2;
+}
+
 std::string today() {
   const std::time_t now = std::time(nullptr);
   char text[32];
@@ -308,35 +320,57 @@ int main(int argc, char** argv) {
       // A candidate's figure at a size: the median of its rounds (NaN: not a candidate there).
       std::vector<std::vector<double>> best(cs.size(), std::vector<double>(sizes.size(), NAN));
       for (std::size_t c = 0; c < cs.size(); ++c)
-        for (std::size_t s = 0; s < sizes.size(); ++s) {
-          auto r = rounds_of[k][c][s];
-          if (r.empty()) continue;
-          std::sort(r.begin(), r.end());
-          const std::size_t mid = r.size() / 2;
-          best[c][s] = r.size() % 2 ? r[mid] : (r[mid - 1] + r[mid]) / 2;
-        }
-      std::vector<std::size_t> winner(sizes.size(), 0);
-      report +=
-          fmt::format("{:>9} {:>22} {:>11} {:>22} {:>11} {:>7}\n", loom::algorithms::rule_name(k),
-                      "model's choice", "model us", "fastest", "its us", "gain");
+        for (std::size_t s = 0; s < sizes.size(); ++s)
+          if (!rounds_of[k][c][s].empty()) best[c][s] = median(rounds_of[k][c][s]);
+      std::vector<std::size_t> fastest(sizes.size(), 0), winner(sizes.size(), 0);
       for (std::size_t s = 0; s < sizes.size(); ++s) {
         const loom::Estimate e = base.estimate(operation_of(k), sizes[s]);
-        const double model = best[0][s];
-        std::size_t fastest = 0;
         for (std::size_t c = 1; c < cs.size(); ++c) {
           // The model's own choice, forced, is the model: a gap between them is noise.
           const bool models_choice =
               cs[c].algorithm == e.algorithm && (cs[c].slice == 0 || cs[c].slice == e.slice_bytes);
-          if (!models_choice && !std::isnan(best[c][s]) && best[c][s] < best[fastest][s])
-            fastest = c;
+          if (!models_choice && !std::isnan(best[c][s]) && best[c][s] < best[fastest[s]][s])
+            fastest[s] = c;
         }
-        if (best[fastest][s] < model * (1.0 - args.margin)) winner[s] = fastest;
+        if (best[fastest[s]][s] < best[0][s] * (1.0 - args.margin)) winner[s] = fastest[s];
+      }
+      // The confirmation: each size's winner and the model again, in turn, in rounds of their
+      // own; confirmed[c][s] holds those rounds' figures.
+      std::vector<std::vector<std::vector<double>>> confirmed(
+          cs.size(), std::vector<std::vector<double>>(sizes.size()));
+      std::vector<std::size_t> contenders{0};
+      for (std::size_t c : winner)
+        if (c != 0 && std::find(contenders.begin(), contenders.end(), c) == contenders.end())
+          contenders.push_back(c);
+      for (int round = 0; contenders.size() > 1 && round < args.confirm; ++round)
+        for (std::size_t c : contenders) {
+          loom::Options rule;
+          rule.algorithm = cs[c].rule(k);
+          std::optional<loom::Communicator> child = base.split(0, rank, rule);
+          for (std::size_t s = 0; s < sizes.size(); ++s) {
+            if (winner[s] == 0 || (c != 0 && winner[s] != c)) continue;
+            if (const auto us = timer.time(*child, cs[c], k, sizes[s]))
+              confirmed[c][s].push_back(*us);
+          }
+          child->destroy();
+        }
+      report += fmt::format("{:>9} {:>22} {:>11} {:>22} {:>11} {:>7} {:>10}\n",
+                            loom::algorithms::rule_name(k), "model's choice", "model us", "fastest",
+                            "its us", "gain", "confirmed");
+      for (std::size_t s = 0; s < sizes.size(); ++s) {
+        const loom::Estimate e = base.estimate(operation_of(k), sizes[s]);
+        std::string again;
+        if (winner[s] != 0 && args.confirm > 0) {
+          const double gain = median(confirmed[0][s]) / median(confirmed[winner[s]][s]);
+          again = fmt::format("{:.2f}x", gain);
+          if (!(gain > 1.0 / (1.0 - args.margin))) winner[s] = 0;
+        }
+        const double model = best[0][s], its = best[fastest[s]][s];
         report += fmt::format(
-            "{:>9} {:>22} {:>11.1f} {:>22} {:>11.1f} {:>6.2f}x{}\n", size_text(sizes[s]),
+            "{:>9} {:>22} {:>11.1f} {:>22} {:>11.1f} {:>6.2f}x {:>10}{}\n", size_text(sizes[s]),
             e.slice_bytes ? fmt::format("{}@{}", e.algorithm, size_text(e.slice_bytes))
                           : e.algorithm,
-            model, cs[fastest].name(), best[fastest][s], model / best[fastest][s],
-            winner[s] ? "  <- table" : "");
+            model, cs[fastest[s]].name(), its, model / its, again, winner[s] ? "  <- table" : "");
       }
       for (std::size_t s = 0; s < sizes.size();) {
         std::size_t end = s;
@@ -368,9 +402,10 @@ int main(int argc, char** argv) {
       } else {
         loom::core::write_tuning_entry(
             path, entry,
-            fmt::format("{}: loom-tune, {} ranks, {}-{} x{}, {} round(s), margin {}", today(), n,
-                        size_text(sizes.front()), size_text(sizes.back()), args.factor, args.rounds,
-                        args.margin));
+            fmt::format("{}: loom-tune, {} ranks, {}-{} x{}, {} round(s), {} to confirm, "
+                        "margin {}",
+                        today(), n, size_text(sizes.front()), size_text(sizes.back()), args.factor,
+                        args.rounds, args.confirm, args.margin));
         std::printf("wrote the entry for %s, %d cores, %s, %s to %s\n", entry.machine.cpu.c_str(),
                     entry.machine.cores, entry.machine.simd.c_str(), key.c_str(), path.c_str());
       }
