@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <limits>
+#include <utility>
 #include <vector>
 
 namespace bench {
@@ -45,6 +47,14 @@ inline void rewrite_lines(void* data, std::size_t bytes) {
   if (bytes > 0) p[bytes - 1] = p[bytes - 1];
 }
 
+// The median of `values` (NaN when there are none).
+inline double median(std::vector<double> values) {
+  if (values.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(values.begin(), values.end());
+  const std::size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
+}
+
 // `all` holds every rank's per-call durations, rank after rank: the median over calls of each
 // call's slowest rank.
 inline double median_of_slowest(const std::vector<double>& all, int ranks) {
@@ -52,10 +62,7 @@ inline double median_of_slowest(const std::vector<double>& all, int ranks) {
   std::vector<double> slowest(calls, 0.0);
   for (std::size_t r = 0; r < static_cast<std::size_t>(ranks); ++r)
     for (std::size_t i = 0; i < calls; ++i) slowest[i] = std::max(slowest[i], all[r * calls + i]);
-  if (slowest.empty()) return 0;
-  std::sort(slowest.begin(), slowest.end());
-  const std::size_t mid = calls / 2;
-  return calls % 2 ? slowest[mid] : (slowest[mid - 1] + slowest[mid]) / 2;
+  return slowest.empty() ? 0 : median(std::move(slowest));
 }
 
 // nccl-tests' bus bandwidth in GB/s of `bytes` (the whole buffer) moved in `us`.

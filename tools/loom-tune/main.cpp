@@ -237,13 +237,6 @@ class Timer {
   std::vector<float> in_, out_;
 };
 
-double median(std::vector<double> r) {
-  if (r.empty()) return NAN;
-  std::sort(r.begin(), r.end());
-  const std::size_t mid = r.size() / 2;
-  return r.size() % 2 ? r[mid] : (r[mid - 1] + r[mid]) / 2;
-}
-
 std::string today() {
   const std::time_t now = std::time(nullptr);
   char text[32];
@@ -321,7 +314,7 @@ int main(int argc, char** argv) {
       std::vector<std::vector<double>> best(cs.size(), std::vector<double>(sizes.size(), NAN));
       for (std::size_t c = 0; c < cs.size(); ++c)
         for (std::size_t s = 0; s < sizes.size(); ++s)
-          if (!rounds_of[k][c][s].empty()) best[c][s] = median(rounds_of[k][c][s]);
+          if (!rounds_of[k][c][s].empty()) best[c][s] = bench::median(rounds_of[k][c][s]);
       std::vector<std::size_t> fastest(sizes.size(), 0), winner(sizes.size(), 0);
       for (std::size_t s = 0; s < sizes.size(); ++s) {
         const loom::Estimate e = base.estimate(operation_of(k), sizes[s]);
@@ -361,7 +354,8 @@ int main(int argc, char** argv) {
         const loom::Estimate e = base.estimate(operation_of(k), sizes[s]);
         std::string again;
         if (winner[s] != 0 && args.confirm > 0) {
-          const double gain = median(confirmed[0][s]) / median(confirmed[winner[s]][s]);
+          const double gain =
+              bench::median(confirmed[0][s]) / bench::median(confirmed[winner[s]][s]);
           again = fmt::format("{:.2f}x", gain);
           if (!(gain > 1.0 / (1.0 - args.margin))) winner[s] = 0;
         }

@@ -101,26 +101,29 @@ class Drivers:
             why[BOUND] = "copy_footprint not built (-DLOOM_BUILD_BENCH=ON)"
         return why
 
-    def loom_sweeps(self, op, ranks, transport, sizes, most, warmup, budget):
-        """Loom at every size of `sizes` (x2 steps) in one launch per variant: adjacent sizes
-        are measured in the same processes, so a fall between them is not a launch's luck. Each
-        size runs budget / size timed calls, at least 1 and at most `most` (loom-perf
-        --iter-bytes)."""
+    def loom_jobs(self, op, ranks, transport, sizes, iters, warmup, iter_bytes=0):
+        """loom-perf over `sizes` (x2 steps) in one launch per Loom variant. A sweep of several
+        sizes measures adjacent sizes in the same processes, so a fall between them is not a
+        launch's luck; with iter_bytes each size runs iter_bytes / size timed calls, at least 1
+        and at most `iters` (loom-perf --iter-bytes)."""
         out = []
         for impl, extra in self.loom_variants.items():
             env = {k: v for k, v in extra.items() if k != SHARED_BUFFERS}
             shared = SHARED_BUFFERS in extra
             if shared and transport != "shm":
-                continue
+                continue  # plain memory over TCP: the same as the loom column
+            sweep = len(sizes) > 1
             out.append(Job(impl, transport, op, ranks, max(sizes),
                            [self.loomrun, "--nproc-per-node", str(ranks), "--no-prefix",
                             *self.bind, self.perf, "-o", op, "-b", str(min(sizes)), "-e",
-                            str(max(sizes)), "-f", "2", "-n", str(most), "-w", str(warmup),
-                            "--iter-bytes", str(budget), "--csv",
+                            str(max(sizes)), *(["-f", "2"] if sweep else []), "-n", str(iters),
+                            "-w", str(warmup),
+                            *(["--iter-bytes", str(iter_bytes)] if iter_bytes else []), "--csv",
                             *(["--device", "shared"] if shared else []),
                             *(["--fresh-inputs"] if self.fresh_inputs else [])],
                            {"LOOM_TRANSPORT": transport, "LOOM_DEBUG": "INFO", **env},
-                           kind="loom", sizes=tuple(sizes), iter_bytes=budget))
+                           kind="loom", sizes=tuple(sizes) if sweep else (),
+                           iter_bytes=iter_bytes))
         return out
 
     def jobs(self, libs, op, ranks, transport, size, iters, warmup):
@@ -131,19 +134,7 @@ class Drivers:
             out.append(Job(BOUND, BOUND_TRANSPORT, op, ranks, size,
                            [self.footprint, str(ranks), str(size)], kind="footprint"))
         if "loom" in libs:
-            for impl, extra in self.loom_variants.items():
-                env = {k: v for k, v in extra.items() if k != SHARED_BUFFERS}
-                shared = SHARED_BUFFERS in extra
-                if shared and transport != "shm":
-                    continue  # plain memory over TCP: the same as the loom column
-                out.append(Job(impl, transport, op, ranks, size,
-                               [self.loomrun, "--nproc-per-node", str(ranks), "--no-prefix",
-                                *self.bind, self.perf, "-o", op, "-b", str(size), "-e", str(size),
-                                "-n", str(iters), "-w", str(warmup), "--csv",
-                                *(["--device", "shared"] if shared else []),
-                                *(["--fresh-inputs"] if self.fresh_inputs else [])],
-                               {"LOOM_TRANSPORT": transport, "LOOM_DEBUG": "INFO", **env},
-                               kind="loom"))
+            out += self.loom_jobs(op, ranks, transport, (size,), iters, warmup)
         if "mpi" in libs:
             out.append(Job(f"mpi-{'vader' if transport == 'shm' else 'tcp'}", transport, op,
                            ranks, size,

@@ -137,7 +137,7 @@ def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True
             most, warmup = iterations(min(size), **iter_args)
             budget = round(iter_args.get("budget", BUDGET) * iter_args.get("scale", 1.0))
             jobs += [(j, most, warmup)
-                     for j in drv.loom_sweeps(op, ranks, transport, size, most, warmup, budget)]
+                     for j in drv.loom_jobs(op, ranks, transport, size, most, warmup, budget)]
             continue
         iters, warmup = iterations(size, **iter_args)
         jobs += [(j, iters, warmup)
