@@ -199,19 +199,36 @@ double to_d(std::size_t bytes) {
   return static_cast<double>(bytes);
 }
 
-// The slice for `unit` bytes crossing `stages` pipeline stages over `over`; `reduced`: each slice
-// is reduced against the caller's input as it arrives (the all-reduce).
+// How an algorithm uses its slices (slice_for).
+struct SliceUse {
+  // Each slice is reduced against the caller's input as it arrives (the all-reduce).
+  bool reduced = false;
+  // Pipelined slices fill whole segments where ranks outnumber cores (LinkCost::segment_bytes).
+  bool fill_segments = true;
+  // The ranks sharing a core share its cache's cap over loopback TCP. The ring's do not: with its
+  // slices filling whole segments, 4 and 8 ranks on 2 cores at 4-64 MiB ran 1.1-1.3x faster in
+  // the whole cap's 124 KiB (two segments) than in the share's 60 KiB (4 ranks) and 32 KiB
+  // (8 ranks), 3 ranks 1.03-1.12x (alternating launches, 5-8 each); halving-doubling's halves,
+  // exchanged between partners, ran 0.85-0.94x in 124 KiB at 4 ranks and 1-4 MiB, and keep the
+  // share. The share was measured where a slice of the whole cap (128 KiB) spilled a segment.
+  bool cache_per_rank = true;
+};
+
+// The slice for `unit` bytes crossing `stages` pipeline stages over `over`.
 std::size_t slice_for(const SelectionInputs& in, const LinkCost& over, double unit, int stages,
-                      bool reduced = false, bool fill_segments = true) {
+                      SliceUse use = {}) {
   constexpr double kMin = 16 * 1024;
   // Over TCP within a host the cache's cap and the ranks' turns were measured on the all-reduce.
   // Slices that are only copied keep the pipeline's rule there: an all-gather and a broadcast ran
   // 1.1-1.6x faster in 256-512 KiB slices than in the cap's 64-128 KiB (loom-tune, 2-4 ranks).
   LinkCost link = over;
-  if (link.shares_cores && !reduced) link.shares_cores = false, link.slice_cap_bytes = 0;
+  if (link.shares_cores && !use.reduced) link.shares_cores = false, link.slice_cap_bytes = 0;
+  const bool fills_segments = use.fill_segments && over.segment_bytes > 0 && in.oversubscribed();
   // TCP within a host copies through the kernel on the cores its ranks share, and they take
-  // their turns in a core's cache (4 ranks on 2 cores: 64 KiB slices 1.3x faster than 128 KiB).
-  const double cap = link.shares_cores && link.slice_cap_bytes > 0
+  // their turns in a core's cache (4 ranks on 2 cores: 64 KiB slices 1.3x faster than 128 KiB,
+  // two segments and 154 bytes; SliceUse::cache_per_rank).
+  const bool shared_cap = use.cache_per_rank || !fills_segments;
+  const double cap = link.shares_cores && link.slice_cap_bytes > 0 && shared_cap
                          ? std::max(kMin, link.slice_cap_bytes / std::max(1, in.ranks_per_core))
                          : link.slice_cap_bytes;
   const double slot = cap > 0 ? std::min(to_d(in.slot_bytes), cap) : to_d(in.slot_bytes);
@@ -239,8 +256,7 @@ std::size_t slice_for(const SelectionInputs& in, const LinkCost& over, double un
   // (LinkCost::segment_bytes): slices fill whole segments. 4 ranks on 2 cores, the ring at
   // 4-64 MiB: 60 KiB slices (one segment) 1.05-1.15x faster than 64 KiB (a segment and 77 bytes),
   // and at 16 MiB than 56 KiB as well (8 and 6 paired launches).
-  if (fill_segments && over.segment_bytes > 0 && in.oversubscribed() &&
-      to_d(s) > over.segment_bytes)
+  if (fills_segments && to_d(s) > over.segment_bytes)
     s = static_cast<std::size_t>(std::floor(to_d(s) / over.segment_bytes) * over.segment_bytes);
   return s / 4096 * 4096 >= 4096 ? s / 4096 * 4096 : s;
 }
@@ -257,8 +273,12 @@ std::size_t slice_for(const SelectionInputs& in, const LinkCost& over, double un
 double hops_per_message(const SelectionInputs& in, const LinkCost& m, double bytes,
                         std::size_t slice, int working) {
   if (m.segment_bytes <= 0 || bytes <= 0 || !in.crowded(working)) return 1.0;
+  // A last segment under half full: 77, 154 and 4 KiB beyond whole segments cost the hop; 32, 56
+  // and 60 KiB beyond one (the ring's slices of 96, 120 and 124 KiB at 4 ranks on 2 cores) ran as
+  // fast as or faster than one segment's 60 KiB.
   const auto spills = [&](double frame) {
-    return frame > m.segment_bytes && std::fmod(frame, m.segment_bytes) != 0 ? 1.0 : 0.0;
+    const double tail = std::fmod(frame, m.segment_bytes);
+    return frame > m.segment_bytes && tail > 0 && tail < m.segment_bytes / 2 ? 1.0 : 0.0;
   };
   const double frame = slice == 0 ? bytes : std::min(bytes, to_d(slice));
   const double full = std::floor(bytes / frame), last = bytes - full * frame;
@@ -299,6 +319,17 @@ int fold_working(const SelectionInputs& in, int p) {
   return 2 * (in.size - p);
 }
 
+// The buffers that folding the n - p ranks beyond a power of two in and out puts on the call's
+// path. Over loopback TCP beta prices both copies of a byte, its sender's and its receiver's,
+// which an exchange makes on each rank; a fold only sends on one rank and only receives on the
+// other, and with a core each they copy at once: half a buffer each way. 3 ranks on 2 cores,
+// paired launches: halving-doubling 1.13-1.34x the ring at 512 KiB-2 MiB, which the model had
+// priced slower with whole folds. (The work the ranks share, on_shared_cores, keeps both copies.)
+double fold_path_buffers(const SelectionInputs& in, const LinkCost& m, int p) {
+  if (p == in.size) return 0.0;
+  return m.shares_cores && !in.crowded(fold_working(in, p)) ? 1.0 : 2.0;
+}
+
 double ring_cost(const SelectionInputs& in, std::size_t bytes, bool device) {
   const LinkCost& m = in.bottleneck();
   const int n = in.size;
@@ -312,7 +343,8 @@ std::size_t ring_slice(const SelectionInputs& in, std::size_t bytes, bool device
   // GPU buffers: whole slots, since each slice waits for the GPU. Up to 16 KiB: whole slots,
   // and no arithmetic on the latency path.
   if (device || bytes <= 16 * 1024) return 0;
-  return slice_for(in, in.bottleneck(), to_d(bytes) / in.size, 2 * (in.size - 1), true);
+  return slice_for(in, in.bottleneck(), to_d(bytes) / in.size, 2 * (in.size - 1),
+                   {.reduced = true, .cache_per_rank = false});
 }
 
 const char* small_only(const SelectionInputs& in, std::size_t bytes, bool) {
@@ -340,9 +372,11 @@ double recursive_doubling_cost(const SelectionInputs& in, std::size_t bytes, boo
   const double frames = (hops * hops_per_message(in, m, to_d(bytes), slice, p) +
                          folds * hops_per_message(in, m, to_d(bytes), slice, fold_working(in, p))) /
                         (hops + folds);
+  const double buffers = hops + fold_path_buffers(in, m, p);
   hops += folds;
-  const double path = on_shared_cores(in, m, hops, messages_per_rank);
-  return path * (frames * m.alpha_us + to_d(bytes) * m.beta_us_per_byte) +
+  // Bytes as messages: a whole buffer each (folds: fold_path_buffers).
+  return on_shared_cores(in, m, hops, messages_per_rank) * frames * m.alpha_us +
+         on_shared_cores(in, m, buffers, messages_per_rank) * to_d(bytes) * m.beta_us_per_byte +
          reducing * to_d(bytes) * whole_reduction_extra_us_per_byte(in, device);
 }
 // The whole buffer in each slice, at least so many that it fits half the FIFO.
@@ -351,8 +385,9 @@ std::size_t whole_buffer_slice(const SelectionInputs& in, std::size_t bytes, boo
   const std::size_t half = static_cast<std::size_t>(std::max(1, in.slots / 2));
   // Cut to whole segments, a buffer just over one would end in a short frame (60 + 4 KiB at
   // 64 KiB: 245 us at 4 ranks on 2 cores, against 214 us as one frame).
-  return std::max(slice_for(in, in.bottleneck(), to_d(bytes), 2, true, false),
-                  (bytes + half - 1) / half);
+  return std::max(
+      slice_for(in, in.bottleneck(), to_d(bytes), 2, {.reduced = true, .fill_segments = false}),
+      (bytes + half - 1) / half);
 }
 
 double halving_doubling_cost(const SelectionInputs& in, std::size_t bytes, bool device) {
@@ -370,7 +405,7 @@ double halving_doubling_cost(const SelectionInputs& in, std::size_t bytes, bool 
   const double fold_hops =
       folds ? 2.0 * hops_per_message(in, m, to_d(bytes), slice, fold_working(in, p)) : 0.0;
   const double hops = step_hops + fold_hops;
-  const double buffers = 2.0 * (p - 1) / p + (folds ? 2 : 0);
+  const double buffers = 2.0 * (p - 1) / p + fold_path_buffers(in, m, p);
   // Averaged over the ranks (the n-p others receive one message and one buffer).
   const double messages_per_rank = (to_d(p) * step_hops + (in.size - p) * fold_hops) / in.size;
   const double buffers_per_rank = (to_d(p) * 2.0 * (p - 1) / p + 2.0 * (in.size - p)) / in.size;
@@ -382,9 +417,13 @@ double halving_doubling_cost(const SelectionInputs& in, std::size_t bytes, bool 
   // memory: charged its bytes once more. Paired launches, 4 and 8 ranks on 2 cores, against the
   // ring or recursive doubling the model chose before: 1.1-1.9x faster while it fits (TCP
   // 4 ranks 256 KiB-1 MiB, 8 ranks 64-256 KiB; shared memory 4 ranks 64-512 KiB, 8 ranks
-  // 64 KiB; 8 ranks at 256 KiB 0.9x), 0.9x at the next size.
+  // 64 KiB; 8 ranks at 256 KiB 0.9x), 0.9x at the next size. Over loopback TCP, against the ring
+  // in whole segments, the fall came later: at 3 and 4 ranks (2 a core) from 2 to 4 MiB (a
+  // footprint of 2 MiB, 1.2-1.6x faster before, 0.85-1.1x after), at 8 (4 a core) from 512 KiB
+  // to 1 MiB; the share there is the cache over the others on the core, fitted to those points.
   const double cache = m.slice_cap_bytes > 0 ? 8 * m.slice_cap_bytes : to_d(in.slot_bytes);
-  const double share = cache / std::max(1, in.ranks_per_core);
+  const int sharing = m.shares_cores ? in.ranks_per_core - 1 : in.ranks_per_core;
+  const double share = cache / std::max(1, sharing);
   const double footprint = m.stages_wait ? to_d(bytes) / 2 : to_d(bytes);
   const double spill = !device && footprint > share ? 1.0 : 0.0;
   // Half of what it moves is reduced, as in the ring, but for the folded buffer.
@@ -401,7 +440,7 @@ const char* host_only(const SelectionInputs&, std::size_t, bool device) {
 // hop.
 std::size_t half_buffer_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
   if (device || bytes <= 16 * 1024) return 0;
-  return slice_for(in, in.bottleneck(), to_d(bytes) / 2, 2, true);
+  return slice_for(in, in.bottleneck(), to_d(bytes) / 2, 2, {.reduced = true});
 }
 
 // It keeps a host copy of the input.

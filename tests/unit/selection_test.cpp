@@ -333,8 +333,10 @@ TEST(MeasuredModel, SharedMemorySlicesFillTheCacheUnlessRanksOutnumberCores) {
 }
 
 // TCP on loopback copies each slice into the kernel and out again on the same host: its slices
-// stay within an eighth of a core's cache, and ranks sharing a core share that (4 ranks on 2
-// cores measured 64 KiB slices 1.3x faster than 128 KiB at 64 MiB). Shared memory keeps its cap.
+// stay within an eighth of a core's cache, and ranks sharing a core share that where the segment
+// was not measured (4 ranks on 2 cores measured 64 KiB slices 1.3x faster than 128 KiB at 64 MiB,
+// two segments and a few bytes; with segments: LoopbackFramesFillWholeSegments...). Shared memory
+// keeps its cap.
 TEST(MeasuredModel, LoopbackSlicesShareTheCoreCache) {
   MachineRates r = zen4_rates();
   r.loopback_us = 8, r.loopback_gbps = 7;
@@ -406,8 +408,11 @@ TEST(MeasuredModel, OneShotOverTcpSerialisesWhenRanksOutnumberCores) {
 // Halving-doubling moves the ring's bytes in 2 log2(p) hops instead of 2(n-1): with ranks
 // outnumbering cores it takes the mid sizes while its first step's footprint (the half over TCP;
 // over shared memory, where the ranks copy every byte themselves, the half read and the half
-// written) fits the share of a core's cache each of the core's ranks has; beyond, the ring's
-// blocks do. At 3 ranks its fold (a whole buffer in and out) costs more than the hops it saves.
+// written) fits the share of a core's cache each of the core's ranks has (over TCP, the cache over
+// the others on the core); beyond, the ring's blocks do. At 3 ranks its fold (a whole buffer in
+// and out) costs more than the hops it saves, unless the folding ranks have a core each and the
+// kernel's copies on the two sides run at once (loopback TCP, 3 ranks on 2 cores): then it takes
+// the sizes above recursive doubling's until its step outgrows the cache.
 TEST(MeasuredModel, HalvingDoublingTakesMidSizesWhileItsStepsFitTheCoresCache) {
   MachineRates r = zen4_rates();  // 1 MiB of L2 a core
   r.loopback_us = 8, r.loopback_gbps = 7;
@@ -416,8 +421,8 @@ TEST(MeasuredModel, HalvingDoublingTakesMidSizesWhileItsStepsFitTheCoresCache) {
     int ranks;
     std::size_t fits, spills;
   };
-  const Case cases[] = {{TransportKind::tcp, 4, 256 << 10, 4 << 20},
-                        {TransportKind::tcp, 8, 256 << 10, 1 << 20},
+  const Case cases[] = {{TransportKind::tcp, 4, 2 << 20, 4 << 20},
+                        {TransportKind::tcp, 8, 512 << 10, 1 << 20},
                         {TransportKind::shm, 4, 512 << 10, 1 << 20},
                         {TransportKind::shm, 8, 256 << 10, 512 << 10}};
   for (const Case& c : cases) {
@@ -438,6 +443,19 @@ TEST(MeasuredModel, HalvingDoublingTakesMidSizesWhileItsStepsFitTheCoresCache) {
     for (std::size_t bytes = 8; bytes <= (std::size_t{64} << 20); bytes *= 4)
       EXPECT_NE(pick(three, Kind::all_reduce, bytes), "halving_doubling") << bytes << " B";
   }
+  auto three = one_host(3);
+  three.local = TransportKind::tcp;
+  three.ranks_per_core = 2;
+  three.cores = 2;
+  three.costs = CostModel::measured(r, true);
+  EXPECT_EQ(pick(three, Kind::all_reduce, 256 << 10), "recursive_doubling");
+  EXPECT_EQ(pick(three, Kind::all_reduce, 1 << 20), "halving_doubling");
+  EXPECT_EQ(pick(three, Kind::all_reduce, 2 << 20), "halving_doubling");
+  EXPECT_EQ(pick(three, Kind::all_reduce, 4 << 20), "ring");
+  // The same 3 ranks on one core: the fold's two sides take turns, and it stays whole.
+  three.cores = 1, three.ranks_per_core = 3;
+  for (std::size_t bytes = 8; bytes <= (std::size_t{64} << 20); bytes *= 4)
+    EXPECT_NE(pick(three, Kind::all_reduce, bytes), "halving_doubling") << bytes << " B";
 }
 
 // Over loopback TCP, where the ranks working at once outnumber the cores, a frame that ends in a
@@ -459,17 +477,22 @@ TEST(MeasuredModel, LoopbackFramesFillWholeSegmentsWhereRanksOutnumberCores) {
     return in;
   };
   constexpr double kSegment = 65483 - 24;  // loopback's MSS less a frame's header
-  auto ring4 = tcp(4, kSegment);
+  // The ring takes the core's whole cap (128 KiB of a 1 MiB L2) cut to whole segments: two,
+  // 124 KiB; halving-doubling the share of the 2 ranks on a core, 64 KiB: one segment, 60 KiB.
+  auto ring4 = tcp(4, kSegment), halving4 = tcp(4, kSegment);
   ring4.overrides = "allreduce:ring";
-  EXPECT_EQ(Selector(ring4).choose(Kind::all_reduce, 64 << 20, false).slice, 60u << 10);
+  halving4.overrides = "allreduce:halving_doubling";
+  EXPECT_EQ(Selector(ring4).choose(Kind::all_reduce, 64 << 20, false).slice, 124u << 10);
+  EXPECT_EQ(Selector(halving4).choose(Kind::all_reduce, 4 << 20, false).slice, 60u << 10);
+  // Unmeasured segments: the share, whole (a cap of 128 KiB would spill a segment).
   auto unmeasured = tcp(4, 0);
   unmeasured.overrides = "allreduce:ring";
   EXPECT_EQ(Selector(unmeasured).choose(Kind::all_reduce, 64 << 20, false).slice, 64u << 10);
-  // Two segments' worth: 128 KiB slices (a core's 2 MiB shared by 2 ranks) become 124 KiB.
+  // A core's 2 MiB: four segments, 252 KiB.
   MachineRates larger = r;
   larger.core_cache_kib = 2048, larger.segment_bytes = kSegment;
   ring4.costs = CostModel::measured(larger, true);
-  EXPECT_EQ(Selector(ring4).choose(Kind::all_reduce, 64 << 20, false).slice, 124u << 10);
+  EXPECT_EQ(Selector(ring4).choose(Kind::all_reduce, 64 << 20, false).slice, 252u << 10);
 
   EXPECT_EQ(pick(tcp(4, kSegment), Kind::all_reduce, 64 << 10), "halving_doubling");
   EXPECT_EQ(pick(tcp(4, 0), Kind::all_reduce, 64 << 10), "recursive_doubling");
