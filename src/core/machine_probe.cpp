@@ -382,14 +382,15 @@ SlicePipe slice_pipe(std::chrono::microseconds budget, std::chrono::microseconds
   // The best time of each slice size. A slice that costs more than `disturbed_us` means that the
   // two threads did not each have a core (the host's other ranks still probing): trials go on
   // for up to `grace` more, until the others have gone on to block in the topology exchange.
+  // A fit of 0 or less (the small slices' best trial no slower than the large ones') is noise,
+  // not a cost: under sanitizers and a loaded host it read as 0.01 us a slice.
   double small_us = 0, large_us = 0;
   const auto fit_slice_us = [&] { return (small_us - large_us) / (kSmallSlices - kLargeSlices); };
+  const auto fitted = [&] { return fit_slice_us() > 0 && fit_slice_us() <= disturbed_us; };
   const auto start = Clock::now();
   for (int i = 0; i < 400; ++i) {
     const auto now = Clock::now();
-    if (i >= 2 && now > start + budget &&
-        (fit_slice_us() <= disturbed_us || now > start + budget + grace))
-      break;
+    if (i >= 2 && now > start + budget && (fitted() || now > start + budget + grace)) break;
     const double a = one_trial(kSmall), b = a > 0 ? one_trial(kLarge) : 0.0;
     if (a <= 0 || b <= 0) {
       small_us = large_us = 0;
@@ -406,10 +407,9 @@ SlicePipe slice_pipe(std::chrono::microseconds budget, std::chrono::microseconds
   // steered a whole job (2-8 ranks on 2 cores: 7-20% of launches fitted 27 us a slice against
   // 1.6 and 6 GB/s against 19, and recursive doubling then ran 1.5x slower than the ring at
   // 512 KiB-1 MiB). The model keeps the figures built from the other parts.
-  if (fit_slice_us() > disturbed_us) return {};
+  if (!fitted()) return {};
   SlicePipe p;
-  // Never 0, which would read as "not measured".
-  p.slice_us = std::max(0.01, fit_slice_us());
+  p.slice_us = fit_slice_us();
   const double bytes_us = large_us - kLargeSlices * p.slice_us;
   if (bytes_us <= 0) return {};
   p.gbps = static_cast<double>(kBytes) / bytes_us / 1e3;

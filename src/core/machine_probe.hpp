@@ -19,7 +19,8 @@ algorithms::MachineRates probe_machine(std::chrono::microseconds budget, bool tc
 // of each size fitted to slices * slice_us + bytes / rate. The two threads are pinned to two CPUs
 // for the probe (where the thread may use two). Trials run for `budget`, and on for up
 // to `grace` while a slice costs more than `disturbed_us` (the threads then shared a core). Both
-// figures 0 where a thread could not start, a trial did not finish, or every trial was disturbed.
+// figures 0 where a thread could not start, a trial did not finish, or the fit was still disturbed
+// or not above 0 when the grace ran out.
 struct SlicePipe {
   double slice_us = 0;
   double gbps = 0;
