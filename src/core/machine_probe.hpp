@@ -17,10 +17,10 @@ algorithms::MachineRates probe_machine(std::chrono::microseconds budget, bool tc
 // Two threads exchanging 1 MiB through a FIFO of slots in slices of 16 and 256 KiB, each copying
 // its slices in and reducing the other's, as the shared-memory ring does at 2 ranks; the best time
 // of each size fitted to slices * slice_us + bytes / rate. The two threads are pinned to two CPUs
-// for the probe (where the thread may use two). Trials run for `budget`, and on for up
-// to `grace` while a slice costs more than `disturbed_us` (the threads then shared a core). Both
-// figures 0 where a thread could not start, a trial did not finish, or the fit was still disturbed
-// or not above 0 when the grace ran out.
+// for the probe (where the thread may use two). Trials run for `budget`, and on for up to `grace`
+// while a slice costs more than `disturbed_us` (the threads then shared a core) or the fit is not
+// above 0 (noise). Both figures 0 where a thread could not start, a trial did not finish, or the
+// fit was still disturbed or not above 0 when the grace ran out.
 struct SlicePipe {
   double slice_us = 0;
   double gbps = 0;

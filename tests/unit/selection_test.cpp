@@ -593,7 +593,7 @@ TEST(MachineProbe, TheSlicePipeFitsASliceAndARate) {
       core::slice_pipe(std::chrono::milliseconds(5), std::chrono::milliseconds(5), 0.0);
   EXPECT_EQ(disturbed.slice_us, 0);
   EXPECT_EQ(disturbed.gbps, 0);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(4));
 }
 
 }  // namespace
