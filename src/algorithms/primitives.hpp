@@ -32,11 +32,6 @@ class Primitives {
   // time until the call ends (TCP: no copy into or out of a slot). For algorithms whose sources
   // stay unchanged until then and whose destinations are not read before their data arrives.
   Primitives& use_caller_memory(bool on);
-  // The sends posted from caller memory no longer read it: what the transport has not taken yet
-  // is copied into its slots. Before the call writes a buffer it sent from.
-  void settle_sends() {
-    if (send_to_ != nullptr) send_to_->settle_sends();
-  }
 
   void send(const void* src, std::size_t count);
   void recv(void* dst, std::size_t count);

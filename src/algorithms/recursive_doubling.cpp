@@ -26,7 +26,7 @@ void recursive_doubling_all_reduce(Engine& engine, const Collective& call) {
     transport::Connection& peer = engine.connection(r ^ mask);
     Primitives prims(engine, &peer, &peer);
     prims.use_caller_memory(true).send(in, call.count);
-    if (in == out) prims.settle_sends();
+    if (in == out) peer.settle_sends();  // the reduction below overwrites what it reads
     prims.recv_reduce_copy(in, out, call.count, false, 1);
     in = out;
   }
