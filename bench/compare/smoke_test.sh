@@ -71,6 +71,8 @@ fi
 if command -v iperf3 >/dev/null; then
   grep -qE '^\| iperf3 loopback, one stream \(GB/s\) \| [0-9.]+ \|' "$tables" ||
     fail "iperf3 not measured"
+  grep -qE '^\| iperf3 loopback, two opposite streams at once, each \(GB/s\) \| [0-9.]+ \|' "$tables" ||
+    fail "iperf3's two opposite streams not measured"
 fi
 
 # LOOM_AVX512_DISABLE=1: the kernels dispatch below AVX-512 (Highway's AVX3 targets).

@@ -1,6 +1,7 @@
 """The machine's limits, measured in the same run as the libraries: single-thread memcpy bandwidth
-(the yardstick of shared memory) and one iperf3 TCP stream on loopback (the yardstick of TCP);
-and the cores' placement, measured around every launch: the cache-line round trip between CPUs."""
+(the yardstick of shared memory), one iperf3 TCP stream on loopback (the yardstick of TCP) and two
+streams at once in opposite directions (what loopback carries each way when, as in a 2-rank
+all-reduce, both directions share the cores); and the cores' placement, measured around every launch: the cache-line round trip between CPUs."""
 import json
 import shutil
 import socket
@@ -35,25 +36,61 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def iperf3_gbps(seconds=3):
-    """GB/s (bytes) of one iperf3 stream over loopback; None without iperf3."""
+def _iperf3_client(port, seconds, reverse):
+    args = ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", str(seconds), "-J"]
+    return subprocess.Popen(args + (["-R"] if reverse else []), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+
+
+def _received_gbps(client, seconds):
+    """The client's received GB/s (bytes), None where the server was not yet listening."""
+    out, _ = client.communicate(timeout=seconds + 30)
+    report = json.loads(out)
+    if "end" in report and "sum_received" in report["end"]:
+        return report["end"]["sum_received"]["bits_per_second"] / 8e9
+    return None
+
+
+def _iperf3(streams, seconds):
+    """GB/s (bytes) each of `streams` loopback streams carried, all running at once, the second in
+    the opposite direction (iperf3 -R); one server per stream. None without iperf3."""
     if not shutil.which("iperf3"):
         return None
-    port = _free_port()
-    server = subprocess.Popen(["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    servers, clients = [], []
     try:
-        for _ in range(50):  # until the server listens (a probe would use up its one test)
-            client = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t",
-                                     str(seconds), "-J"], capture_output=True, text=True,
-                                    timeout=seconds + 30)
-            report = json.loads(client.stdout)
-            if "end" in report and "sum_received" in report["end"]:
-                return report["end"]["sum_received"]["bits_per_second"] / 8e9
+        ports = []
+        for _ in range(streams):
+            ports.append(_free_port())
+            servers.append(subprocess.Popen(
+                ["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", str(ports[-1])],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for _ in range(50):  # until the servers listen (a probe would use up their one test)
             time.sleep(0.1)
+            clients = [_iperf3_client(port, seconds, i % 2 == 1) for i, port in enumerate(ports)]
+            rates = [_received_gbps(c, seconds) for c in clients]
+            clients = []
+            if all(r is not None for r in rates):
+                return rates
+            if any(r is not None for r in rates):
+                return None  # one ran alone: not the measurement asked for
         return None
     except (OSError, subprocess.SubprocessError, KeyError, ValueError):
         return None
     finally:
-        server.kill()
-        server.wait()
+        for p in servers + clients:
+            p.kill()
+            p.wait()
+
+
+def iperf3_gbps(seconds=3):
+    """GB/s (bytes) of one iperf3 stream over loopback; None without iperf3."""
+    rates = _iperf3(1, seconds)
+    return rates[0] if rates else None
+
+
+def iperf3_opposite_gbps(seconds=3):
+    """GB/s (bytes) each way, the mean of two iperf3 streams over loopback running at once in
+    opposite directions: a 2-rank all-reduce sends as many bytes each way at once, so on a host
+    whose cores both streams share this, not one stream, bounds it. None without iperf3."""
+    rates = _iperf3(2, seconds)
+    return sum(rates) / 2 if rates else None

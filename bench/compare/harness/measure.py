@@ -52,7 +52,9 @@ def iterations(size, scale=1.0, budget=BUDGET, least=5, most=400):
 
 def limits_rows(rep, drv):
     rows = [Row(rep, "memcpy", "-", "limit", 1, 64 << 20, busbw_gbps=limits.memcpy_gbps(drv.memcpy)),
-            Row(rep, "iperf3", "-", "limit", 2, 0, busbw_gbps=limits.iperf3_gbps())]
+            Row(rep, "iperf3", "-", "limit", 2, 0, busbw_gbps=limits.iperf3_gbps()),
+            Row(rep, "iperf3-opposite", "-", "limit", 2, 0,
+                busbw_gbps=limits.iperf3_opposite_gbps())]
     for r in rows:
         if r.busbw_gbps is None:
             r.error = "not measured (iperf3 or memcpy_bandwidth missing)"

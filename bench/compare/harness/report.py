@@ -186,8 +186,13 @@ def config_table(cells, config):
             v = cells.median((*config, largest, loom))
             if v is not None:
                 what = "single-thread memcpy" if transport == "shm" else "one iperf3 stream"
-                lines.append(f"{name(loom)} at {size_text(largest)}: {v / limit:.2f} x {what} "
-                             f"({limit:.2f} GB/s).  ")
+                text = (f"{name(loom)} at {size_text(largest)}: {v / limit:.2f} x {what} "
+                        f"({limit:.2f} GB/s)")
+                both = cells.limit("iperf3-opposite") if transport != "shm" else None
+                if both:
+                    text += (f"; {v / both:.2f} x what each of two opposite streams carried at "
+                             f"once ({both:.2f} GB/s)")
+                lines.append(text + ".  ")
         lines.append("")
     return lines
 
@@ -214,7 +219,9 @@ def limits_table(cells):
     lines = ["| limit | " + " | ".join(f"rep {r}" for r in reps) + " | median |",
              "|" + "---|" * (len(reps) + 2)]
     for what, label in (("memcpy", "single-thread memcpy (GB/s)"),
-                        ("iperf3", "iperf3 loopback, one stream (GB/s)")):
+                        ("iperf3", "iperf3 loopback, one stream (GB/s)"),
+                        ("iperf3-opposite",
+                         "iperf3 loopback, two opposite streams at once, each (GB/s)")):
         v = cells.limits.get(what, {})
         med = cells.limit(what)
         lines.append(f"| {label} | " + " | ".join(f"{v[r]:.2f}" if r in v else "—" for r in reps)
