@@ -223,7 +223,8 @@ std::size_t slice_for(const SelectionInputs& in, const LinkCost& over, double un
   // 1.1-1.6x faster in 256-512 KiB slices than in the cap's 64-128 KiB (loom-tune, 2-4 ranks).
   LinkCost link = over;
   if (link.shares_cores && !use.reduced) link.shares_cores = false, link.slice_cap_bytes = 0;
-  const bool fills_segments = use.fill_segments && over.segment_bytes > 0 && in.oversubscribed();
+  const bool fills_segments = use.fill_segments && over.segment_bytes > 0 &&
+                              (in.oversubscribed() || (use.reduced && link.shares_cores));
   // TCP within a host copies through the kernel on the cores its ranks share, and they take
   // their turns in a core's cache (4 ranks on 2 cores: 64 KiB slices 1.3x faster than 128 KiB,
   // two segments and 154 bytes; SliceUse::cache_per_rank).
@@ -255,7 +256,9 @@ std::size_t slice_for(const SelectionInputs& in, const LinkCost& over, double un
   // Where ranks outnumber cores a frame's last few bytes in a segment of their own cost a wake-up
   // (LinkCost::segment_bytes): slices fill whole segments. 4 ranks on 2 cores, the ring at
   // 4-64 MiB: 60 KiB slices (one segment) 1.05-1.15x faster than 64 KiB (a segment and 77 bytes),
-  // and at 16 MiB than 56 KiB as well (8 and 6 paired launches).
+  // and at 16 MiB than 56 KiB as well (8 and 6 paired launches). With a core per rank the reduced
+  // slices pay it too: 2 ranks on a 512 KiB L2 (a cap of 64 KiB), the ring at 2-64 MiB in 60 KiB
+  // slices ran 1.1-1.3x faster than in 64 KiB (5 alternating launches).
   if (fills_segments && to_d(s) > over.segment_bytes)
     s = static_cast<std::size_t>(std::floor(to_d(s) / over.segment_bytes) * over.segment_bytes);
   return s / 4096 * 4096 >= 4096 ? s / 4096 * 4096 : s;
