@@ -1,7 +1,8 @@
 """The machine's limits, measured in the same run as the libraries: single-thread memcpy bandwidth
 (the yardstick of shared memory), one iperf3 TCP stream on loopback (the yardstick of TCP) and two
 streams at once in opposite directions (what loopback carries each way when, as in a 2-rank
-all-reduce, both directions share the cores); and the cores' placement, measured around every launch: the cache-line round trip between CPUs."""
+all-reduce, both directions share the cores); and the cores' placement, measured around every
+launch: the cache-line round trip between CPUs."""
 import json
 import shutil
 import socket
