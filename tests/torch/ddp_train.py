@@ -6,6 +6,9 @@ in the import that registers the backend and in the backend's name.
     torchrun --standalone --nproc-per-node 2 ddp_train.py --backend loom --out params.pt
     loomrun --nproc-per-node 2 /usr/bin/python3 ddp_train.py --backend loom --out params.pt
 
+--dtype float64 trains the same model and data in double precision (launch_test.py compares
+backends that way).
+
 Rank 0 saves the final parameters to --out and prints one line:
     trained <backend> <world size> <steps> <sum of the parameters>
 """
@@ -29,9 +32,11 @@ def main():
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--out", default="")
+    p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     args = p.parse_args()
 
     torch.set_num_threads(1)
+    torch.set_default_dtype(getattr(torch, args.dtype))
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
 

@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """The unmodified DDP script (ddp_train.py) under torchrun and loomrun: backend loom ends with the
-parameters backend gloo ends with (relative difference <= 1e-6).
+parameters backend gloo ends with (relative difference <= 1e-6). The script trains in float64:
+in float32 the sums' order (Loom's algorithms are not Gloo's) leaves differences of ~1e-8 that a
+ReLU crossing zero in one of the two runs can turn into 1e-4 within 50 steps, on one CPU and not
+another (4 ranks on an AVX2 Zen 3: 3e-8 after 30 steps, 4e-5 after 40; Loom's own algorithms
+against each other stayed at 5e-8), where float64 stays near 1e-16.
 
     LOOMRUN=build/tools/loomrun PYTHONPATH=build/python python3 launch_test.py -v [-k NAME]
 """
@@ -30,7 +34,7 @@ def loomrun(ranks):
 
 def train(launcher, ranks, backend, out_dir):
     out = os.path.join(out_dir, f"{backend}-{ranks}-{launcher.__name__}.pt")
-    command = launcher(ranks) + ["--backend", backend, "--out", out]
+    command = launcher(ranks) + ["--backend", backend, "--out", out, "--dtype", "float64"]
     run = subprocess.run(command, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
     if run.returncode != 0:
         raise AssertionError(f"{' '.join(command)} exited {run.returncode}:\n{run.stdout}\n"
