@@ -223,8 +223,8 @@ std::size_t slice_for(const SelectionInputs& in, const LinkCost& over, double un
   // 1.1-1.6x faster in 256-512 KiB slices than in the cap's 64-128 KiB (loom-tune, 2-4 ranks).
   LinkCost link = over;
   if (link.shares_cores && !use.reduced) link.shares_cores = false, link.slice_cap_bytes = 0;
-  const bool fills_segments = use.fill_segments && over.segment_bytes > 0 &&
-                              (in.oversubscribed() || (use.reduced && link.shares_cores));
+  const bool fills_segments =
+      use.fill_segments && over.segment_bytes > 0 && (in.oversubscribed() || link.shares_cores);
   // TCP within a host copies through the kernel on the cores its ranks share, and they take
   // their turns in a core's cache (4 ranks on 2 cores: 64 KiB slices 1.3x faster than 128 KiB,
   // two segments and 154 bytes; SliceUse::cache_per_rank).
