@@ -70,6 +70,29 @@ void BM_Reference(benchmark::State& state, DataType t) {
   set_bytes(state, bytes);
 }
 
+// A slice copied out of a page-aligned slot into a buffer `distance` bytes into its page (a large
+// malloc'd buffer starts 16 bytes in): memcpy against kernels::copy. state.range(0): bytes,
+// state.range(1): the distance.
+void BM_Copy(benchmark::State& state, bool loom) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  const auto distance = static_cast<std::size_t>(state.range(1));
+  std::vector<std::byte> src(bytes + 8192), dst(bytes + 8192, std::byte{1});
+  const auto page = [](std::byte* p) {
+    return p + (4096 - reinterpret_cast<std::uintptr_t>(p) % 4096) % 4096;
+  };
+  std::byte* from = page(src.data());
+  std::byte* to = page(dst.data()) + distance;
+  std::memset(from, 3, bytes);
+  for (auto _ : state) {
+    if (loom)
+      kernels::copy(to, from, bytes);
+    else
+      std::memcpy(to, from, bytes);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * bytes));
+}
+
 void register_all() {
   auto bytes_arg = [](benchmark::internal::Benchmark* b, std::size_t bytes) {
     b->Arg(static_cast<std::int64_t>(bytes))->UseRealTime();
@@ -92,6 +115,12 @@ void register_all() {
   bytes_arg(benchmark::RegisterBenchmark(
                 "reference/f32", [](benchmark::State& s) { BM_Reference(s, DataType::f32); }),
             kCached);
+  for (bool loom : {false, true})
+    for (std::int64_t distance : {0, 16, 64})
+      benchmark::RegisterBenchmark(loom ? "copy/loom" : "copy/memcpy",
+                                   [loom](benchmark::State& s) { BM_Copy(s, loom); })
+          ->Args({64 << 10, distance})
+          ->UseRealTime();
 }
 
 }  // namespace

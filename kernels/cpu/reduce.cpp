@@ -222,6 +222,22 @@ void StreamCopy(void* dst, const void* src, std::size_t bytes) {
   std::memcpy(out + i, in + i, bytes - i);
 }
 
+// memcpy on vectors, for the copies whose distance memcpy handles slowly (kernels::copy).
+void VectorCopy(void* dst, const void* src, std::size_t bytes) {
+  const hn::ScalableTag<uint8_t> d;
+  const std::size_t lanes = hn::Lanes(d);
+  auto* out = static_cast<uint8_t*>(dst);
+  const auto* in = static_cast<const uint8_t*>(src);
+  std::size_t i = 0;
+  for (; i + 2 * lanes <= bytes; i += 2 * lanes) {
+    const auto v0 = hn::LoadU(d, in + i);
+    const auto v1 = hn::LoadU(d, in + i + lanes);
+    hn::StoreU(v0, d, out + i);
+    hn::StoreU(v1, d, out + i + lanes);
+  }
+  std::memcpy(out + i, in + i, bytes - i);
+}
+
 // dst = src / divisor, for floats on vectors (integers: the reference).
 template <typename T>
 void DivideLoop(std::byte* dst, const std::byte* src, std::size_t n, int divisor) {
@@ -283,6 +299,7 @@ HWY_EXPORT(Divide);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(Convert);
 HWY_EXPORT(StreamCopy);
+HWY_EXPORT(VectorCopy);
 
 void reduce(void* dst, const void* a, const void* b, std::size_t n, DataType dtype, ReduceOp op) {
   HWY_DYNAMIC_DISPATCH(ReduceCopy)
@@ -296,7 +313,7 @@ void reduce_copy(void* dst, void* dst2, const void* a, const void* b, std::size_
 
 void divide(void* dst, const void* src, std::size_t n, DataType dtype, int divisor) {
   if (divisor == 1) {
-    if (dst != src) std::memmove(dst, src, n * size_of(dtype));
+    if (dst != src) copy(dst, src, n * size_of(dtype));
     return;
   }
   HWY_DYNAMIC_DISPATCH(Divide)(dst, src, n, dtype, divisor);
@@ -313,6 +330,13 @@ const char* simd_target() {
 
 void stream_copy(void* dst, const void* src, std::size_t bytes) {
   HWY_DYNAMIC_DISPATCH(StreamCopy)(dst, src, bytes);
+}
+
+void copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes >= kAliasedCopyMinBytes && copy_distance_aliases(dst, src))
+    HWY_DYNAMIC_DISPATCH(VectorCopy)(dst, src, bytes);
+  else if (bytes > 0)
+    std::memcpy(dst, src, bytes);
 }
 
 }  // namespace loom::kernels

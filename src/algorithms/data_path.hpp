@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstddef>
-#include <cstring>
 
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "loom/loom.hpp"
@@ -41,7 +40,7 @@ class DataPath {
 class HostDataPath final : public DataPath {
  public:
   void copy(void* dst, const void* src, std::size_t bytes) override {
-    std::memcpy(dst, src, bytes);
+    kernels::copy(dst, src, bytes);
   }
   void copy_streaming(void* dst, const void* src, std::size_t bytes) override {
     kernels::stream_copy(dst, src, bytes);

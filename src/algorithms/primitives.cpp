@@ -1,9 +1,10 @@
 #include "algorithms/primitives.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 #include <fmt/format.h>
+
+#include "kernels/cpu/cpu_kernels.hpp"
 
 namespace loom::algorithms {
 
@@ -295,13 +296,13 @@ void Primitives::exchange(const void* src, std::size_t send_count, const void* l
 
 void Primitives::send_message(const void* src, std::size_t bytes) {
   std::byte* slot = wait_send(bytes);
-  if (bytes > 0) std::memcpy(slot, src, bytes);
+  kernels::copy(slot, src, bytes);
   post(bytes);
 }
 
 void Primitives::recv_message(void* dst, std::size_t bytes) {
   const auto slot = wait_recv(bytes);
-  if (bytes > 0) std::memcpy(dst, slot.data, bytes);
+  kernels::copy(dst, slot.data, bytes);
   release();
 }
 

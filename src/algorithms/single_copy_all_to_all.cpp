@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <random>
 #include <vector>
 
@@ -23,6 +22,7 @@
 #include "algorithms/primitives.hpp"
 #include "base/logging.hpp"
 #include "base/process_memory.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
 
 namespace loom::algorithms {
 namespace {
@@ -76,7 +76,7 @@ void single_copy_all_to_all(Engine& engine, const Collective& call) {
                       reinterpret_cast<std::uint64_t>(in + first * elem), count};
     Primitives(engine, nullptr, &engine.connection(to)).send_message(&hello, sizeof hello);
   }
-  if (own_count > 0) std::memcpy(out + own_to * elem, in + own_from * elem, own_count * elem);
+  kernels::copy(out + own_to * elem, in + own_from * elem, own_count * elem);
   Done done;
   for (int k = 1; k < n; ++k) {
     const int from = positive_mod(r - k, n);

@@ -237,6 +237,40 @@ TEST(Kernels, StreamCopyCopiesEveryByteAtEveryLengthAndAlignment) {
   });
 }
 
+// copy: the vector loop takes destinations 1-63 bytes past the source within a page (where
+// memcpy's `rep movsb` crawled), memcpy the rest; every byte either way, on every target, and
+// nothing written outside the destination.
+TEST(Kernels, CopyCopiesEveryByteAtEveryPageDistance) {
+  EXPECT_FALSE(
+      copy_distance_aliases(reinterpret_cast<void*>(4096 + 16), reinterpret_cast<void*>(16)));
+  EXPECT_TRUE(
+      copy_distance_aliases(reinterpret_cast<void*>(4096 + 16), reinterpret_cast<void*>(0)));
+  EXPECT_TRUE(
+      copy_distance_aliases(reinterpret_cast<void*>(8192 + 63), reinterpret_cast<void*>(0)));
+  EXPECT_FALSE(
+      copy_distance_aliases(reinterpret_cast<void*>(8192 + 64), reinterpret_cast<void*>(0)));
+  EXPECT_FALSE(copy_distance_aliases(reinterpret_cast<void*>(4096), reinterpret_cast<void*>(16)));
+  for_each_target([](const char* target) {
+    std::mt19937 rng(13);
+    alignas(4096) static std::byte src[3 * 4096], dst[5 * 4096];
+    for (auto& b : src) b = static_cast<std::byte>(rng());
+    for (std::size_t bytes : {0u, 1000u, 1024u, 1025u, 4096u + 7u, 2u * 4096u + 63u})
+      for (std::size_t src_off : {0u, 16u, 100u})
+        for (std::size_t distance : {0u, 1u, 8u, 16u, 31u, 32u, 63u, 64u, 65u, 4080u}) {
+          std::byte* to = dst + 4096 + (src_off + distance) % 4096;
+          std::fill(std::begin(dst), std::end(dst), std::byte{0x77});
+          loom::kernels::copy(to, src + src_off, bytes);
+          ASSERT_EQ(std::memcmp(to, src + src_off, bytes), 0)
+              << target << " bytes " << bytes << " source offset " << src_off << " distance "
+              << distance;
+          for (std::byte* p = dst; p < to; ++p)
+            ASSERT_EQ(*p, std::byte{0x77}) << target << ": wrote before the destination";
+          for (std::byte* p = to + bytes; p < std::end(dst); ++p)
+            ASSERT_EQ(*p, std::byte{0x77}) << target << ": wrote past the destination";
+        }
+  });
+}
+
 TEST(Kernels, LargeOutputsMatchTheReferenceWhenStreamed) {
   // 16 MiB of f32 and of bf16 outputs, not aliasing the inputs: the streaming path.
   for_each_target([](const char*) {
