@@ -76,8 +76,8 @@ for nodes in 2 4; do
   done
   # The model's own choice, from its default rates: the test bed's nodes share this machine's
   # cores, so each node's probe measures the others' work (4 nodes on 2 cores: the shm pipe at
-  # 2.7-7.2 GB/s from one launch to the next, and the choice at 4 MiB flipped between the ring and
-  # hierarchical, 5-17% apart in the model). Links between hosts are never probed.
+  # 2.7-7.2 GB/s from one launch to the next, and the choice at 4 MiB flipped: hierarchical's
+  # estimate from 4% below the ring's to 15% above it). Links between hosts are never probed.
   LOOM_PROBE_US=0 run "$nodes" -o allreduce -b 64K -e 4M -f 4 -d f32
   grep -q "all_reduce: hierarchical " "$dir/node1.log" || fail "the cost model did not pick hierarchical across nodes"
   check_transports "$nodes" 2
