@@ -33,6 +33,8 @@ namespace {
       "  --inplace  run in place (not alltoall)\n"
       "  --fresh-inputs  before every call (untimed), rewrite each cache line of the input,\n"
       "             as a training step writes its gradients (per-op timing, host memory)\n"
+      "  --page-offset N  host buffers start N bytes (0-4095) past a page boundary; by default\n"
+      "             where malloc puts them (16 bytes past one for mapped allocations)\n"
       "  --device D host (default) or cuda: buffers in the memory of the local rank's GPU\n"
       "             (LOCAL_RANK modulo the visible GPUs), calls ordered on a CUDA stream;\n"
       "             or shared: host memory from Communicator::alloc, which the ranks of a\n"
@@ -147,7 +149,13 @@ Args parse(int argc, char** argv) {
       a.in_place = true;
     else if (f == "--fresh-inputs")
       a.fresh_inputs = true;
-    else if (f == "--device") {
+    else if (f == "--page-offset") {
+      const std::string v = next();
+      a.page_offset = std::atoi(v.c_str());
+      if (a.page_offset < 0 || a.page_offset > 4095 ||
+          v.find_first_not_of("0123456789") != std::string::npos)
+        refuse("--page-offset is 0-4095, not", v);
+    } else if (f == "--device") {
       const std::string d = next();
       if (d != "host" && d != "cuda" && d != "shared") {
         std::fprintf(stderr, "loom-perf: --device is host, cuda or shared, not '%s'\n", d.c_str());

@@ -29,6 +29,7 @@ struct Args {
   Timing timing = Timing::per_op;
   bool check = false, csv = false, in_place = false;
   bool fresh_inputs = false;  // rewrite the input's cache lines before every call, untimed
+  int page_offset = -1;       // host buffers this many bytes past a page start; -1: as allocated
   bool cuda = false;          // --device cuda
   bool shared = false;        // --device shared
   std::string json;

@@ -98,9 +98,16 @@ int main(int argc, char** argv) {
         sweep(a, elem * (blocked ? static_cast<std::size_t>(n) : 1));
     const std::size_t max_bytes = sizes.empty() ? 0 : sizes.back();
     // Host buffers, or the staging copies of the device buffers (filled and checked on the host).
-    std::vector<char> in(max_bytes + 64), out(max_bytes + 64);
-    char* in_base = in.data();
-    char* out_base = out.data();
+    // --page-offset: room to move each buffer to that offset past a page start.
+    const std::size_t room = a.page_offset < 0 ? 0 : 8192;
+    std::vector<char> in(max_bytes + 64 + room), out(max_bytes + 64 + room);
+    auto placed = [&](std::vector<char>& v) {
+      if (a.page_offset < 0) return v.data();
+      const auto page = (reinterpret_cast<std::uintptr_t>(v.data()) + 4095) & ~std::uintptr_t{4095};
+      return reinterpret_cast<char*>(page) + a.page_offset;
+    };
+    char* in_base = placed(in);
+    char* out_base = placed(out);
     loom::CudaStream stream = nullptr;
     std::string device_text = "host memory";
     if (a.shared) {
