@@ -115,12 +115,15 @@ void register_all() {
   bytes_arg(benchmark::RegisterBenchmark(
                 "reference/f32", [](benchmark::State& s) { BM_Reference(s, DataType::f32); }),
             kCached);
-  for (bool loom : {false, true})
-    for (std::int64_t distance : {0, 16, 64})
-      benchmark::RegisterBenchmark(loom ? "copy/loom" : "copy/memcpy",
-                                   [loom](benchmark::State& s) { BM_Copy(s, loom); })
-          ->Args({64 << 10, distance})
-          ->UseRealTime();
+  // 64 KiB at three distances; the larger sizes at 16 find where memcpy stops paying for it.
+  for (bool loom : {false, true}) {
+    auto* b = benchmark::RegisterBenchmark(loom ? "copy/loom" : "copy/memcpy",
+                                           [loom](benchmark::State& s) { BM_Copy(s, loom); });
+    for (std::int64_t distance : {0, 16, 64}) b->Args({64 << 10, distance});
+    for (std::int64_t bytes : {256 << 10, 512 << 10, 1 << 20, 4 << 20, 64 << 20})
+      b->Args({bytes, 16});
+    b->UseRealTime();
+  }
 }
 
 }  // namespace
