@@ -152,8 +152,8 @@ Args parse(int argc, char** argv) {
     else if (f == "--page-offset") {
       const std::string v = next();
       a.page_offset = std::atoi(v.c_str());
-      if (a.page_offset < 0 || a.page_offset > 4095 ||
-          v.find_first_not_of("0123456789") != std::string::npos)
+      if (v.empty() || v.size() > 4 || v.find_first_not_of("0123456789") != std::string::npos ||
+          a.page_offset > 4095)
         refuse("--page-offset is 0-4095, not", v);
     } else if (f == "--device") {
       const std::string d = next();
@@ -178,6 +178,11 @@ Args parse(int argc, char** argv) {
     std::fprintf(stderr,
                  "loom-perf: --fresh-inputs needs host buffers and per-op timing (its rewrite "
                  "is outside each call's time)\n");
+    std::exit(2);
+  }
+  if (a.page_offset >= 0 && (a.cuda || a.shared)) {
+    std::fprintf(stderr, "loom-perf: --page-offset places host buffers, not --device %s ones\n",
+                 a.cuda ? "cuda" : "shared");
     std::exit(2);
   }
   if (a.in_place && a.op == Op::alltoall) {

@@ -99,11 +99,12 @@ int main(int argc, char** argv) {
     const std::size_t max_bytes = sizes.empty() ? 0 : sizes.back();
     // Host buffers, or the staging copies of the device buffers (filled and checked on the host).
     // --page-offset: room to move each buffer to that offset past a page start.
-    const std::size_t room = a.page_offset < 0 ? 0 : 8192;
+    constexpr std::uintptr_t kPage = 4096;
+    const std::size_t room = a.page_offset < 0 ? 0 : 2 * kPage;
     std::vector<char> in(max_bytes + 64 + room), out(max_bytes + 64 + room);
     auto placed = [&](std::vector<char>& v) {
       if (a.page_offset < 0) return v.data();
-      const auto page = (reinterpret_cast<std::uintptr_t>(v.data()) + 4095) & ~std::uintptr_t{4095};
+      const auto page = (reinterpret_cast<std::uintptr_t>(v.data()) + kPage - 1) & ~(kPage - 1);
       return reinterpret_cast<char*>(page) + a.page_offset;
     };
     char* in_base = placed(in);
