@@ -288,6 +288,21 @@ double hops_per_message(const SelectionInputs& in, const LinkCost& m, double byt
   return 1.0 + full * spills(frame) + spills(last);
 }
 
+// The frames after the first of a whole buffer that recursive doubling posts at once in slices of
+// `slice` (0: one frame), where the `working` ranks outnumber the cores over loopback TCP: each is
+// a hand-over of its own, as a spilled segment is (hops_per_message). Alternating launches on
+// 2 cores with 512 KiB of L2 (whose share gives 32 KiB frames at 4 ranks, 16 KiB at 8):
+// 4 ranks at 32 KiB (one frame) 115-125 us, at 40 KiB (32 + 8 KiB) 250-300 us, at 64 KiB 240-300
+// us against halving-doubling's 155-215; 8 ranks at 16 KiB (one frame) 395-430 us against
+// halving-doubling's 490-605, at 32 KiB 610-700 against 485-570. Halving-doubling's steps in
+// several frames showed no such step (4 ranks, 32 to 40 KiB: 170 to 190 us), nor did recursive
+// doubling at 3 ranks, whose exchanges run between 2 ranks with a core each.
+double extra_frames(const SelectionInputs& in, const LinkCost& m, double bytes, std::size_t slice,
+                    int working) {
+  if (m.segment_bytes <= 0 || bytes <= 0 || slice == 0 || !in.crowded(working)) return 0.0;
+  return std::max(0.0, std::ceil(bytes / to_d(slice)) - 1.0);
+}
+
 // ---- all-reduce
 
 // The buffers these post whole before they receive: half the FIFO's slots must hold them.
@@ -372,9 +387,12 @@ double recursive_doubling_cost(const SelectionInputs& in, std::size_t bytes, boo
   // A message's hops, averaged over the path: p ranks work at each exchange, 2(n-p) at a fold.
   const std::size_t slice = whole_buffer_slice(in, bytes, device);
   const int folds = p != in.size ? 2 : 0;
-  const double frames = (hops * hops_per_message(in, m, to_d(bytes), slice, p) +
-                         folds * hops_per_message(in, m, to_d(bytes), slice, fold_working(in, p))) /
-                        (hops + folds);
+  const auto message_hops = [&](int working) {
+    return hops_per_message(in, m, to_d(bytes), slice, working) +
+           extra_frames(in, m, to_d(bytes), slice, working);
+  };
+  const double frames =
+      (hops * message_hops(p) + folds * message_hops(fold_working(in, p))) / (hops + folds);
   const double buffers = hops + fold_path_buffers(in, m, p);
   hops += folds;
   // Bytes as messages: a whole buffer each (folds: fold_path_buffers).
