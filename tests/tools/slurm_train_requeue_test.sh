@@ -51,8 +51,9 @@ job=${submitted%%;*}
 wait_for 120 '[ -n "$(ls "$dir"/snap/snapshot-slurm-"$job"-*.loom 2>/dev/null)" ]' ||
   fail "job $job wrote no snapshot (state $(state))"
 on1 scontrol requeue "$job" || fail "scontrol requeue $job"
-# Slurm holds a requeued batch job back for two minutes before it is eligible again (time for
-# the nodes' epilogues): nothing here needs the wait, so the job is made eligible at once.
+# Slurm makes a requeued batch job eligible again only two minutes later (its EligibleTime, and
+# up to a scheduling interval more: 183 s of this test's 190): nothing here needs the wait, so
+# the job is made eligible at once.
 wait_for 60 '[ "$(state)" = PENDING ]' || fail "job $job was not pending after the requeue (state $(state))"
 on1 scontrol update JobId="$job" StartTime=now || fail "scontrol update $job StartTime=now"
 wait_for 300 '[ "$(state)" = COMPLETED ] || [ "$(state)" = FAILED ]' || fail "job $job did not end (state $(state))"
