@@ -458,6 +458,16 @@ TEST(MeasuredModel, HalvingDoublingTakesMidSizesWhileItsStepsFitTheCoresCache) {
     EXPECT_NE(pick(three, Kind::all_reduce, bytes), "halving_doubling") << bytes << " B";
 }
 
+// One host's ranks over loopback TCP on 2 cores, on the model `r` measures.
+SelectionInputs loopback_on_two_cores(const MachineRates& r, int ranks) {
+  auto in = one_host(ranks);
+  in.local = TransportKind::tcp;
+  in.costs = CostModel::measured(r, true);
+  in.cores = 2;
+  in.ranks_per_core = (ranks + 1) / 2;
+  return in;
+}
+
 // Recursive doubling posts its whole buffer at once; over loopback TCP where the ranks exchanging
 // outnumber the cores, each frame after the first is a hand-over of its own. On a core of 512 KiB
 // of L2 (this Zen 3's rates as init measured them) the share of the cache cuts its buffer into
@@ -468,14 +478,7 @@ TEST(MeasuredModel, RecursiveDoublingPaysForEachFrameOfItsBufferOnCrowdedLoopbac
   MachineRates r;
   r.copy_gbps = 8.97, r.reduce_gbps = 26.4, r.wake_us = 3.7, r.core_cache_kib = 512;
   r.loopback_us = 13.3, r.loopback_gbps = 3.18, r.segment_bytes = 65459;
-  const auto tcp = [&](int ranks) {
-    auto in = one_host(ranks);
-    in.local = TransportKind::tcp;
-    in.costs = CostModel::measured(r, true);
-    in.cores = 2;
-    in.ranks_per_core = (ranks + 1) / 2;
-    return in;
-  };
+  const auto tcp = [&](int ranks) { return loopback_on_two_cores(r, ranks); };
   EXPECT_EQ(pick(tcp(4), Kind::all_reduce, 32 << 10), "recursive_doubling");
   EXPECT_EQ(pick(tcp(4), Kind::all_reduce, 40 << 10), "halving_doubling");
   EXPECT_EQ(pick(tcp(4), Kind::all_reduce, 64 << 10), "halving_doubling");
@@ -499,12 +502,7 @@ TEST(MeasuredModel, LoopbackFramesFillWholeSegments) {
   const auto tcp = [&](int ranks, double segment_bytes) {
     MachineRates with = r;
     with.segment_bytes = segment_bytes;
-    auto in = one_host(ranks);
-    in.local = TransportKind::tcp;
-    in.costs = CostModel::measured(with, true);
-    in.cores = 2;
-    in.ranks_per_core = (ranks + 1) / 2;
-    return in;
+    return loopback_on_two_cores(with, ranks);
   };
   constexpr double kSegment = 65483 - 24;  // loopback's MSS less a frame's header
   // The ring takes the core's whole cap (128 KiB of a 1 MiB L2) cut to whole segments: two,
