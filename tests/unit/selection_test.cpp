@@ -617,11 +617,12 @@ TEST(MachineProbe, MeasuresEveryPartAndEnds) {
 // The pipe fits both of its figures where its slices were not disturbed, and reports neither
 // where every slice was (it then measured the sharing of a core, not the ring). It ends near its
 // budget and grace either way (the bound is for a hang, not a speed). A host loaded by other
-// tests may disturb one pipe for its whole grace: three in a row is a failure.
+// tests may disturb a pipe for its whole grace (the release suite on 2 cores once disturbed three
+// in a row): pipes start again for up to 2 s, and none fitting in all that time is a failure.
 TEST(MachineProbe, TheSlicePipeFitsASliceAndARate) {
   const auto t0 = std::chrono::steady_clock::now();
   core::SlicePipe p;
-  for (int attempt = 0; attempt < 3 && p.slice_us == 0; ++attempt)
+  while (p.slice_us == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2))
     p = core::slice_pipe(std::chrono::milliseconds(5), std::chrono::milliseconds(500), 1e9);
   EXPECT_GT(p.slice_us, 0);
   EXPECT_GT(p.gbps, 0);
