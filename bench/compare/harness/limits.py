@@ -1,8 +1,9 @@
 """The machine's limits, measured in the same run as the libraries: single-thread memcpy bandwidth
-(the yardstick of shared memory), one iperf3 TCP stream on loopback (the yardstick of TCP) and two
+(the yardstick of shared memory), one iperf3 TCP stream on loopback (the yardstick of TCP), two
 streams at once in opposite directions (what loopback carries each way when, as in a 2-rank
-all-reduce, both directions share the cores); and the cores' placement, measured around every
-launch: the cache-line round trip between CPUs."""
+all-reduce, both directions share the cores) and n streams at once (what each link of an n-rank
+ring carries when all n share the cores); and the cores' placement, measured around every launch:
+the cache-line round trip between CPUs."""
 import json
 import shutil
 import socket
@@ -52,9 +53,10 @@ def _received_gbps(client, seconds):
     return None
 
 
-def _iperf3(streams, seconds):
-    """GB/s (bytes) each of `streams` loopback streams carried, all running at once, the second in
-    the opposite direction (iperf3 -R); one server per stream. None without iperf3."""
+def _iperf3(streams, seconds, opposite=False):
+    """GB/s (bytes) each of `streams` loopback streams carried, all running at once, every second
+    one in the opposite direction (iperf3 -R) if `opposite`; one server per stream. None without
+    iperf3."""
     if not shutil.which("iperf3"):
         return None
     servers, clients = [], []
@@ -67,7 +69,8 @@ def _iperf3(streams, seconds):
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         for _ in range(50):  # until the servers listen (a probe would use up their one test)
             time.sleep(0.1)
-            clients = [_iperf3_client(port, seconds, i % 2 == 1) for i, port in enumerate(ports)]
+            clients = [_iperf3_client(port, seconds, opposite and i % 2 == 1)
+                       for i, port in enumerate(ports)]
             rates = [_received_gbps(c, seconds) for c in clients]
             clients = []
             if all(r is not None for r in rates):
@@ -93,5 +96,14 @@ def iperf3_opposite_gbps(seconds=3):
     """GB/s (bytes) each way, the mean of two iperf3 streams over loopback running at once in
     opposite directions: a 2-rank all-reduce sends as many bytes each way at once, so on a host
     whose cores both streams share this, not one stream, bounds it. None without iperf3."""
-    rates = _iperf3(2, seconds)
+    rates = _iperf3(2, seconds, opposite=True)
     return sum(rates) / 2 if rates else None
+
+
+def iperf3_ring_gbps(streams, seconds=3):
+    """GB/s (bytes) each way, the mean of `streams` iperf3 streams over loopback running at once:
+    each rank of a ring all-reduce sends to the next as the others send to theirs, so on one host
+    whose cores all the streams share, this bounds the ring's busbw before any reduction. None
+    without iperf3."""
+    rates = _iperf3(streams, seconds)
+    return sum(rates) / streams if rates else None

@@ -50,11 +50,15 @@ def iterations(size, scale=1.0, budget=BUDGET, least=5, most=400):
     return max(1, round(n * scale)), max(1, round(w * scale))
 
 
-def limits_rows(rep, drv):
+def limits_rows(rep, drv, ring_ranks=()):
+    """The machine's limits; ring_ranks: the rank counts (above 2) whose TCP ring bound to
+    measure."""
     rows = [Row(rep, "memcpy", "-", "limit", 1, 64 << 20, busbw_gbps=limits.memcpy_gbps(drv.memcpy)),
             Row(rep, "iperf3", "-", "limit", 2, 0, busbw_gbps=limits.iperf3_gbps()),
             Row(rep, "iperf3-opposite", "-", "limit", 2, 0,
                 busbw_gbps=limits.iperf3_opposite_gbps())]
+    rows += [Row(rep, report.ring_limit(n), "-", "limit", n, 0,
+                 busbw_gbps=limits.iperf3_ring_gbps(n)) for n in sorted(ring_ranks)]
     for r in rows:
         if r.busbw_gbps is None:
             r.error = "not measured (iperf3 or memcpy_bandwidth missing)"
@@ -144,10 +148,11 @@ def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True
         iters, warmup = iterations(size, **iter_args)
         jobs += [(j, iters, warmup)
                  for j in drv.jobs(libs, op, ranks, transport, size, iters, warmup)]
+    ring_ranks = {ranks for _, _, ranks, transport, _ in plan if transport == "tcp" and ranks > 2}
     total, done, start = len(jobs) * reps, 0, time.monotonic()
     for rep in range(1, reps + 1):
         if with_limits:
-            for row in limits_rows(rep, drv):
+            for row in limits_rows(rep, drv, ring_ranks):
                 recorder.add(row)
                 print(f"rep {rep}: {row.impl} {row.busbw_gbps} GB/s", file=sys.stderr)
         for job, iters, warmup in jobs:

@@ -40,6 +40,11 @@ def better(a, b, size):
     return a < b if latency(size) else a > b
 
 
+def ring_limit(ranks):
+    """The name of the limit row of `ranks` loopback streams at once (limits.iperf3_ring_gbps)."""
+    return f"iperf3-ring-{ranks}"
+
+
 class Cells:
     """Per (op, ranks, transport, size, impl): the value of each repetition. Where a repetition
     ran a configuration more than once (a launch with the cores far apart runs again,
@@ -188,10 +193,20 @@ def config_table(cells, config):
                 what = "single-thread memcpy" if transport == "shm" else "one iperf3 stream"
                 text = (f"{name(loom)} at {size_text(largest)}: {v / limit:.2f} x {what} "
                         f"({limit:.2f} GB/s)")
-                both = cells.limit("iperf3-opposite") if transport != "shm" else None
-                if both:
-                    text += (f"; {v / both:.2f} x what each of two opposite streams carried at "
-                             f"once ({both:.2f} GB/s)")
+                if transport != "shm" and ranks == 2:
+                    both = cells.limit("iperf3-opposite")
+                    if both:
+                        text += (f"; {v / both:.2f} x what each of two opposite streams carried "
+                                 f"at once ({both:.2f} GB/s)")
+                elif transport != "shm":
+                    ring = cells.limit(ring_limit(ranks))
+                    if ring:
+                        text += (f"; {v / ring:.2f} x what each of {ranks} streams carried at "
+                                 f"once ({ring:.2f} GB/s: a ring's links with no reduction, from "
+                                 f"buffers in the cache)")
+                        b, bv = best_of(cells, config, largest, others)
+                        if b:
+                            text += f"; {name(b)} {bv / ring:.2f} x"
                 lines.append(text + ".  ")
         lines.append("")
     return lines
@@ -221,7 +236,10 @@ def limits_table(cells):
     for what, label in (("memcpy", "single-thread memcpy (GB/s)"),
                         ("iperf3", "iperf3 loopback, one stream (GB/s)"),
                         ("iperf3-opposite",
-                         "iperf3 loopback, two opposite streams at once, each (GB/s)")):
+                         "iperf3 loopback, two opposite streams at once, each (GB/s)"),
+                        *((ring_limit(n), f"iperf3 loopback, {n} streams at once, each (GB/s)")
+                          for n in sorted(int(w[len(ring_limit("")):]) for w in cells.limits
+                                          if w.startswith(ring_limit(""))))):
         v = cells.limits.get(what, {})
         med = cells.limit(what)
         lines.append(f"| {label} | " + " | ".join(f"{v[r]:.2f}" if r in v else "—" for r in reps)
