@@ -458,10 +458,15 @@ const char* host_only(const SelectionInputs&, std::size_t, bool device) {
   return device ? "host buffers only" : nullptr;
 }
 // Its steps exchange halves of the buffer and less, each after the one before: pipelined over one
-// hop.
+// hop. Its p exchanging ranks share the cores' caches where they outnumber the cores; at 3 ranks
+// on 2 cores the two exchanging have a core each and take the ring's whole cap: 1 MiB in 60 KiB
+// slices 1.2-1.4x faster than in the share's 32 KiB (5 and 4 alternating launches, 512 KiB L2).
 std::size_t half_buffer_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
   if (device || bytes <= 16 * 1024) return 0;
-  return slice_for(in, in.bottleneck(), to_d(bytes) / 2, 2, {.reduced = true});
+  int p = 1;
+  while (p * 2 <= in.size) p *= 2;
+  return slice_for(in, in.bottleneck(), to_d(bytes) / 2, 2,
+                   {.reduced = true, .cache_per_rank = in.crowded(p)});
 }
 
 // It keeps a host copy of the input.

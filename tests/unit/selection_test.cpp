@@ -491,6 +491,19 @@ TEST(MeasuredModel, RecursiveDoublingPaysForEachFrameOfItsBufferOnCrowdedLoopbac
   EXPECT_EQ(pick(tcp(4), Kind::all_reduce, 40 << 10), "recursive_doubling");
 }
 
+// Halving-doubling's slices take the share of a core's cache where its exchanging ranks outnumber
+// the cores (4 ranks on 2 cores); at 3 ranks the two exchanging have a core each and take the
+// whole cap, as the ring does: 60 KiB (one segment of a 64 KiB cap), not 32 KiB.
+TEST(MeasuredModel, HalvingDoublingTakesTheShareOnlyWhereItsExchangesCrowdTheCores) {
+  MachineRates r;
+  r.copy_gbps = 8.97, r.reduce_gbps = 26.4, r.wake_us = 3.7, r.core_cache_kib = 512;
+  r.loopback_us = 13.3, r.loopback_gbps = 3.18, r.segment_bytes = 65459;
+  auto three = loopback_on_two_cores(r, 3), four = loopback_on_two_cores(r, 4);
+  three.overrides = four.overrides = "allreduce:halving_doubling";
+  EXPECT_EQ(Selector(three).choose(Kind::all_reduce, 1 << 20, false).slice, 60u << 10);
+  EXPECT_EQ(Selector(four).choose(Kind::all_reduce, 1 << 20, false).slice, 32u << 10);
+}
+
 // Over loopback TCP a frame that ends in a partly filled segment costs another hop, and where the
 // ranks working at once outnumber the cores a wake-up: slices fill whole segments, and recursive
 // doubling's whole buffer of 64 KiB (a segment and 77 bytes) loses to halving-doubling's halves at
