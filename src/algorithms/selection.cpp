@@ -29,6 +29,7 @@
 
 #include "algorithms/algorithms.hpp"
 #include "algorithms/engine.hpp"
+#include "algorithms/power_of_two_fold.hpp"
 #include "base/config.hpp"
 #include "base/logging.hpp"
 
@@ -463,10 +464,8 @@ const char* host_only(const SelectionInputs&, std::size_t, bool device) {
 // slices 1.2-1.4x faster than in the share's 32 KiB (5 and 4 alternating launches, 512 KiB L2).
 std::size_t half_buffer_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
   if (device || bytes <= 16 * 1024) return 0;
-  int p = 1;
-  while (p * 2 <= in.size) p *= 2;
   return slice_for(in, in.bottleneck(), to_d(bytes) / 2, 2,
-                   {.reduced = true, .cache_per_rank = in.crowded(p)});
+                   {.reduced = true, .cache_per_rank = in.crowded(power_of_two_below(in.size))});
 }
 
 // It keeps a host copy of the input.

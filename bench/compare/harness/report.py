@@ -40,9 +40,12 @@ def better(a, b, size):
     return a < b if latency(size) else a > b
 
 
+RING_LIMIT = "iperf3-ring-"
+
+
 def ring_limit(ranks):
     """The name of the limit row of `ranks` loopback streams at once (limits.iperf3_ring_gbps)."""
-    return f"iperf3-ring-{ranks}"
+    return f"{RING_LIMIT}{ranks}"
 
 
 class Cells:
@@ -193,20 +196,18 @@ def config_table(cells, config):
                 what = "single-thread memcpy" if transport == "shm" else "one iperf3 stream"
                 text = (f"{name(loom)} at {size_text(largest)}: {v / limit:.2f} x {what} "
                         f"({limit:.2f} GB/s)")
-                if transport != "shm" and ranks == 2:
-                    both = cells.limit("iperf3-opposite")
-                    if both:
-                        text += (f"; {v / both:.2f} x what each of two opposite streams carried "
-                                 f"at once ({both:.2f} GB/s)")
-                elif transport != "shm":
-                    ring = cells.limit(ring_limit(ranks))
-                    if ring:
-                        text += (f"; {v / ring:.2f} x what each of {ranks} streams carried at "
-                                 f"once ({ring:.2f} GB/s: a ring's links with no reduction, from "
-                                 f"buffers in the cache)")
-                        b, bv = best_of(cells, config, largest, others)
-                        if b:
-                            text += f"; {name(b)} {bv / ring:.2f} x"
+                both = cells.limit("iperf3-opposite") if ranks == 2 else None
+                ring = cells.limit(ring_limit(ranks)) if ranks > 2 else None
+                if transport != "shm" and both:
+                    text += (f"; {v / both:.2f} x what each of two opposite streams carried at "
+                             f"once ({both:.2f} GB/s)")
+                if transport != "shm" and ring:
+                    text += (f"; {v / ring:.2f} x what each of {ranks} streams carried at once "
+                             f"({ring:.2f} GB/s: a ring's links with no reduction, from buffers "
+                             f"in the cache)")
+                    b, bv = best_of(cells, config, largest, others)
+                    if b:
+                        text += f"; {name(b)} {bv / ring:.2f} x"
                 lines.append(text + ".  ")
         lines.append("")
     return lines
@@ -238,8 +239,8 @@ def limits_table(cells):
                         ("iperf3-opposite",
                          "iperf3 loopback, two opposite streams at once, each (GB/s)"),
                         *((ring_limit(n), f"iperf3 loopback, {n} streams at once, each (GB/s)")
-                          for n in sorted(int(w[len(ring_limit("")):]) for w in cells.limits
-                                          if w.startswith(ring_limit(""))))):
+                          for n in sorted(int(w[len(RING_LIMIT):]) for w in cells.limits
+                                          if w.startswith(RING_LIMIT)))):
         v = cells.limits.get(what, {})
         med = cells.limit(what)
         lines.append(f"| {label} | " + " | ".join(f"{v[r]:.2f}" if r in v else "—" for r in reps)
