@@ -462,10 +462,20 @@ const char* host_only(const SelectionInputs&, std::size_t, bool device) {
 // hop. Its p exchanging ranks share the cores' caches where they outnumber the cores; at 3 ranks
 // on 2 cores the two exchanging have a core each and take the ring's whole cap: 1 MiB in 60 KiB
 // slices 1.2-1.4x faster than in the share's 32 KiB (5 and 4 alternating launches, 512 KiB L2).
+// Where they do outnumber the cores a slice hands a core over whatever its size, so the share
+// stops at one whole segment over loopback TCP: on a 512 KiB L2, whose share is 32 KiB at 4 ranks
+// and 16 KiB at 8, 60 KiB slices ran 1.2-1.4x faster at 4 ranks from 256 KiB to 1 MiB and 1.3-1.9x
+// at 8 ranks from 256 to 512 KiB (alternating launches, 3-5 each); on a 1 MiB L2 the share at
+// 4 ranks is that segment already.
 std::size_t half_buffer_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
   if (device || bytes <= 16 * 1024) return 0;
-  return slice_for(in, in.bottleneck(), to_d(bytes) / 2, 2,
-                   {.reduced = true, .cache_per_rank = in.crowded(power_of_two_below(in.size))});
+  const LinkCost& link = in.bottleneck();
+  const bool crowded = in.crowded(power_of_two_below(in.size));
+  const std::size_t slice =
+      slice_for(in, link, to_d(bytes) / 2, 2, {.reduced = true, .cache_per_rank = crowded});
+  if (!crowded || !link.shares_cores || link.segment_bytes <= 0) return slice;
+  const auto segment = static_cast<std::size_t>(link.segment_bytes) / 4096 * 4096;
+  return std::max(slice, std::min(segment, in.slot_bytes));
 }
 
 // It keeps a host copy of the input.

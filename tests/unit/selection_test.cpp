@@ -492,16 +492,26 @@ TEST(MeasuredModel, RecursiveDoublingPaysForEachFrameOfItsBufferOnCrowdedLoopbac
 }
 
 // Halving-doubling's slices take the share of a core's cache where its exchanging ranks outnumber
-// the cores (4 ranks on 2 cores); at 3 ranks the two exchanging have a core each and take the
-// whole cap, as the ring does: 60 KiB (one segment of a 64 KiB cap), not 32 KiB.
-TEST(MeasuredModel, HalvingDoublingTakesTheShareOnlyWhereItsExchangesCrowdTheCores) {
+// the cores (4 ranks on 2 cores), but no less than one whole segment: a slice hands a core over
+// whatever its size. At 3 ranks the two exchanging have a core each and take the whole cap, as the
+// ring does. On a 512 KiB L2 (a 64 KiB cap): 60 KiB (one segment) at 3, 4 and 8 ranks, where the
+// share would be 32 KiB at 4 and 16 KiB at 8.
+TEST(MeasuredModel, HalvingDoublingTakesACrowdedShareOfAtLeastOneSegment) {
   MachineRates r;
   r.copy_gbps = 8.97, r.reduce_gbps = 26.4, r.wake_us = 3.7, r.core_cache_kib = 512;
   r.loopback_us = 13.3, r.loopback_gbps = 3.18, r.segment_bytes = 65459;
-  auto three = loopback_on_two_cores(r, 3), four = loopback_on_two_cores(r, 4);
-  three.overrides = four.overrides = "allreduce:halving_doubling";
+  auto three = loopback_on_two_cores(r, 3), four = loopback_on_two_cores(r, 4),
+       eight = loopback_on_two_cores(r, 8);
+  three.overrides = four.overrides = eight.overrides = "allreduce:halving_doubling";
   EXPECT_EQ(Selector(three).choose(Kind::all_reduce, 1 << 20, false).slice, 60u << 10);
-  EXPECT_EQ(Selector(four).choose(Kind::all_reduce, 1 << 20, false).slice, 32u << 10);
+  EXPECT_EQ(Selector(four).choose(Kind::all_reduce, 1 << 20, false).slice, 60u << 10);
+  EXPECT_EQ(Selector(eight).choose(Kind::all_reduce, 512 << 10, false).slice, 60u << 10);
+  // Segments unmeasured: the share.
+  MachineRates unmeasured = r;
+  unmeasured.segment_bytes = 0;
+  auto four_unmeasured = loopback_on_two_cores(unmeasured, 4);
+  four_unmeasured.overrides = "allreduce:halving_doubling";
+  EXPECT_EQ(Selector(four_unmeasured).choose(Kind::all_reduce, 1 << 20, false).slice, 32u << 10);
 }
 
 // Over loopback TCP a frame that ends in a partly filled segment costs another hop, and where the
