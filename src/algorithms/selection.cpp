@@ -211,7 +211,8 @@ struct SliceUse {
   // the whole cap's 124 KiB (two segments) than in the share's 60 KiB (4 ranks) and 32 KiB
   // (8 ranks), 3 ranks 1.03-1.12x (alternating launches, 5-8 each); halving-doubling's halves,
   // exchanged between partners, ran 0.85-0.94x in 124 KiB at 4 ranks and 1-4 MiB, and keep the
-  // share. The share was measured where a slice of the whole cap (128 KiB) spilled a segment.
+  // share (no less than a segment: half_buffer_slice). The share was measured where a slice of
+  // the whole cap (128 KiB) spilled a segment.
   bool cache_per_rank = true;
 };
 
@@ -464,9 +465,9 @@ const char* host_only(const SelectionInputs&, std::size_t, bool device) {
 // slices 1.2-1.4x faster than in the share's 32 KiB (5 and 4 alternating launches, 512 KiB L2).
 // Where they do outnumber the cores a slice hands a core over whatever its size, so the share
 // stops at one whole segment over loopback TCP: on a 512 KiB L2, whose share is 32 KiB at 4 ranks
-// and 16 KiB at 8, 60 KiB slices ran 1.2-1.4x faster at 4 ranks from 256 KiB to 1 MiB and 1.3-1.9x
-// at 8 ranks from 256 to 512 KiB (alternating launches, 3-5 each); on a 1 MiB L2 the share at
-// 4 ranks is that segment already.
+// and 16 KiB at 8, 60 KiB slices ran faster at 4 ranks from 256 KiB to 1 MiB in 12 of 13
+// alternating launches (1.08-1.41x) and 1.3-1.9x at 8 ranks at 256 and 512 KiB (3 each); on a
+// 1 MiB L2 the share at 4 ranks is that segment already.
 std::size_t half_buffer_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
   if (device || bytes <= 16 * 1024) return 0;
   const LinkCost& link = in.bottleneck();
