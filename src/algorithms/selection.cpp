@@ -211,8 +211,8 @@ struct SliceUse {
   // the whole cap's 124 KiB (two segments) than in the share's 60 KiB (4 ranks) and 32 KiB
   // (8 ranks), 3 ranks 1.03-1.12x (alternating launches, 5-8 each); halving-doubling's halves,
   // exchanged between partners, ran 0.85-0.94x in 124 KiB at 4 ranks and 1-4 MiB, and keep the
-  // share (no less than a segment: half_buffer_slice). The share was measured where a slice of
-  // the whole cap (128 KiB) spilled a segment.
+  // share (no less than a segment: slice_for). The share was measured where a slice of the whole
+  // cap (128 KiB) spilled a segment.
   bool cache_per_rank = true;
 };
 
@@ -229,11 +229,18 @@ std::size_t slice_for(const SelectionInputs& in, const LinkCost& over, double un
       use.fill_segments && over.segment_bytes > 0 && (in.oversubscribed() || link.shares_cores);
   // TCP within a host copies through the kernel on the cores its ranks share, and they take
   // their turns in a core's cache (4 ranks on 2 cores: 64 KiB slices 1.3x faster than 128 KiB,
-  // two segments and 154 bytes; SliceUse::cache_per_rank).
+  // two segments and 154 bytes; SliceUse::cache_per_rank). Where slices fill segments the share
+  // stops at one: a slice hands a core over whatever its size. On a 512 KiB L2, whose share is
+  // 32 KiB at 4 ranks and 16 KiB at 8, halving-doubling in 60 KiB slices ran faster at 4 ranks
+  // from 256 KiB to 1 MiB in 12 of 13 alternating launches (1.08-1.41x) and 1.3-1.9x at 8 ranks
+  // at 256 and 512 KiB (3 each); on a 1 MiB L2 the share at 4 ranks is that segment already.
   const bool shared_cap = use.cache_per_rank || !fills_segments;
-  const double cap = link.shares_cores && link.slice_cap_bytes > 0 && shared_cap
-                         ? std::max(kMin, link.slice_cap_bytes / std::max(1, in.ranks_per_core))
-                         : link.slice_cap_bytes;
+  const double least_share =
+      fills_segments && use.cache_per_rank ? std::max(kMin, over.segment_bytes) : kMin;
+  const double cap =
+      link.shares_cores && link.slice_cap_bytes > 0 && shared_cap
+          ? std::max(least_share, link.slice_cap_bytes / std::max(1, in.ranks_per_core))
+          : link.slice_cap_bytes;
   const double slot = cap > 0 ? std::min(to_d(in.slot_bytes), cap) : to_d(in.slot_bytes);
   // There the kernel streams a frame as it is written and the receiver copies it out as it
   // arrives, so with a core per rank a unit that fits a slot goes as one frame (2 ranks,
@@ -463,20 +470,10 @@ const char* host_only(const SelectionInputs&, std::size_t, bool device) {
 // hop. Its p exchanging ranks share the cores' caches where they outnumber the cores; at 3 ranks
 // on 2 cores the two exchanging have a core each and take the ring's whole cap: 1 MiB in 60 KiB
 // slices 1.2-1.4x faster than in the share's 32 KiB (5 and 4 alternating launches, 512 KiB L2).
-// Where they do outnumber the cores a slice hands a core over whatever its size, so the share
-// stops at one whole segment over loopback TCP: on a 512 KiB L2, whose share is 32 KiB at 4 ranks
-// and 16 KiB at 8, 60 KiB slices ran faster at 4 ranks from 256 KiB to 1 MiB in 12 of 13
-// alternating launches (1.08-1.41x) and 1.3-1.9x at 8 ranks at 256 and 512 KiB (3 each); on a
-// 1 MiB L2 the share at 4 ranks is that segment already.
 std::size_t half_buffer_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
   if (device || bytes <= 16 * 1024) return 0;
-  const LinkCost& link = in.bottleneck();
-  const bool crowded = in.crowded(power_of_two_below(in.size));
-  const std::size_t slice =
-      slice_for(in, link, to_d(bytes) / 2, 2, {.reduced = true, .cache_per_rank = crowded});
-  if (!crowded || !link.shares_cores || link.segment_bytes <= 0) return slice;
-  const auto segment = static_cast<std::size_t>(link.segment_bytes) / 4096 * 4096;
-  return std::max(slice, std::min(segment, in.slot_bytes));
+  return slice_for(in, in.bottleneck(), to_d(bytes) / 2, 2,
+                   {.reduced = true, .cache_per_rank = in.crowded(power_of_two_below(in.size))});
 }
 
 // It keeps a host copy of the input.
