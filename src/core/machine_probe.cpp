@@ -402,16 +402,17 @@ SlicePipe slice_pipe(std::chrono::microseconds budget, std::chrono::microseconds
   stop.store(true);
   trial.value.store(trial.value.load() + 1, std::memory_order_release);
   echo.join();
-  if (small_us <= 0 || large_us <= 0) return {};
+  SlicePipe p;
+  p.small_best_us = small_us, p.large_best_us = large_us;
+  if (small_us <= 0 || large_us <= 0) return p;
   // Still disturbed when the grace ran out: the figures are of the sharing, not of the ring, and
   // steered a whole job (2-8 ranks on 2 cores: 7-20% of launches fitted 27 us a slice against
   // 1.6 and 6 GB/s against 19, and recursive doubling then ran 1.5x slower than the ring at
   // 512 KiB-1 MiB). The model keeps the figures built from the other parts.
-  if (!fitted()) return {};
-  SlicePipe p;
+  if (!fitted()) return p;
+  const double bytes_us = large_us - kLargeSlices * fit_slice_us();
+  if (bytes_us <= 0) return p;
   p.slice_us = fit_slice_us();
-  const double bytes_us = large_us - kLargeSlices * p.slice_us;
-  if (bytes_us <= 0) return {};
   p.gbps = static_cast<double>(kBytes) / bytes_us / 1e3;
   return p;
 }

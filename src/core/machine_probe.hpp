@@ -20,10 +20,12 @@ algorithms::MachineRates probe_machine(std::chrono::microseconds budget, bool tc
 // for the probe (where the thread may use two). Trials run for `budget`, and on for up to `grace`
 // while a slice costs more than `disturbed_us` (the threads then shared a core) or the fit is not
 // above 0 (noise). Both figures 0 where a thread could not start, a trial did not finish, or the
-// fit was still disturbed or not above 0 when the grace ran out.
+// fit was still disturbed or not above 0 when the grace ran out. The best trial of each size is
+// kept either way, for the log and for a test's message.
 struct SlicePipe {
   double slice_us = 0;
   double gbps = 0;
+  double small_best_us = 0, large_best_us = 0;
 };
 SlicePipe slice_pipe(std::chrono::microseconds budget, std::chrono::microseconds grace,
                      double disturbed_us);
