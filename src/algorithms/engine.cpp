@@ -83,6 +83,7 @@ void Engine::begin(const Collective* call, bool background, DataPath* device_pat
   peer_memory_ = peer_memory;
   background_ = background;
   slice_bytes_ = 0;
+  round_slices_ = 0;
   restart_deadline();
   used_.clear();
 }
@@ -94,6 +95,7 @@ void Engine::begin_batch(bool background) {
 void Engine::enter(const Collective& call, std::size_t slice_bytes) {
   call_ = &call;
   slice_bytes_ = slice_bytes;
+  round_slices_ = 0;
 }
 
 }  // namespace loom::algorithms

@@ -109,6 +109,10 @@ class Engine {
   // ends of every connection compute the same value from the same call.
   std::size_t slice_bytes() const { return slice_bytes_; }
   void set_slice_bytes(std::size_t bytes) { slice_bytes_ = bytes; }
+  // How many slices a round of the ring all-reduce carries per block (chosen by selection.cpp;
+  // 0: half the FIFO's slots). Reset with the slice at every call.
+  std::size_t round_slices() const { return round_slices_; }
+  void set_round_slices(std::size_t slices) { round_slices_ = slices; }
   // The last decision, kept by selection.cpp for the next call of the same kind and size.
   struct Plan {
     Kind kind = Kind::barrier;
@@ -117,6 +121,7 @@ class Engine {
     bool windows = false;
     const Algorithm* algorithm = nullptr;  // none yet
     std::size_t slice = 0;
+    std::size_t round_slices = 0;
     double predicted_us = 0;
   };
   Plan& plan() { return plan_; }
@@ -164,6 +169,7 @@ class Engine {
   const Collective* call_ = nullptr;
   bool background_ = false;
   std::size_t slice_bytes_ = 0;
+  std::size_t round_slices_ = 0;
   Plan plan_;
   std::unordered_map<std::uint32_t, ClassTimes> class_times_;
   bool single_copy_refused_ = false;

@@ -165,6 +165,9 @@ class Selector {
     double predicted_us;
     bool forced;  // a LOOM_ALGO rule named it
     bool tuned;   // a rule of the tuning table named it
+    // Slices a round of the ring all-reduce carries per block (0: half the FIFO's slots;
+    // Engine::round_slices).
+    std::size_t round_slices = 0;
   };
   // windows: the communicator has shared host windows (Communicator::alloc), so the algorithms
   // that read the peers' buffers in place may take a host call.

@@ -469,6 +469,42 @@ SelectionInputs loopback_on_two_cores(const MachineRates& r, int ranks) {
   return in;
 }
 
+// With a core per rank over loopback TCP, a block of a few slots goes in whole-slot frames, one a
+// round, while the ranks' inputs and outputs fill at most half the last-level cache (2 ranks on a
+// 32 MiB L3: 1.5-3 MiB 1.04-1.17x the cap's slices four a round); beyond it, and with ranks
+// sharing cores or over shared memory, the rounds stay the FIFO's.
+TEST(MeasuredModel, LoopbackBlocksOfAFewSlotsGoOneFrameARoundWhileTheyFitTheCache) {
+  MachineRates r = zen4_rates();
+  r.loopback_us = 8, r.loopback_gbps = 7;
+  auto two = one_host(2);
+  two.local = TransportKind::tcp;
+  two.costs = CostModel::measured(r, true);
+  two.cache_bytes = std::size_t{32} << 20;
+  const auto at = [](const SelectionInputs& in, std::size_t bytes) {
+    return Selector(in).choose(Kind::all_reduce, bytes, false);
+  };
+  EXPECT_EQ(at(two, 1 << 20).round_slices, 0u);  // one frame: one round already
+  for (std::size_t bytes : {std::size_t{1536} << 10, std::size_t{2} << 20, std::size_t{3} << 20}) {
+    EXPECT_EQ(at(two, bytes).algorithm->name, "ring") << bytes << " B";
+    EXPECT_EQ(at(two, bytes).slice, two.slot_bytes) << bytes << " B";
+    EXPECT_EQ(at(two, bytes).round_slices, 1u) << bytes << " B";
+  }
+  EXPECT_EQ(at(two, 4 << 20).round_slices, 0u);
+  EXPECT_LT(at(two, 4 << 20).slice, two.slot_bytes);
+  auto larger_cache = two;
+  larger_cache.cache_bytes = std::size_t{64} << 20;
+  EXPECT_EQ(at(larger_cache, 4 << 20).round_slices, 1u);
+  // A rule's slice keeps the FIFO's rounds.
+  auto forced = two;
+  forced.overrides = "allreduce:ring@248K";
+  EXPECT_EQ(at(forced, 2 << 20).round_slices, 0u);
+  auto shm = two;
+  shm.local = TransportKind::shm;
+  EXPECT_EQ(at(shm, 2 << 20).round_slices, 0u);
+  auto four = loopback_on_two_cores(r, 4);
+  EXPECT_EQ(at(four, 4 << 20).round_slices, 0u);
+}
+
 // Recursive doubling posts its whole buffer at once; over loopback TCP where the ranks exchanging
 // outnumber the cores, each frame after the first is a hand-over of its own. On a core of 512 KiB
 // of L2 (this Zen 3's rates as init measured them) the share of the cache cuts its buffer into
