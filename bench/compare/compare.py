@@ -151,6 +151,12 @@ def main():
     # and size, in every repetition: it is the same for every transport.
     bound = [] if drivers.BOUND in missing else [({drivers.BOUND}, drivers.BOUND_TRANSPORT)]
     notes = [f"memory bound: not measured, {missing[drivers.BOUND]}"] if not bound else []
+    if a.command == "cliffs" and "tcp" in a.transports:
+        # Over TCP also loopback's own shape at each size (loopback_footprint).
+        if drivers.LOOPBACK in missing:
+            notes.append(f"loopback exchange: not measured, {missing[drivers.LOOPBACK]}")
+        else:
+            bound.append(({drivers.LOOPBACK}, drivers.LOOPBACK_TRANSPORT))
     if a.command == "run":
         libs = [lib for lib in a.libs if lib not in missing]
         notes += [f"{lib}: skipped, {missing[lib]}" for lib in a.libs if lib in missing]

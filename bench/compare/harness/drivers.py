@@ -52,6 +52,12 @@ SHARED_BUFFERS = "__shared_buffers"
 # output once, all ranks at once, on the machine's cores. It is the same for every transport.
 BOUND = "copy-bound"
 BOUND_TRANSPORT = "-"
+# Loopback TCP at an all-reduce's footprint (loopback_footprint.cpp): every rank sends and receives
+# a ring rank's bytes out of its input and into its output over 127.0.0.1, all at once, nothing
+# reduced. Not a bound (a collective with larger socket buffers may beat it); where it falls from
+# one size to the next, the ranks' buffers and the sockets' have left a cache.
+LOOPBACK = "loopback-exchange"
+LOOPBACK_TRANSPORT = "lo"
 
 
 def sweep_iterations(size, most, warmup, iter_bytes):
@@ -70,6 +76,7 @@ class Drivers:
         self.memcpy = os.path.join(self.build, "bench", "compare", "memcpy_bandwidth")
         self.core_to_core = os.path.join(self.build, "bench", "compare", "core_to_core")
         self.footprint = os.path.join(self.build, "bench", "compare", "copy_footprint")
+        self.loopback = os.path.join(self.build, "bench", "compare", "loopback_footprint")
         self.loom_variants = loom_variants  # impl name -> extra environment
         self.fresh_inputs = fresh_inputs  # every driver rewrites its input before each call
         # Every rank bound to its block of CPUs (loomrun --cpu-bind cores; OpenMPI's ranks through
@@ -99,6 +106,8 @@ class Drivers:
             why.setdefault("gloo", "gloo_bench is launched by loomrun, which is not built")
         if not os.access(self.footprint, os.X_OK):
             why[BOUND] = "copy_footprint not built (-DLOOM_BUILD_BENCH=ON)"
+        if not os.access(self.loopback, os.X_OK):
+            why[LOOPBACK] = "loopback_footprint not built (-DLOOM_BUILD_BENCH=ON)"
         return why
 
     def loom_jobs(self, op, ranks, transport, sizes, iters, warmup, iter_bytes=0):
@@ -133,6 +142,9 @@ class Drivers:
         if BOUND in libs and op == "allreduce" and size >= 64 << 10:
             out.append(Job(BOUND, BOUND_TRANSPORT, op, ranks, size,
                            [self.footprint, str(ranks), str(size)], kind="footprint"))
+        if LOOPBACK in libs and op == "allreduce" and size >= 64 << 10:
+            out.append(Job(LOOPBACK, LOOPBACK_TRANSPORT, op, ranks, size,
+                           [self.loopback, str(ranks), str(size)], kind="loopback"))
         if "loom" in libs:
             out += self.loom_jobs(op, ranks, transport, (size,), iters, warmup)
         if "mpi" in libs:
@@ -223,6 +235,9 @@ def run(job, timeout, log):
         result.time_us = float(fields[4])
         result.busbw = job.size / result.time_us / 1e3 * 2 * (job.ranks - 1) / job.ranks
         result.choice = f"memcpy {fields[6]} us, streamed {fields[7]} us on {fields[3]} threads"
+    elif job.kind == "loopback":  # loopback_footprint,ranks,bytes,threads,pass_us,GB/s (busbw)
+        result.time_us, result.busbw = float(fields[4]), float(fields[5])
+        result.choice = f"{fields[3]} threads"
     elif job.kind == "loom":  # size,count,type,redop,time_us,algbw_gbps,busbw_gbps,wrong
         result.time_us, result.busbw = float(fields[4]), float(fields[6])
     else:  # impl,op,ranks,bytes,time_us,busbw_gbps

@@ -4,12 +4,13 @@ limits; and the no-cliff check over Loom's size sweeps."""
 import statistics
 from collections import defaultdict
 
-from .drivers import BOUND, BOUND_TRANSPORT
+from .drivers import BOUND, BOUND_TRANSPORT, LOOPBACK, LOOPBACK_TRANSPORT
 
 LATENCY_BELOW = 64 << 10  # smaller sizes are reported as time (us), larger as busbw (GB/s)
 NAMES = {"loom": "Loom", "loom-avx2": "Loom (AVX2)", "loom-shared": "Loom (alloc)",
          "loom-avx2-shared": "Loom (AVX2, alloc)", "mpi-vader": "OpenMPI vader",
-         "mpi-tcp": "OpenMPI tcp", "torch-gloo": "PyTorch gloo", BOUND: "memory bound"}
+         "mpi-tcp": "OpenMPI tcp", "torch-gloo": "PyTorch gloo", BOUND: "memory bound",
+         LOOPBACK: "loopback exchange"}
 OPS = {"allreduce": "f32 sum all-reduce", "alltoall": "all-to-all (size: each rank's buffer)"}
 FAR_MARK = "†"  # a value measured with the cores far apart (see measure.py)
 FAR_FACTOR = 2.0  # far: a round trip more than this times the run's fastest,
@@ -95,13 +96,19 @@ class Cells:
         return statistics.median(per_rep.values()) if per_rep else None
 
     def configs(self):
-        """(op, ranks, transport) of the libraries' measurements (not the memory bound's)."""
-        return sorted({k[:3] for k in self.values if k[2] != BOUND_TRANSPORT},
+        """(op, ranks, transport) of the libraries' measurements (not the references': the
+        memory bound's, the loopback exchange's)."""
+        return sorted({k[:3] for k in self.values
+                       if k[2] not in (BOUND_TRANSPORT, LOOPBACK_TRANSPORT)},
                       key=lambda c: (c[0], c[1], c[2] != "shm"))
 
     def bound(self, op, ranks, size):
         """The memory bound as busbw, the median over repetitions."""
         return self.median((op, ranks, BOUND_TRANSPORT, size, BOUND))
+
+    def loopback(self, op, ranks, size):
+        """The loopback exchange as busbw, the median over repetitions."""
+        return self.median((op, ranks, LOOPBACK_TRANSPORT, size, LOOPBACK))
 
     def sizes(self, config):
         return sorted({k[3] for k in self.values if k[:3] == config})
@@ -294,14 +301,14 @@ def paired_ratio(cells, key, before):
 def cliff_report(rows, threshold):
     """Tables of Loom's busbw per transport (sizes x ranks) and the cliffs: a size whose busbw is
     more than `threshold` below the next smaller size's, as the median of the repetitions'
-    ratios (paired_ratio). Over shared memory, where the run
-    measured the memory bound (copy_footprint) at both sizes and the bound itself fell by more
-    than `threshold` there (the buffers left a cache), a cliff is set against that fall: it is
-    "unexplained" when Loom fell more than `threshold` below what the bound kept
-    (ratio < (1 - threshold) * bound / bound_prev), "the memory's" otherwise. Smaller moves of
-    the bound are noise and excuse nothing, and over TCP, which runs at a small fraction of the
-    bound, nothing is excused. Returns (markdown, the number of cliffs the check fails on: the
-    unexplained ones)."""
+    ratios (paired_ratio). A cliff is set against its transport's reference where the run
+    measured it at both sizes and the reference itself fell by more than `threshold` there (the
+    buffers left a cache): over shared memory the memory bound (copy_footprint), over TCP, which
+    runs at a small fraction of that bound, the loopback exchange (loopback_footprint). It is
+    "unexplained" when Loom fell more than `threshold` below what the reference kept
+    (ratio < (1 - threshold) * ref / ref_prev), the memory's or the loopback's otherwise. Smaller
+    moves of the reference are noise and excuse nothing. Returns (markdown, the number of cliffs
+    the check fails on: the unexplained ones)."""
     cells = Cells(rows)
     lines, found = [], []
     unexplained = 0
@@ -331,15 +338,19 @@ def cliff_report(rows, threshold):
                 if v is not None and prev and ratio is not None and ratio < 1 - threshold:
                     drop = 1 - ratio
                     explained = False
-                    if b and b_prev:
-                        kept = b / b_prev if b / b_prev < 1 - threshold else 1.0
-                        explained = transport == "shm" and ratio >= (1 - threshold) * kept
-                        why = ("the memory" if explained else
-                               "unexplained" if transport == "shm" else "not excused over tcp")
-                        memory = (f"; memory bound {b_prev:.2f} → {b:.2f} GB/s "
-                                  f"({100 * (b / b_prev - 1):+.0f}%): {why}")
+                    ref, ref_prev, ref_name, excuse = b, b_prev, "memory bound", "the memory"
+                    if transport == "tcp":
+                        ref, ref_prev = (cells.loopback(op, c[1], s) for s in
+                                         (size, sizes[i - 1]))
+                        ref_name, excuse = "loopback exchange", "the loopback"
+                    if ref and ref_prev:
+                        kept = ref / ref_prev if ref / ref_prev < 1 - threshold else 1.0
+                        explained = ratio >= (1 - threshold) * kept
+                        memory = (f"; {ref_name} {ref_prev:.2f} → {ref:.2f} GB/s "
+                                  f"({100 * (ref / ref_prev - 1):+.0f}%): "
+                                  f"{excuse if explained else 'unexplained'}")
                     else:
-                        memory = "; memory bound not measured at this step"
+                        memory = f"; {ref_name} not measured at this step"
                     unexplained += not explained
                     text = f"**{text} ▼{100 * drop:.0f}%{'' if explained else ' ✗'}**"
                     reps = cells.values[(*c, size, impl)]
@@ -377,11 +388,28 @@ def cliff_report(rows, threshold):
             lines.append(f"| {size_text(size)} | " + " | ".join(
                 fmt(cells.bound("allreduce", n, size), size) for n in ranks) + " |")
         lines.append("")
+    loopback_ranks = sorted({k[1] for k in cells.values if k[4] == LOOPBACK})
+    if loopback_ranks:
+        lines += ["### The loopback exchange, busbw GB/s", "",
+                  "Every rank sends the bytes a ring all-reduce's rank sends out of its input to "
+                  "the next over TCP on 127.0.0.1 and receives as many into its output, all ranks "
+                  "at once, nothing reduced (`loopback_footprint`), as the busbw of an "
+                  "all-reduce that took that long. Not a bound (the kernel sizes its socket "
+                  "buffers; Loom's are larger); where it falls from one size to the next, the "
+                  "ranks' and the sockets' buffers have left a cache, and loopback with them.", ""]
+        sizes = sorted({k[3] for k in cells.values if k[4] == LOOPBACK})
+        lines += ["| size | " + " | ".join(f"{n} ranks" for n in loopback_ranks) + " |",
+                  "|" + "---|" * (len(loopback_ranks) + 1)]
+        for size in sizes:
+            lines.append(f"| {size_text(size)} | " + " | ".join(
+                fmt(cells.loopback("allreduce", n, size), size) for n in loopback_ranks) + " |")
+        lines.append("")
     lines += placement_lines(cells)
     lines += [f"Cliffs (busbw more than {100 * threshold:.0f}% below the next smaller size's, "
               f"the median of the repetitions' ratios): {len(found) or 'none'}"]
-    if bounded:
-        lines.append(f"Of these, not the memory's (✗: over shm, deeper than the bound's own "
-                     f"fall at the same step; over tcp, every one): {unexplained or 'none'}")
+    if bounded or loopback_ranks:
+        lines.append(f"Of these, unexplained (✗: deeper than the fall of the memory bound over "
+                     f"shm, of the loopback exchange over tcp, at the same step, or where that "
+                     f"was not measured): {unexplained or 'none'}")
     lines += [""] + found
     return "\n".join(lines), unexplained
