@@ -370,9 +370,12 @@ double ring_cost(const SelectionInputs& in, std::size_t bytes, bool device) {
 // one a round, while the ranks' inputs and outputs fill at most half the last-level cache: the
 // step beyond "a unit that fits a slot goes as one frame" (slice_for). 2 ranks on 2 cores (Zen 4,
 // 1 MiB L2, 32 MiB L3), configurations alternating call by call in one launch, 3-4 launches a
-// size: 1.5 MiB 1.09-1.14x the cap's 124 KiB slices four a round, 2 MiB 1.04-1.09x, 3 MiB
-// 1.05-1.07x, 4 MiB 1.02-1.04x, 6 MiB 0.98-0.99x, 16 and 64 MiB 0.93-0.97x; rounds of two
-// 512 KiB frames ran 0.75-0.8x and of one 248 KiB frame 0.9x at 2 MiB.
+// size: 1.5 MiB 1.09-1.15x the cap's 124 KiB slices four a round, 2 MiB 1.04-1.18x, 3 MiB
+// 1.05-1.06x, 4 MiB 1.02-1.04x, 6 MiB 0.98-0.99x, 16 and 64 MiB 0.92-0.97x (with the host
+// 1.4-4x slower later, 1.01-1.08x at 1.5-3 MiB); at 2 MiB rounds of two 512 KiB frames ran
+// 0.76-0.94x the four slices, and one 248 or 124 KiB slice a round slower than one whole-slot
+// frame in every launch. Both ends of every hop
+// must cut the same rounds: loopback puts every rank on one host, whose cache they all read.
 std::size_t ring_round_slices(const SelectionInputs& in, std::size_t bytes, bool device) {
   const LinkCost& m = in.bottleneck();
   if (device || !m.shares_cores || m.slice_cap_bytes <= 0 || in.oversubscribed()) return 0;
