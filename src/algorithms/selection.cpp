@@ -374,8 +374,8 @@ double ring_cost(const SelectionInputs& in, std::size_t bytes, bool device) {
 // 1.05-1.06x, 4 MiB 1.02-1.04x, 6 MiB 0.98-0.99x, 16 and 64 MiB 0.92-0.97x (with the host
 // 1.4-4x slower later, 1.01-1.08x at 1.5-3 MiB); at 2 MiB rounds of two 512 KiB frames ran
 // 0.76-0.94x the four slices, and one 248 or 124 KiB slice a round slower than one whole-slot
-// frame in every launch. Both ends of every hop
-// must cut the same rounds: loopback puts every rank on one host, whose cache they all read.
+// frame in every launch. Both ends of every hop must cut the same rounds: loopback puts every
+// rank on one host, whose cache they all read.
 std::size_t ring_round_slices(const SelectionInputs& in, std::size_t bytes, bool device) {
   const LinkCost& m = in.bottleneck();
   if (device || !m.shares_cores || m.slice_cap_bytes <= 0 || in.oversubscribed()) return 0;

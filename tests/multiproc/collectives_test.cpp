@@ -271,6 +271,24 @@ TEST(CollectiveEdgeCases, SixteenMebiElementAllReduceIsExactOnEveryTransport) {
     }
 }
 
+// Two ranks over loopback TCP, each with a core, send a ring block of a few slots in whole-slot
+// frames, one a round, where the init probe measured the loopback's cache cap and the buffers fit
+// half the last-level cache (LOOM_DEBUG=INFO logs "1 a round"; elsewhere the FIFO's rounds run):
+// blocks of 3, 4 and 6 slots and a few elements, uneven between the ranks, exact both ways.
+TEST(CollectiveEdgeCases, TcpBlocksOfAFewSlotsAreExactInWholeSlotRounds) {
+  testing::RunOptions o;
+  o.options.transport = "tcp";
+  run_ranks(
+      2,
+      [](Communicator& comm) {
+        for (std::size_t count : {(384u << 10) + 3, (512u << 10) + 1, (768u << 10) + 5}) {
+          check(comm, Coll::all_reduce, DataType::i32, ReduceOp::sum, count, false);
+          check(comm, Coll::all_reduce, DataType::i64, ReduceOp::max, count, true);
+        }
+      },
+      o);
+}
+
 TEST(CollectiveEdgeCases, RandomFloatSumsStayWithinRoundingOfTheExactSum) {
   run_ranks(4, [](Communicator& comm) {
     const std::size_t count = 100003;

@@ -471,7 +471,7 @@ SelectionInputs loopback_on_two_cores(const MachineRates& r, int ranks) {
 
 // With a core per rank over loopback TCP, a block of a few slots goes in whole-slot frames, one a
 // round, while the ranks' inputs and outputs fill at most half the last-level cache (2 ranks on a
-// 32 MiB L3: 1.5-3 MiB 1.04-1.17x the cap's slices four a round); beyond it, and with ranks
+// 32 MiB L3: 1.5-3 MiB 1.01-1.18x the cap's slices four a round); beyond it, and with ranks
 // sharing cores or over shared memory, the rounds stay the FIFO's.
 TEST(MeasuredModel, LoopbackBlocksOfAFewSlotsGoOneFrameARoundWhileTheyFitTheCache) {
   MachineRates r = zen4_rates();
