@@ -195,6 +195,13 @@ class LOOM_INTERNAL TcpStore::Impl {
     std::array<std::uint8_t, base::Challenge::kBytes> raw{};
     if (auto r = base::read_exact(fd, raw.data(), raw.size(), deadline); r != IoResult::ok) {
       if (r == IoResult::closed) return false;
+      // The kernel queues a connection whatever the server does with it: one never served means
+      // a server that cannot accept (out of file descriptors) or does not run (frozen).
+      if (r == IoResult::timeout)
+        throw fail(fmt::format(
+            "no challenge from the server in {} ms: the connection was queued but never served "
+            "(is the server's process out of file descriptors, as its log would say, or frozen?)",
+            request_timeout_.count()));
       throw fail("no challenge from the server: " + base::describe(r));
     }
     auto challenge = base::Challenge::decode(raw.data(), raw.size());

@@ -128,6 +128,30 @@ TEST(Stores, AReplyWithAnUnknownStatusIsAStoreError) {
   }
 }
 
+// A server whose process cannot accept (out of file descriptors) leaves connections queued in
+// the kernel, unserved: the client gives up within its request timeout and says what that looks
+// like, not just that authentication failed.
+TEST(Stores, AConnectionQueuedButNeverServedSaysSo) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), len), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);  // and never accept
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    TcpStore client("127.0.0.1", ntohs(a.sin_port), 2s, std::string(), 300ms);
+    ADD_FAILURE() << "a server that never served the connection was taken for a store";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("queued but never served"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("out of file descriptors"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  ::close(listener);
+}
+
 TEST(Stores, AReplyWithTrailingBytesIsAStoreError) {
   OneReplyServer server({0, 1, 2});  // OK, then bytes a set's reply does not have
   TcpStore client("127.0.0.1", server.port(), 2s, std::string());
