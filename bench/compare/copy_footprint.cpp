@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "cpus.hpp"
+
 #if defined(__x86_64__)
 #include <emmintrin.h>
 #endif
@@ -95,23 +97,6 @@ void copy_streamed(char* dst, const char* src, std::size_t bytes) {
 #endif
 }
 
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  return cpus;
-}
-
-void pin(pthread_t thread, int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  pthread_setaffinity_np(thread, sizeof set, &set);  // best effort: unpinned still runs
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,7 +115,7 @@ int main(int argc, char** argv) {
   const int passes =
       argc > 3 ? std::max(1, std::atoi(argv[3]))
                : static_cast<int>(std::clamp<std::size_t>((512u << 20) / per_pass, 5, 400));
-  const std::vector<int> cpus = allowed_cpus();
+  const std::vector<int> cpus = bench::allowed_cpus();
   const int threads = std::max(1, std::min<int>(ranks, static_cast<int>(cpus.size())));
 
   std::vector<Buffer> buffers(static_cast<std::size_t>(ranks));
@@ -166,9 +151,9 @@ int main(int argc, char** argv) {
   for (int t = 1; t < threads; ++t) {
     pool.emplace_back(work, t);
     if (!cpus.empty())
-      pin(pool.back().native_handle(), cpus[static_cast<std::size_t>(t) % cpus.size()]);
+      bench::pin(pool.back().native_handle(), cpus[static_cast<std::size_t>(t) % cpus.size()]);
   }
-  if (!cpus.empty()) pin(pthread_self(), cpus[0]);
+  if (!cpus.empty()) bench::pin(pthread_self(), cpus[0]);
   work(0);
   for (auto& t : pool) t.join();
   double median[2];

@@ -17,7 +17,6 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -31,6 +30,8 @@
 #include <cstring>
 #include <thread>
 #include <vector>
+
+#include "cpus.hpp"
 
 namespace {
 
@@ -131,12 +132,7 @@ int main(int argc, char** argv) {
     tune(r.to), tune(r.from);
     r.in.assign(bytes, 1), r.out.assign(bytes, 0);
   }
-  std::vector<int> cpus;
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  const std::vector<int> cpus = bench::allowed_cpus();
   // At least 5 timed passes and about 0.3 s, at most 400; 2 warm-up passes first.
   constexpr int kWarmup = 2, kLeast = 5, kMost = 400;
   constexpr auto kBudget = std::chrono::milliseconds(300);
@@ -147,12 +143,7 @@ int main(int argc, char** argv) {
   std::vector<std::thread> threads;
   for (std::size_t r = 0; r < rank.size(); ++r)
     threads.emplace_back([&, r] {
-      if (!cpus.empty()) {
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(cpus[r % cpus.size()], &one);
-        pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-      }
+      if (!cpus.empty()) bench::pin(pthread_self(), cpus[r % cpus.size()]);
       std::size_t sent_at = 0, received_at = 0;
       for (int p = 0;; ++p) {
         meet.arrive_and_wait();
