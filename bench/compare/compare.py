@@ -4,7 +4,8 @@ timed alike (bench/compare/per_op.hpp), in one run; and the no-cliff check of Lo
 
   compare.py run    [options]   one table per configuration, with ratios and the machine's limits
   compare.py cliffs [options]   Loom over 64 KiB..256 MiB: flags busbw drops of more than 10%,
-                                and fails on those the memory bound does not explain
+                                and fails on those its reference does not explain (the memory
+                                bound; over TCP, the loopback exchange)
   compare.py report RESULTS.csv [--cliffs]   the tables again from a run's measurements
 
 Every configuration (library, transport, ranks, op, size) runs in fresh processes (the cliff
@@ -147,35 +148,35 @@ def main():
     missing = drv.missing()
     if "loom" in missing:
         sys.exit(f"compare: {missing['loom']}")
-    # The all-reduce's memory bound (copy_footprint) is measured beside Loom at each rank count
-    # and size, in every repetition: it is the same for every transport.
-    bound = [] if drivers.BOUND in missing else [({drivers.BOUND}, drivers.BOUND_TRANSPORT)]
-    notes = [f"memory bound: not measured, {missing[drivers.BOUND]}"] if not bound else []
+    # The references measured beside Loom at each rank count and size, in every repetition: the
+    # all-reduce's memory bound (copy_footprint), the same for every transport, and in the cliff
+    # check over TCP loopback's own shape (loopback_footprint).
+    references = [] if drivers.BOUND in missing else [({drivers.BOUND}, drivers.BOUND_TRANSPORT)]
+    notes = [f"memory bound: not measured, {missing[drivers.BOUND]}"] if not references else []
     if a.command == "cliffs" and "tcp" in a.transports:
-        # Over TCP also loopback's own shape at each size (loopback_footprint).
         if drivers.LOOPBACK in missing:
             notes.append(f"loopback exchange: not measured, {missing[drivers.LOOPBACK]}")
         else:
-            bound.append(({drivers.LOOPBACK}, drivers.LOOPBACK_TRANSPORT))
+            references.append(({drivers.LOOPBACK}, drivers.LOOPBACK_TRANSPORT))
     if a.command == "run":
         libs = [lib for lib in a.libs if lib not in missing]
         notes += [f"{lib}: skipped, {missing[lib]}" for lib in a.libs if lib in missing]
         if "loom" not in libs:
-            bound = []
+            references = []
         plan = [(set(libs_), op, n, t, s) for n in a.ranks
                 for op, op_sizes in (("allreduce", a.sizes), ("alltoall", a.alltoall_sizes))
                 for s in op_sizes
-                for libs_, t in (bound if op == "allreduce" else []) +
+                for libs_, t in (references if op == "allreduce" else []) +
                 [(libs, t) for t in a.transports]]
         iter_args = {"scale": a.iters_scale}
     elif a.launch_per_size:
         plan = [(libs, "allreduce", n, t, s) for n in a.ranks for s in sweep(a.min, a.max)
-                for libs, t in bound + [({"loom"}, t) for t in a.transports]]
+                for libs, t in references + [({"loom"}, t) for t in a.transports]]
         iter_args = {"scale": a.iters_scale, "least": 3}
     else:
-        # The bound at each size, then Loom's whole sweep in one launch per transport.
+        # The references at each size, then Loom's whole sweep in one launch per transport.
         plan = [(libs, "allreduce", n, t, s) for n in a.ranks
-                for s in sweep(a.min, a.max) for libs, t in bound] + \
+                for s in sweep(a.min, a.max) for libs, t in references] + \
                [({"loom"}, "allreduce", n, t, tuple(sweep(a.min, a.max)))
                 for n in a.ranks for t in a.transports]
         plan.sort(key=lambda p: p[2])  # rank count by rank count, as before

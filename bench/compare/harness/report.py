@@ -298,6 +298,20 @@ def paired_ratio(cells, key, before):
     return statistics.median(ratios) if ratios else None
 
 
+def reference_table(cells, impl, value, title, text):
+    """A reference's busbw (the memory bound, the loopback exchange) per size and rank count, as
+    the lines of a markdown section: `value(op, ranks, size)` is its median."""
+    ranks = sorted({k[1] for k in cells.values if k[4] == impl})
+    sizes = sorted({k[3] for k in cells.values if k[4] == impl})
+    lines = [title, "", text, "",
+             "| size | " + " | ".join(f"{n} ranks" for n in ranks) + " |",
+             "|" + "---|" * (len(ranks) + 1)]
+    for size in sizes:
+        lines.append(f"| {size_text(size)} | " + " | ".join(
+            fmt(value("allreduce", n, size), size) for n in ranks) + " |")
+    return lines + [""]
+
+
 def cliff_report(rows, threshold):
     """Tables of Loom's busbw per transport (sizes x ranks) and the cliffs: a size whose busbw is
     more than `threshold` below the next smaller size's, as the median of the repetitions'
@@ -375,39 +389,26 @@ def cliff_report(rows, threshold):
                       "| size | " + " | ".join(f"{c[1]} ranks" for c in configs) + " |",
                       "|" + "---|" * (len(configs) + 1)] + fractions + [""]
     if bounded:
-        lines += ["### The memory bound, busbw GB/s", "",
-                  "Every rank reads its input and writes its output once, all ranks at once on "
-                  "the machine's cores (`copy_footprint`), as the busbw of an all-reduce that "
-                  "took that long. Where it falls from one size to the next, the ranks' buffers "
-                  "have left a cache: no collective keeps its busbw there.", ""]
-        ranks = sorted({k[1] for k in cells.values if k[4] == BOUND})
-        sizes = sorted({k[3] for k in cells.values if k[4] == BOUND})
-        lines += ["| size | " + " | ".join(f"{n} ranks" for n in ranks) + " |",
-                  "|" + "---|" * (len(ranks) + 1)]
-        for size in sizes:
-            lines.append(f"| {size_text(size)} | " + " | ".join(
-                fmt(cells.bound("allreduce", n, size), size) for n in ranks) + " |")
-        lines.append("")
-    loopback_ranks = sorted({k[1] for k in cells.values if k[4] == LOOPBACK})
-    if loopback_ranks:
-        lines += ["### The loopback exchange, busbw GB/s", "",
-                  "Every rank sends the bytes a ring all-reduce's rank sends out of its input to "
-                  "the next over TCP on 127.0.0.1 and receives as many into its output, all ranks "
-                  "at once, nothing reduced (`loopback_footprint`), as the busbw of an "
-                  "all-reduce that took that long. Not a bound (the kernel sizes its socket "
-                  "buffers; Loom's are larger); where it falls from one size to the next, the "
-                  "ranks' and the sockets' buffers have left a cache, and loopback with them.", ""]
-        sizes = sorted({k[3] for k in cells.values if k[4] == LOOPBACK})
-        lines += ["| size | " + " | ".join(f"{n} ranks" for n in loopback_ranks) + " |",
-                  "|" + "---|" * (len(loopback_ranks) + 1)]
-        for size in sizes:
-            lines.append(f"| {size_text(size)} | " + " | ".join(
-                fmt(cells.loopback("allreduce", n, size), size) for n in loopback_ranks) + " |")
-        lines.append("")
+        lines += reference_table(
+            cells, BOUND, cells.bound, "### The memory bound, busbw GB/s",
+            "Every rank reads its input and writes its output once, all ranks at once on the "
+            "machine's cores (`copy_footprint`), as the busbw of an all-reduce that took that "
+            "long. Where it falls from one size to the next, the ranks' buffers have left a "
+            "cache: no collective keeps its busbw there.")
+    looped = any(k[4] == LOOPBACK for k in cells.values)
+    if looped:
+        lines += reference_table(
+            cells, LOOPBACK, cells.loopback, "### The loopback exchange, busbw GB/s",
+            "Every rank sends the bytes a ring all-reduce's rank sends out of its input to the "
+            "next over TCP on 127.0.0.1 and receives as many into its output, all ranks at once, "
+            "nothing reduced (`loopback_footprint`), as the busbw of an all-reduce that took "
+            "that long. Not a bound (the kernel sizes its socket buffers; Loom's are larger); "
+            "where it falls from one size to the next, the ranks' and the sockets' buffers have "
+            "left a cache, and loopback with them.")
     lines += placement_lines(cells)
     lines += [f"Cliffs (busbw more than {100 * threshold:.0f}% below the next smaller size's, "
               f"the median of the repetitions' ratios): {len(found) or 'none'}"]
-    if bounded or loopback_ranks:
+    if bounded or looped:
         lines.append(f"Of these, unexplained (✗: deeper than the fall of the memory bound over "
                      f"shm, of the loopback exchange over tcp, at the same step, or where that "
                      f"was not measured): {unexplained or 'none'}")
