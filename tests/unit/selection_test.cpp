@@ -476,9 +476,7 @@ SelectionInputs loopback_on_two_cores(const MachineRates& r, int ranks) {
 TEST(MeasuredModel, LoopbackBlocksOfAFewSlotsGoOneFrameARoundWhileTheyFitTheCache) {
   MachineRates r = zen4_rates();
   r.loopback_us = 8, r.loopback_gbps = 7;
-  auto two = one_host(2);
-  two.local = TransportKind::tcp;
-  two.costs = CostModel::measured(r, true);
+  auto two = loopback_on_two_cores(r, 2);
   two.cache_bytes = std::size_t{32} << 20;
   const auto at = [](const SelectionInputs& in, std::size_t bytes) {
     return Selector(in).choose(Kind::all_reduce, bytes, false);

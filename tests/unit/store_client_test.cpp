@@ -76,19 +76,25 @@ TEST(Stores, ABoundedCloneGivesUpAtOnceWhenTheServerIsGone) {
   restart.get();
 }
 
+// A socket listening on 127.0.0.1 at a port the kernel picks, written to `port`.
+int listen_on_loopback(std::uint16_t& port) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(listener, 4) != 0)
+    throw std::runtime_error("cannot listen");
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+  port = ntohs(a.sin_port);
+  return listener;
+}
+
 // A server that authenticates nobody, answers the first request with `reply_body` and stays.
 class OneReplyServer {
  public:
   explicit OneReplyServer(std::vector<std::uint8_t> reply_body) {
-    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    if (::bind(listener_, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(listener_, 4) != 0)
-      throw std::runtime_error("cannot listen");
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    listener_ = listen_on_loopback(port_);
     thread_ = std::thread([this, reply = framed(reply_body)] {
       client_ = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
       const auto challenge = base::Challenge{}.encode();  // no secret required
@@ -132,17 +138,11 @@ TEST(Stores, AReplyWithAnUnknownStatusIsAStoreError) {
 // the kernel, unserved: the client gives up within its request timeout and says what that looks
 // like, not just that authentication failed.
 TEST(Stores, AConnectionQueuedButNeverServedSaysSo) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), len), 0);
-  ASSERT_EQ(::listen(listener, 4), 0);  // and never accept
-  ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+  std::uint16_t port = 0;
+  const int listener = listen_on_loopback(port);  // and never accept
   const auto start = std::chrono::steady_clock::now();
   try {
-    TcpStore client("127.0.0.1", ntohs(a.sin_port), 2s, std::string(), 300ms);
+    TcpStore client("127.0.0.1", port, 2s, std::string(), 300ms);
     ADD_FAILURE() << "a server that never served the connection was taken for a store";
   } catch (const StoreError& e) {
     EXPECT_NE(std::string(e.what()).find("queued but never served"), std::string::npos) << e.what();
