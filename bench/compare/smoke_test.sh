@@ -67,6 +67,11 @@ fi
 if [ -x "$build/bench/compare/core_to_core" ] && [ "$(nproc)" -ge 2 ]; then
   grep -qE '^Placement: core-to-core round trip [0-9]+-[0-9]+ ns around [0-9]+ launches' "$tables" ||
     fail "the cores' placement is not measured around the launches"
+grep -qE '^Host pace: the loopback exchange at 2 ranks and 2 MiB .* ran [0-9]+-[0-9]+ us around [0-9]+ launches' "$tables" ||
+  grep -qE '^Host pace: .* ran slow around every launch' "$tables" ||
+  fail "the host's pace is not measured around the launches"
+grep -qE '^1,loom,shm,allreduce,2,1048576,.*,[0-9.]+,(steady|slow)' "$results" ||
+  fail "the host's pace is not recorded with the launch"
 fi
 if command -v iperf3 >/dev/null; then
   grep -qE '^\| iperf3 loopback, one stream \(GB/s\) \| [0-9.]+ \|' "$tables" ||
@@ -234,4 +239,22 @@ echo "$placed" | grep -qF '| 1 MiB | 4.00 | 2.75 | 2.75 (OpenMPI vader) | **1.45
   fail "a near launch should replace its repetition's far one, a far one be marked: $placed"
 echo "$placed" | grep -q '^Placement: .* 2 of 5 launches ran with the cores far apart (330-340 ns).* 1 per-repetition values are from a far launch' ||
   fail "the far launches are not counted: $placed"
+
+# Pace: a repetition's steady launch is kept over a slow one; a slow value left alone is marked;
+# a figure from a far and a slow launch carries both marks.
+{
+  echo "rep,impl,transport,op,ranks,bytes,iters,warmup,time_us,busbw_gbps,choice,error,core_to_core_ns,placement,pace_us,pace"
+  echo "1,loom,shm,allreduce,2,1048576,5,2,1,1.5,ring,,60,near,900,slow"
+  echo "1,loom,shm,allreduce,2,1048576,5,2,1,6.0,ring,,62,near,330,steady"
+  echo "1,mpi-vader,shm,allreduce,2,1048576,5,2,1,3.0,,,70,near,340,steady"
+  echo "2,loom,shm,allreduce,2,1048576,5,2,1,2.0,ring,,330,far,350,steady"
+  echo "2,mpi-vader,shm,allreduce,2,1048576,5,2,1,2.5,,,64,near,800,slow"
+  echo "3,loom,shm,allreduce,2,1048576,5,2,1,4.0,ring,,66,near,310,steady"
+  echo "3,mpi-vader,shm,allreduce,2,1048576,5,2,1,2.0,,,64,near,320,steady"
+} >"$out/pace.csv"
+paced=$(python3 "$here/compare.py" report "$out/pace.csv") || fail "report of pace.csv failed"
+echo "$paced" | grep -qF '| 1 MiB | 4.00 | 2.50 | 2.50 (OpenMPI vader) | **1.60** (2.00, 0.80†‡, 2.00) |' ||
+  fail "a steady launch should replace its repetition's slow one, a slow one be marked: $paced"
+echo "$paced" | grep -q '^Host pace: .* ran 310-350 us around 5 launches; 2 of 7 launches ran while it took more than 1.3x the run.s fastest (800-900 us).* 1 per-repetition values are from a slow launch' ||
+  fail "the slow launches are not counted: $paced"
 echo "harness OK"

@@ -2,8 +2,8 @@
 (the yardstick of shared memory), one iperf3 TCP stream on loopback (the yardstick of TCP), two
 streams at once in opposite directions (what loopback carries each way when, as in a 2-rank
 all-reduce, both directions share the cores) and n streams at once (what each link of an n-rank
-ring carries when all n share the cores); and the cores' placement, measured around every launch:
-the cache-line round trip between CPUs."""
+ring carries when all n share the cores); and, measured around every launch, the cores' placement
+(the cache-line round trip between CPUs) and the host's pace (a fixed loopback exchange)."""
 import json
 import shutil
 import socket
@@ -28,6 +28,23 @@ def core_to_core_ns(tool):
         out = subprocess.run([tool], capture_output=True, text=True, timeout=30,
                              check=True).stdout
         return float(out.strip().split(",")[1])
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        return None
+
+
+PACE_RANKS, PACE_BYTES = 2, 2 << 20
+
+
+def loopback_pace_us(tool):
+    """The median pass (us) of the loopback exchange at 2 ranks and 2 MiB (loopback_footprint),
+    about 0.1 s of measuring; None when the tool is missing or fails. The host's own pace: on a
+    virtual machine the same work over loopback TCP runs up to 4x slower for seconds to minutes
+    while a busy loop and the cores' round trip keep their speed, and every library's calls slow
+    down with it."""
+    try:
+        out = subprocess.run([tool, str(PACE_RANKS), str(PACE_BYTES)], capture_output=True,
+                             text=True, timeout=30, check=True).stdout
+        return float(out.strip().split(",")[4])
     except (OSError, subprocess.SubprocessError, IndexError, ValueError):
         return None
 

@@ -1,12 +1,18 @@
 """Runs the plan: every configuration in fresh processes, the whole plan repeated; keeps every
 measurement as a row (the CSV the tables are made from).
 
-Each launch is bracketed by a measurement of the cores' placement (limits.core_to_core_ns). A
-launch during which two CPUs sat far apart (a round trip more than twice the run's fastest and
-100 ns above it: report.is_far) is marked "far" and run again, up to a bound: on a virtual
-machine the host moves the vCPUs between cores that share a cache and cores that do not, for
-seconds to minutes, and a transfer between ranks then costs up to 4x more for every library. Every launch stays in the
-CSV; the tables prefer a repetition's near launch (report.Cells)."""
+Each launch is bracketed by two probes of the machine, and a launch that either finds disturbed
+runs again, up to a bound (every launch stays in the CSV; the tables prefer a repetition's
+undisturbed launch, report.Cells):
+- the cores' placement (limits.core_to_core_ns): a launch during which two CPUs sat far apart (a
+  round trip more than twice the run's fastest and 100 ns above it: report.is_far) is "far". On a
+  virtual machine the host moves the vCPUs between cores that share a cache and cores that do
+  not, for seconds to minutes, and a transfer between ranks then costs up to 4x more for every
+  library.
+- the host's pace (limits.loopback_pace_us): a launch around which a fixed loopback exchange ran
+  more than 1.3x slower than the run's fastest (report.is_slow) is "slow". The same host runs
+  every library's calls 1.4-4x slower for minutes at a time while a busy loop and the cores'
+  round trip keep their speed; the exchange slows down with them."""
 import csv
 import sys
 import time
@@ -15,7 +21,7 @@ from dataclasses import asdict, dataclass
 from . import drivers, limits, report
 
 FIELDS = ["rep", "impl", "transport", "op", "ranks", "bytes", "iters", "warmup", "time_us",
-          "busbw_gbps", "choice", "error", "core_to_core_ns", "placement"]
+          "busbw_gbps", "choice", "error", "core_to_core_ns", "placement", "pace_us", "pace"]
 
 
 @dataclass
@@ -34,6 +40,8 @@ class Row:
     error: str = ""
     core_to_core_ns: float = None  # the worse of the round trips measured before and after
     placement: str = ""  # "near", "far", or "" when not measured
+    pace_us: float = None  # the slower of the loopback exchanges timed before and after
+    pace: str = ""  # "steady", "slow", or "" when not measured
 
 
 BUDGET = 512 << 20
@@ -96,47 +104,61 @@ def load(path):
                             float(d["busbw_gbps"]) if d["busbw_gbps"] else None,
                             d["choice"], d["error"],
                             float(d["core_to_core_ns"]) if d.get("core_to_core_ns") else None,
-                            d.get("placement") or ""))
+                            d.get("placement") or "",
+                            float(d["pace_us"]) if d.get("pace_us") else None,
+                            d.get("pace") or ""))
     return rows
 
 
-class Placement:
-    """The run's fastest core-to-core round trip, and whether a launch's was far from it."""
+class Watch:
+    """A probe of the machine run before and after each launch: the run's best value so far, and
+    whether the worse of a launch's two was disturbed against it (`disturbed(value, best)`)."""
 
-    def __init__(self, tool, probes=5):
-        self.tool = tool
-        seen = [limits.core_to_core_ns(tool) for _ in range(probes)]
-        seen = [ns for ns in seen if ns is not None]
-        self.fastest = min(seen) if seen else None
+    def __init__(self, measure, disturbed, labels, probes=5):
+        self.measure, self.disturbed, self.labels = measure, disturbed, labels
+        seen = [v for v in (measure() for _ in range(probes)) if v is not None]
+        self.best = min(seen) if seen else None
 
     def probe(self):
-        if self.fastest is None:
+        if self.best is None:
             return None
-        ns = limits.core_to_core_ns(self.tool)
-        if ns is not None:
-            self.fastest = min(self.fastest, ns)
-        return ns
+        v = self.measure()
+        if v is not None:
+            self.best = min(self.best, v)
+        return v
 
     def judge(self, before, after):
-        """(round trip, placement) of a launch from the probes around it."""
-        seen = [ns for ns in (before, after) if ns is not None]
+        """(the worse value, its label: labels[1] when disturbed, "" when not measured)."""
+        seen = [v for v in (before, after) if v is not None]
         if not seen:
             return None, ""
         worst = max(seen)
-        return worst, "far" if report.is_far(worst, self.fastest) else "near"
+        return worst, self.labels[1] if self.disturbed(worst, self.best) else self.labels[0]
+
+
+def placement_watch(core_to_core):
+    return Watch(lambda: limits.core_to_core_ns(core_to_core), report.is_far, ("near", "far"))
+
+
+def pace_watch(loopback):
+    return Watch(lambda: limits.loopback_pace_us(loopback), report.is_slow, ("steady", "slow"))
 
 
 def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True, far_retries=2,
             far_wait=5.0):
     """plan: (libs, op, ranks, transport, size) tuples, run in order once per repetition. A launch
-    measured with the cores far apart runs again after far_wait seconds, at most far_retries
-    times."""
-    placement = Placement(drv.core_to_core)
-    if placement.fastest is None:
+    measured with the cores far apart or the host slow runs again after far_wait seconds, at most
+    far_retries times."""
+    placement, pace = placement_watch(drv.core_to_core), pace_watch(drv.loopback)
+    if placement.best is None:
         print("placement: not measured (core_to_core missing or failed)", file=sys.stderr)
     else:
-        print(f"placement: fastest core-to-core round trip {placement.fastest:.0f} ns",
+        print(f"placement: fastest core-to-core round trip {placement.best:.0f} ns",
               file=sys.stderr)
+    if pace.best is None:
+        print("pace: not measured (loopback_footprint missing or failed)", file=sys.stderr)
+    else:
+        print(f"pace: fastest loopback exchange {pace.best:.0f} us", file=sys.stderr)
     jobs = []
     for libs, op, ranks, transport, size in plan:
         if isinstance(size, tuple):  # Loom's sweep over these sizes in one launch per variant
@@ -157,8 +179,9 @@ def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True
                 print(f"rep {rep}: {row.impl} {row.busbw_gbps} GB/s", file=sys.stderr)
         for job, iters, warmup in jobs:
             for attempt in range(far_retries + 1):
-                before = placement.probe()
+                before, pace_before = placement.probe(), pace.probe()
                 outcome = drivers.run(job, timeout, log)
+                us, state = pace.judge(pace_before, pace.probe())
                 ns, where = placement.judge(before, placement.probe())
                 if job.sizes:
                     for size in job.sizes:
@@ -167,17 +190,21 @@ def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True
                                                                job.iter_bytes)
                         recorder.add(Row(rep, job.impl, job.transport, job.op, job.ranks, size,
                                          timed, warm, t, bw, choice,
-                                         "" if t is not None else outcome.error, ns, where))
+                                         "" if t is not None else outcome.error, ns, where, us,
+                                         state))
                     shown = outcome.error or " ".join(
                         f"{bw:.2f}" for _, bw, _ in outcome.per_size.values()) + " GB/s"
                 else:
                     recorder.add(Row(rep, job.impl, job.transport, job.op, job.ranks, job.size,
                                      iters, warmup, outcome.time_us, outcome.busbw,
-                                     outcome.choice, outcome.error, ns, where))
+                                     outcome.choice, outcome.error, ns, where, us, state))
                     shown = outcome.error or f"{outcome.busbw:.3f} GB/s, {outcome.time_us:.1f} us"
                 if where == "far":
                     shown += f" (cores far apart: {ns:.0f} ns)"
-                if where != "far" or outcome.error or attempt == far_retries:
+                if state == "slow":
+                    shown += f" (host slow: loopback exchange {us:.0f} us)"
+                if (where != "far" and state != "slow") or outcome.error or \
+                        attempt == far_retries:
                     break
                 print(f"rep {rep} {job.op} {job.ranks} ranks {job.transport} {job.size} B "
                       f"{job.impl}: {shown}; again in {far_wait:.0f} s", file=sys.stderr)

@@ -17,8 +17,18 @@ FAR_FACTOR = 2.0  # far: a round trip more than this times the run's fastest,
 FAR_MARGIN_NS = 100.0  # and more than this above it (near ones here: 36, 60 or 80 ns; far: 300)
 
 
+SLOW_MARK = "‡"  # a value measured while the host was slow (see measure.py)
+# Slow: the loopback exchange around a launch more than this times the run's fastest. Here steady
+# launches saw 1.0-1.1x and calls slowed by the host 1.3-5x (2 ranks over TCP at 2 MiB).
+SLOW_FACTOR = 1.3
+
+
 def is_far(ns, fastest):
     return ns > max(FAR_FACTOR * fastest, fastest + FAR_MARGIN_NS)
+
+
+def is_slow(us, fastest):
+    return us > SLOW_FACTOR * fastest
 
 
 def name(impl):
@@ -51,22 +61,28 @@ def ring_limit(ranks):
 
 class Cells:
     """Per (op, ranks, transport, size, impl): the value of each repetition. Where a repetition
-    ran a configuration more than once (a launch with the cores far apart runs again,
-    measure.execute), its value is the last near launch's, or the last launch's when none was
-    near; `far` holds the (key, rep) whose value is from a far launch."""
+    ran a configuration more than once (a launch with the cores far apart or the host slow runs
+    again, measure.execute), its value is the last undisturbed launch's, or the last launch's when
+    none was; `marks` holds, per (key, rep) whose value is from a disturbed launch, FAR_MARK
+    and/or SLOW_MARK."""
 
     def __init__(self, rows):
         self.values = defaultdict(dict)
-        self.far = set()
+        self.marks = {}
         self.choices = {}
         self.limits = defaultdict(dict)
-        # Judged again against the whole run's fastest round trip: the run judged each launch
-        # against the fastest seen until then.
+        # Judged again against the whole run's fastest probes: the run judged each launch against
+        # the fastest seen until then.
         measured = [r for r in rows if r.op != "limit" and r.core_to_core_ns is not None]
         fastest = min((r.core_to_core_ns for r in measured), default=None)
         for r in measured:
             r.placement = "far" if is_far(r.core_to_core_ns, fastest) else "near"
         self.placements = measured
+        paced = [r for r in rows if r.op != "limit" and r.pace_us is not None]
+        fastest = min((r.pace_us for r in paced), default=None)
+        for r in paced:
+            r.pace = "slow" if is_slow(r.pace_us, fastest) else "steady"
+        self.paces = paced
         for r in rows:
             if r.op == "limit":
                 if r.busbw_gbps is not None:
@@ -75,21 +91,27 @@ class Cells:
             key = (r.op, r.ranks, r.transport, r.bytes, r.impl)
             if r.error or r.busbw_gbps is None:
                 continue
-            far = r.placement == "far"
-            if far and r.rep in self.values[key] and (key, r.rep) not in self.far:
-                continue  # this repetition already has a near launch
+            mark = (FAR_MARK if r.placement == "far" else "") + \
+                (SLOW_MARK if r.pace == "slow" else "")
+            if mark and r.rep in self.values[key] and (key, r.rep) not in self.marks:
+                continue  # this repetition already has an undisturbed launch
             self.values[key][r.rep] = r.time_us if latency(r.bytes) else r.busbw_gbps
             # The choice of the first repetition's kept launch (the init probe, and so the
-            # choice, may differ between a far launch and its near one).
+            # choice, may differ between a disturbed launch and its undisturbed one).
             if r.choice and (key not in self.choices or r.rep <= self.choices[key][0]):
                 self.choices[key] = (r.rep, r.choice)
-            if far:
-                self.far.add((key, r.rep))
+            if mark:
+                self.marks[(key, r.rep)] = mark
             else:
-                self.far.discard((key, r.rep))
+                self.marks.pop((key, r.rep), None)
 
-    def is_far(self, key, rep):
-        return (key, rep) in self.far
+    def mark(self, key, rep):
+        """What disturbed the launch a repetition's value is from: "" when nothing did."""
+        return self.marks.get((key, rep), "")
+
+    def marked(self, symbol):
+        """How many per-repetition values carry this mark."""
+        return sum(symbol in m for m in self.marks.values())
 
     def median(self, key):
         per_rep = self.values.get(key)
@@ -178,9 +200,9 @@ def config_table(cells, config):
             for rep in reps:
                 b_rep, rb = best_of(cells, config, size, others, rep)
                 rr = ratio(cells.values.get((*config, size, loom), {}).get(rep), rb, size)
-                far = cells.is_far((*config, size, loom), rep) or \
-                    (b_rep and cells.is_far((*config, size, b_rep), rep))
-                per_rep.append("—" if rr is None else f"{rr:.2f}{FAR_MARK if far else ''}")
+                marks = marks_of(cells, [(*config, size, loom)] +
+                                 ([(*config, size, b_rep)] if b_rep else []), rep)
+                per_rep.append("—" if rr is None else f"{rr:.2f}{marks}")
             cell.append("—" if r is None else f"**{r:.2f}** ({', '.join(per_rep)})")
         if bounded:
             b = cells.bound(op, ranks, size)
@@ -255,23 +277,48 @@ def limits_table(cells):
     return lines + [""]
 
 
+def marks_of(cells, keys, rep):
+    """The marks of the launches a per-repetition figure is made of, each mark once."""
+    found = "".join(cells.mark(k, rep) for k in keys)
+    return "".join(m for m in (FAR_MARK, SLOW_MARK) if m in found)
+
+
 def placement_lines(cells):
-    """What the probes around the launches saw: how many ran with the cores far apart."""
+    """What the probes around the launches saw: how many ran with the cores far apart, how many
+    while the host was slow."""
     rows = cells.placements
     if not rows:
-        return ["Placement: not measured.", ""]
-    far = [r for r in rows if r.placement == "far"]
-    near_ns = sorted(r.core_to_core_ns for r in rows if r.placement == "near")
-    text = (f"Placement: core-to-core round trip {near_ns[0]:.0f}-{near_ns[-1]:.0f} ns around "
-            f"{len(rows) - len(far)} launches" if near_ns else "Placement: no near launch")
-    if far:
-        far_ns = sorted(r.core_to_core_ns for r in far)
-        kept = len(cells.far)
-        text += (f"; {len(far)} of {len(rows)} launches ran with the cores far apart "
-                 f"({far_ns[0]:.0f}-{far_ns[-1]:.0f} ns). A repetition's near launch replaces "
-                 f"its far one; {kept} per-repetition values are from a far launch "
-                 f"(marked {FAR_MARK} among the per-repetition ratios; a median may include one)")
-    return [text + ".", ""]
+        text = "Placement: not measured."
+    else:
+        far = [r for r in rows if r.placement == "far"]
+        near_ns = sorted(r.core_to_core_ns for r in rows if r.placement == "near")
+        text = (f"Placement: core-to-core round trip {near_ns[0]:.0f}-{near_ns[-1]:.0f} ns around "
+                f"{len(rows) - len(far)} launches" if near_ns else "Placement: no near launch")
+        if far:
+            far_ns = sorted(r.core_to_core_ns for r in far)
+            text += (f"; {len(far)} of {len(rows)} launches ran with the cores far apart "
+                     f"({far_ns[0]:.0f}-{far_ns[-1]:.0f} ns). A repetition's near launch replaces "
+                     f"its far one; {cells.marked(FAR_MARK)} per-repetition values are from a far "
+                     f"launch (marked {FAR_MARK} among the per-repetition figures; a median may "
+                     f"include one)")
+        text += "."
+    rows = cells.paces
+    if not rows:
+        return [text, "", "Host pace: not measured.", ""]
+    slow = [r for r in rows if r.pace == "slow"]
+    steady_us = sorted(r.pace_us for r in rows if r.pace == "steady")
+    pace = ("Host pace: the loopback exchange at 2 ranks and 2 MiB (`loopback_footprint`, timed "
+            "before and after every launch; the slower of the two) ran "
+            + (f"{steady_us[0]:.0f}-{steady_us[-1]:.0f} us around {len(steady_us)} launches"
+               if steady_us else "slow around every launch"))
+    if slow:
+        slow_us = sorted(r.pace_us for r in slow)
+        pace += (f"; {len(slow)} of {len(rows)} launches ran while it took more than "
+                 f"{SLOW_FACTOR}x the run's fastest ({slow_us[0]:.0f}-{slow_us[-1]:.0f} us): the "
+                 f"host was slow. A repetition's steady launch replaces its slow one; "
+                 f"{cells.marked(SLOW_MARK)} per-repetition values are from a slow launch (marked "
+                 f"{SLOW_MARK}; a median may include one)")
+    return [text, "", pace + ".", ""]
 
 
 def compare_report(rows):
@@ -370,8 +417,7 @@ def cliff_report(rows, threshold):
                     reps = cells.values[(*c, size, impl)]
                     before = cells.values[(*c, sizes[i - 1], impl)]
                     per_rep = [f"{100 * (reps[r] / before[r] - 1):+.0f}%"
-                               + (FAR_MARK if cells.is_far((*c, size, impl), r) or
-                                  cells.is_far((*c, sizes[i - 1], impl), r) else "")
+                               + marks_of(cells, [(*c, size, impl), (*c, sizes[i - 1], impl)], r)
                                for r in sorted(reps) if r in before]
                     choices = [cells.choices.get((*c, s, impl), (0, "?"))[1]
                                for s in (sizes[i - 1], size)]
