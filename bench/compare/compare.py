@@ -95,8 +95,13 @@ def options():
                         help="launches again a configuration measured while two CPUs were far "
                              "apart (core-to-core round trip over twice the run's fastest and "
                              "100 ns above it), at most this many times")
+    common.add_argument("--slow-retries", type=count, default=0,
+                        help="launches again a configuration measured while the host was slow "
+                             "(the loopback exchange around it over 1.3x the run's fastest), at "
+                             "most this many times; by default such a launch is only marked: "
+                             "the host's slow spells last minutes, beyond any wait")
     common.add_argument("--far-wait", type=float, default=5.0,
-                        help="seconds to wait before such a launch again")
+                        help="seconds to wait before a far or slow launch again")
     run = sub.add_parser("run", parents=[common], help="the comparison")
     run.add_argument("--ranks", type=ints, default=[2, 4])
     run.add_argument("--sizes", type=sizes, default=sizes("8 64K 256K 1M 4M 16M 64M"),
@@ -198,7 +203,7 @@ def main():
     try:
         measure.execute(plan, drv, a.reps, recorder, log, a.timeout, iter_args,
                         with_limits=a.command == "run", far_retries=a.far_retries,
-                        far_wait=a.far_wait)
+                        slow_retries=a.slow_retries, far_wait=a.far_wait)
     finally:
         recorder.close()
         if log:

@@ -145,10 +145,10 @@ def pace_watch(loopback):
 
 
 def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True, far_retries=2,
-            far_wait=5.0):
+            slow_retries=0, far_wait=5.0):
     """plan: (libs, op, ranks, transport, size) tuples, run in order once per repetition. A launch
-    measured with the cores far apart or the host slow runs again after far_wait seconds, at most
-    far_retries times."""
+    measured with the cores far apart runs again after far_wait seconds, at most far_retries times;
+    one measured while the host was slow, at most slow_retries times (the two counted apart)."""
     placement, pace = placement_watch(drv.core_to_core), pace_watch(drv.loopback)
     if placement.best is None:
         print("placement: not measured (core_to_core missing or failed)", file=sys.stderr)
@@ -178,7 +178,8 @@ def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True
                 recorder.add(row)
                 print(f"rep {rep}: {row.impl} {row.busbw_gbps} GB/s", file=sys.stderr)
         for job, iters, warmup in jobs:
-            for attempt in range(far_retries + 1):
+            far_left, slow_left = far_retries, slow_retries
+            while True:
                 before, pace_before = placement.probe(), pace.probe()
                 outcome = drivers.run(job, timeout, log)
                 us, state = pace.judge(pace_before, pace.probe())
@@ -203,9 +204,11 @@ def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True
                     shown += f" (cores far apart: {ns:.0f} ns)"
                 if state == "slow":
                     shown += f" (host slow: loopback exchange {us:.0f} us)"
-                if (where != "far" and state != "slow") or outcome.error or \
-                        attempt == far_retries:
+                again = (where == "far" and far_left > 0) or (state == "slow" and slow_left > 0)
+                if outcome.error or not again:
                     break
+                far_left -= where == "far" and far_left > 0
+                slow_left -= state == "slow" and slow_left > 0
                 print(f"rep {rep} {job.op} {job.ranks} ranks {job.transport} {job.size} B "
                       f"{job.impl}: {shown}; again in {far_wait:.0f} s", file=sys.stderr)
                 time.sleep(far_wait)
