@@ -336,13 +336,24 @@ def compare_report(rows):
     return "\n".join(lines)
 
 
-def paired_ratio(cells, key, before):
-    """The median over repetitions of one size's busbw over the next smaller size's, each
-    repetition against itself: its launches ran side by side (the cliff check's sweep: in the
-    same processes), so what a launch's placement or neighbours did to both cancels."""
+def paired_reps(cells, key, before):
+    """(the repetitions a size's fall is judged over, all that measured both sizes): those whose
+    two launches both ran at the host's steady pace, where there are any. A launch in one of the
+    host's slow spells and one out of it differ by the host, not by their sizes."""
     now, then = cells.values.get(key, {}), cells.values.get(before, {})
-    ratios = [now[r] / then[r] for r in now if r in then and then[r]]
-    return statistics.median(ratios) if ratios else None
+    both = [r for r in sorted(now) if r in then and then[r]]
+    steady = [r for r in both if SLOW_MARK not in cells.mark(key, r) + cells.mark(before, r)]
+    return steady or both, both
+
+
+def paired_ratio(cells, key, before):
+    """The median over repetitions (paired_reps) of one size's busbw over the next smaller
+    size's, each repetition against itself: its launches ran side by side (the cliff check's
+    sweep: in the same processes), so what a launch's placement or neighbours did to both
+    cancels."""
+    used, _ = paired_reps(cells, key, before)
+    now, then = cells.values.get(key, {}), cells.values.get(before, {})
+    return statistics.median(now[r] / then[r] for r in used) if used else None
 
 
 def reference_table(cells, impl, value, title, text):
@@ -419,6 +430,9 @@ def cliff_report(rows, threshold):
                     per_rep = [f"{100 * (reps[r] / before[r] - 1):+.0f}%"
                                + marks_of(cells, [(*c, size, impl), (*c, sizes[i - 1], impl)], r)
                                for r in sorted(reps) if r in before]
+                    used, both = paired_reps(cells, (*c, size, impl), (*c, sizes[i - 1], impl))
+                    if len(used) < len(both):
+                        per_rep.append(f"judged over the {len(used)} at the host's steady pace")
                     choices = [cells.choices.get((*c, s, impl), (0, "?"))[1]
                                for s in (sizes[i - 1], size)]
                     found.append(f"- {name(impl)} {transport}, {c[1]} ranks: "
@@ -453,7 +467,9 @@ def cliff_report(rows, threshold):
             "left a cache, and loopback with them.")
     lines += placement_lines(cells)
     lines += [f"Cliffs (busbw more than {100 * threshold:.0f}% below the next smaller size's, "
-              f"the median of the repetitions' ratios): {len(found) or 'none'}"]
+              f"the median of the repetitions' ratios, over the repetitions whose launches of "
+              f"both sizes ran at the host's steady pace where there are any): "
+              f"{len(found) or 'none'}"]
     if bounded or looped:
         lines.append(f"Of these, unexplained (✗: deeper than the fall of the memory bound over "
                      f"shm, of the loopback exchange over tcp, at the same step, or where that "
