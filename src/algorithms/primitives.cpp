@@ -207,7 +207,16 @@ void Primitives::recv_reduce_copy(const void* local, void* dst, std::size_t coun
       post_from(out, d + off * elem_, n * elem_);
       continue;
     }
-    reduce_copy(d + off * elem_, out, l + off * elem_, slot.data, n, c.dtype, c.op, divisor);
+    if (send && streaming_out_ && !device_) {
+      // Beyond the cache: the result goes to the send slot, cached, where the peer reads it
+      // next, and from there past the caches into dst, whose lines are then never read before
+      // being written. Shared memory, in one launch alternating with the fused pass: 2 ranks
+      // 1.03-1.05x at 16 MiB, 1.06-1.09x at 64 MiB; 4 ranks 1.00-1.05x at 4-64 MiB.
+      host_.reduce_copy(out, nullptr, l + off * elem_, slot.data, n, c.dtype, c.op, divisor);
+      host_.copy_streaming(d + off * elem_, out, n * elem_);
+    } else {
+      reduce_copy(d + off * elem_, out, l + off * elem_, slot.data, n, c.dtype, c.op, divisor);
+    }
     complete();
     if (send) post(n * elem_);
     release();
