@@ -338,12 +338,14 @@ def compare_report(rows):
 
 def paired_reps(cells, key, before):
     """(the repetitions a size's fall is judged over, all that measured both sizes): those whose
-    two launches both ran at the host's steady pace, where there are any. A launch in one of the
-    host's slow spells and one out of it differ by the host, not by their sizes."""
+    two launches ran at the same pace of the host, both steady or both slow, where there are any.
+    A launch in one of the host's slow spells and one out of it differ by the host, not by their
+    sizes; a sweep's sizes share their launch and so their pace."""
     now, then = cells.values.get(key, {}), cells.values.get(before, {})
     both = [r for r in sorted(now) if r in then and then[r]]
-    steady = [r for r in both if SLOW_MARK not in cells.mark(key, r) + cells.mark(before, r)]
-    return steady or both, both
+    alike = [r for r in both
+             if (SLOW_MARK in cells.mark(key, r)) == (SLOW_MARK in cells.mark(before, r))]
+    return alike or both, both
 
 
 def paired_ratio(cells, key, before):
@@ -432,7 +434,8 @@ def cliff_report(rows, threshold):
                                for r in sorted(reps) if r in before]
                     used, both = paired_reps(cells, (*c, size, impl), (*c, sizes[i - 1], impl))
                     if len(used) < len(both):
-                        per_rep.append(f"judged over the {len(used)} at the host's steady pace")
+                        per_rep.append(f"judged over the {len(used)} whose launches ran at one "
+                                       f"pace")
                     choices = [cells.choices.get((*c, s, impl), (0, "?"))[1]
                                for s in (sizes[i - 1], size)]
                     found.append(f"- {name(impl)} {transport}, {c[1]} ranks: "
@@ -468,7 +471,7 @@ def cliff_report(rows, threshold):
     lines += placement_lines(cells)
     lines += [f"Cliffs (busbw more than {100 * threshold:.0f}% below the next smaller size's, "
               f"the median of the repetitions' ratios, over the repetitions whose launches of "
-              f"both sizes ran at the host's steady pace where there are any): "
+              f"both sizes ran at one pace of the host, where there are any): "
               f"{len(found) or 'none'}"]
     if bounded or looped:
         lines.append(f"Of these, unexplained (✗: deeper than the fall of the memory bound over "
