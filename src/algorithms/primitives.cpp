@@ -211,7 +211,7 @@ void Primitives::recv_reduce_copy(const void* local, void* dst, std::size_t coun
       // Beyond the cache: the result goes to the send slot, cached, where the peer reads it
       // next, and from there past the caches into dst, whose lines are then never read before
       // being written. Shared memory, in one launch alternating with the fused pass: 2 ranks
-      // 1.03-1.05x at 16 MiB, 1.06-1.09x at 64 MiB; 4 ranks 1.00-1.05x at 4-64 MiB.
+      // 1.03-1.05x at 16 MiB, 1.06-1.09x at 64 MiB; 4 ranks 1.00-1.08x at 4-64 MiB.
       host_.reduce_copy(out, nullptr, l + off * elem_, slot.data, n, c.dtype, c.op, divisor);
       host_.copy_streaming(d + off * elem_, out, n * elem_);
     } else {

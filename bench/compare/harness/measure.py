@@ -1,9 +1,10 @@
 """Runs the plan: every configuration in fresh processes, the whole plan repeated; keeps every
 measurement as a row (the CSV the tables are made from).
 
-Each launch is bracketed by two probes of the machine, and a launch that either finds disturbed
-runs again, up to a bound (every launch stays in the CSV; the tables prefer a repetition's
-undisturbed launch, report.Cells):
+Each launch is bracketed by two probes of the machine. A launch the first finds disturbed runs
+again, up to a bound; one the second finds disturbed, only when asked (its spells outlast any
+wait). Every launch stays in the CSV; the tables prefer a repetition's undisturbed launch
+(report.Cells):
 - the cores' placement (limits.core_to_core_ns): a launch during which two CPUs sat far apart (a
   round trip more than twice the run's fastest and 100 ns above it: report.is_far) is "far". On a
   virtual machine the host moves the vCPUs between cores that share a cache and cores that do

@@ -18,8 +18,9 @@ FAR_MARGIN_NS = 100.0  # and more than this above it (near ones here: 36, 60 or 
 
 
 SLOW_MARK = "‡"  # a value measured while the host was slow (see measure.py)
-# Slow: the loopback exchange around a launch more than this times the run's fastest. Here steady
-# launches saw 1.0-1.1x and calls slowed by the host 1.3-5x (2 ranks over TCP at 2 MiB).
+# Slow: the loopback exchange around a launch more than this times the run's fastest. On the 2-core
+# Zen 4, launches whose calls ran at their usual speed saw 1.0-1.1x, launches whose calls ran
+# 1.5-2x slower 1.4-1.8x (2 ranks over TCP at 2 MiB: docs/results/host-pace-2026-11-29).
 SLOW_FACTOR = 1.3
 
 
@@ -61,9 +62,9 @@ def ring_limit(ranks):
 
 class Cells:
     """Per (op, ranks, transport, size, impl): the value of each repetition. Where a repetition
-    ran a configuration more than once (a launch with the cores far apart or the host slow runs
-    again, measure.execute), its value is the last undisturbed launch's, or the last launch's when
-    none was; `marks` holds, per (key, rep) whose value is from a disturbed launch, FAR_MARK
+    ran a configuration more than once (a launch with the cores far apart runs again, and one
+    while the host was slow with --slow-retries: measure.execute), its value is the last
+    undisturbed launch's, or the last launch's when none was; `marks` holds, per (key, rep) whose value is from a disturbed launch, FAR_MARK
     and/or SLOW_MARK."""
 
     def __init__(self, rows):
