@@ -51,7 +51,8 @@ for c in "2 ranks, shm: f32 sum all-reduce" "2 ranks, tcp: f32 sum all-reduce" \
   grep -q "^### $c" "$tables" || fail "no table for $c"
 done
 if grep -qE '^1,(mpi|gloo|torch)' "$results"; then
-  grep -qE '^\| 1 MiB \|.*\| \*\*[0-9.]+\*\* \([0-9.]+†?\) \| \*\*[0-9.]+\*\* \([0-9.]+†?\) \|$' "$tables" ||
+  # A figure from a launch with the cores far apart carries †, one while the host was slow ‡.
+  grep -qE '^\| 1 MiB \|.*\| \*\*[0-9.]+\*\* \([0-9.]+†?‡?\) \| \*\*[0-9.]+\*\* \([0-9.]+†?‡?\) \|$' "$tables" ||
     fail "no ratios for Loom and Loom (AVX2) at 1 MiB"
 fi
 if [ -x "$build/bench/compare/memcpy_bandwidth" ]; then  # built with -DLOOM_BUILD_BENCH=ON
@@ -67,11 +68,12 @@ fi
 if [ -x "$build/bench/compare/core_to_core" ] && [ "$(nproc)" -ge 2 ]; then
   grep -qE '^Placement: core-to-core round trip [0-9]+-[0-9]+ ns around [0-9]+ launches' "$tables" ||
     fail "the cores' placement is not measured around the launches"
-grep -qE '^Host pace: the loopback exchange at 2 ranks and 2 MiB .* ran [0-9]+-[0-9]+ us around [0-9]+ launches' "$tables" ||
-  grep -qE '^Host pace: .* ran slow around every launch' "$tables" ||
-  fail "the host's pace is not measured around the launches"
-grep -qE '^1,loom,shm,allreduce,2,1048576,.*,[0-9.]+,(steady|slow)' "$results" ||
-  fail "the host's pace is not recorded with the launch"
+fi
+if [ -x "$build/bench/compare/loopback_footprint" ]; then
+  grep -qE '^Host pace: the loopback exchange at 2 ranks and 2 MiB .* ran [0-9]+-[0-9]+ us around [0-9]+ launches' "$tables" ||
+    fail "the host's pace is not measured around the launches"
+  grep -qE '^1,loom,shm,allreduce,2,1048576,.*,[0-9.]+,(steady|slow)' "$results" ||
+    fail "the host's pace is not recorded with the launch"
 fi
 if command -v iperf3 >/dev/null; then
   grep -qE '^\| iperf3 loopback, one stream \(GB/s\) \| [0-9.]+ \|' "$tables" ||
