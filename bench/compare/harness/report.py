@@ -5,6 +5,7 @@ import statistics
 from collections import defaultdict
 
 from .drivers import BOUND, BOUND_TRANSPORT, LOOPBACK, LOOPBACK_TRANSPORT
+from .limits import PACE_BYTES, PACE_RANKS
 
 LATENCY_BELOW = 64 << 10  # smaller sizes are reported as time (us), larger as busbw (GB/s)
 NAMES = {"loom": "Loom", "loom-avx2": "Loom (AVX2)", "loom-shared": "Loom (alloc)",
@@ -64,8 +65,8 @@ class Cells:
     """Per (op, ranks, transport, size, impl): the value of each repetition. Where a repetition
     ran a configuration more than once (a launch with the cores far apart runs again, and one
     while the host was slow with --slow-retries: measure.execute), its value is the last
-    undisturbed launch's, or the last launch's when none was; `marks` holds, per (key, rep) whose value is from a disturbed launch, FAR_MARK
-    and/or SLOW_MARK."""
+    undisturbed launch's, or the last launch's when none was; `marks` holds, per (key, rep) whose
+    value is from a disturbed launch, FAR_MARK and/or SLOW_MARK."""
 
     def __init__(self, rows):
         self.values = defaultdict(dict)
@@ -284,42 +285,48 @@ def marks_of(cells, keys, rep):
     return "".join(m for m in (FAR_MARK, SLOW_MARK) if m in found)
 
 
+def probe_text(cells, rows, value, state, calm, disturbed, mark, head, unit, ran, marked_where):
+    """One probe's sentence: the range of `value` over the launches whose `state` was `calm`, and
+    how many were `disturbed` (each run judges against its own best, so its best launch is calm).
+    `ran` says how the disturbed launches ran, around the range of their values ("{}")."""
+    calm_v = sorted(value(r) for r in rows if state(r) == calm)
+    text = f"{head} {calm_v[0]:.0f}-{calm_v[-1]:.0f} {unit} around {len(calm_v)} launches"
+    hit = sorted(value(r) for r in rows if state(r) == disturbed)
+    if hit:
+        text += (f"; {len(hit)} of {len(rows)} launches ran "
+                 f"{ran.format(f'{hit[0]:.0f}-{hit[-1]:.0f} {unit}')}. A repetition's {calm} "
+                 f"launch replaces its {disturbed} one; {cells.marked(mark)} per-repetition values "
+                 f"are from a {disturbed} launch (marked {mark}{marked_where}; a median may "
+                 f"include one)")
+    return text + "."
+
+
 def placement_lines(cells):
     """What the probes around the launches saw: how many ran with the cores far apart, how many
     while the host was slow."""
-    rows = cells.placements
-    if not rows:
-        text = "Placement: not measured."
+    lines = []
+    if cells.placements:
+        lines += [probe_text(cells, cells.placements, value=lambda r: r.core_to_core_ns,
+                             state=lambda r: r.placement, calm="near", disturbed="far",
+                             mark=FAR_MARK, head="Placement: core-to-core round trip", unit="ns",
+                             ran="with the cores far apart ({})",
+                             marked_where=" among the per-repetition figures"), ""]
     else:
-        far = [r for r in rows if r.placement == "far"]
-        near_ns = sorted(r.core_to_core_ns for r in rows if r.placement == "near")
-        text = (f"Placement: core-to-core round trip {near_ns[0]:.0f}-{near_ns[-1]:.0f} ns around "
-                f"{len(rows) - len(far)} launches" if near_ns else "Placement: no near launch")
-        if far:
-            far_ns = sorted(r.core_to_core_ns for r in far)
-            text += (f"; {len(far)} of {len(rows)} launches ran with the cores far apart "
-                     f"({far_ns[0]:.0f}-{far_ns[-1]:.0f} ns). A repetition's near launch replaces "
-                     f"its far one; {cells.marked(FAR_MARK)} per-repetition values are from a far "
-                     f"launch (marked {FAR_MARK} among the per-repetition figures; a median may "
-                     f"include one)")
-        text += "."
-    rows = cells.paces
-    if not rows:
-        return [text, "", "Host pace: not measured.", ""]
-    slow = [r for r in rows if r.pace == "slow"]
-    steady_us = sorted(r.pace_us for r in rows if r.pace == "steady")
-    pace = ("Host pace: the loopback exchange at 2 ranks and 2 MiB (`loopback_footprint`, timed "
-            "before and after every launch; the slower of the two) ran "
-            + (f"{steady_us[0]:.0f}-{steady_us[-1]:.0f} us around {len(steady_us)} launches"
-               if steady_us else "slow around every launch"))
-    if slow:
-        slow_us = sorted(r.pace_us for r in slow)
-        pace += (f"; {len(slow)} of {len(rows)} launches ran while it took more than "
-                 f"{SLOW_FACTOR}x the run's fastest ({slow_us[0]:.0f}-{slow_us[-1]:.0f} us): the "
-                 f"host was slow. A repetition's steady launch replaces its slow one; "
-                 f"{cells.marked(SLOW_MARK)} per-repetition values are from a slow launch (marked "
-                 f"{SLOW_MARK}; a median may include one)")
-    return [text, "", pace + ".", ""]
+        lines += ["Placement: not measured.", ""]
+    if cells.paces:
+        lines += [probe_text(cells, cells.paces, value=lambda r: r.pace_us,
+                             state=lambda r: r.pace, calm="steady", disturbed="slow",
+                             mark=SLOW_MARK,
+                             head=f"Host pace: the loopback exchange at {PACE_RANKS} ranks and "
+                                  f"{size_text(PACE_BYTES)} (`loopback_footprint`, timed before "
+                                  f"and after every launch; the slower of the two) ran",
+                             unit="us",
+                             ran=f"while it took more than {SLOW_FACTOR}x the run's fastest "
+                                 f"({{}}): the host was slow",
+                             marked_where=""), ""]
+    else:
+        lines += ["Host pace: not measured.", ""]
+    return lines
 
 
 def compare_report(rows):
