@@ -119,6 +119,10 @@ def options():
                         help="each of Loom's sizes in fresh processes (by default one launch "
                              "sweeps every size, so that adjacent sizes share their processes "
                              "and a fall between them is not one launch's luck)")
+    cliffs.add_argument("--rounds", type=int, default=1,
+                        help="a launch's sweep goes over its sizes this many times, each time a "
+                             "share of every size's calls (loom-perf --rounds), so that a slower "
+                             "spell of the host falls on every size alike; 1: each size once")
     again = sub.add_parser("report", help="the tables again from a results.csv")
     again.add_argument("results")
     again.add_argument("--cliffs", action="store_true")
@@ -185,7 +189,7 @@ def main():
                [({"loom"}, "allreduce", n, t, tuple(sweep(a.min, a.max)))
                 for n in a.ranks for t in a.transports]
         plan.sort(key=lambda p: p[2])  # rank count by rank count, as before
-        iter_args = {"scale": a.iters_scale, "least": 3}
+        iter_args = {"scale": a.iters_scale, "least": 3, "rounds": a.rounds}
     for note in notes:
         print(f"compare: {note}", file=sys.stderr)
     if a.out:

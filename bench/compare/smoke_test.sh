@@ -177,7 +177,7 @@ python3 "$here/compare.py" report "$out/paired.csv" --cliffs >"$out/paired.txt" 
 
 # The cliff check's sweep: Loom's sizes in one launch per transport, a row per size and repetition.
 python3 "$here/compare.py" cliffs --build "$build" --reps 1 --ranks 2 --transports tcp --min 64K \
-  --max 256K --iters-scale 0.05 --far-retries 0 --out "$out/sweep" >"$out/sweep.stdout" 2>&1
+  --max 256K --iters-scale 0.05 --far-retries 0 --rounds 2 --out "$out/sweep" >"$out/sweep.stdout" 2>&1
 [ $? -le 1 ] || { tail -20 "$out/sweep.stdout"; fail "compare.py cliffs failed"; }
 for b in 65536 131072 262144; do
   grep -qE "^1,loom,tcp,allreduce,2,$b,[0-9]+,[0-9]+,[0-9.]+,[0-9.]+,.* for $b B over tcp" \
@@ -189,6 +189,7 @@ for b in 65536 131072 262144; do
 done
 [ "$(grep -c '/loom-perf .*-b 65536 -e 262144 .*--iter-bytes' "$out/sweep/runs.log")" = 1 ] ||
   fail "the sweep was not one launch"
+grep -q '/loom-perf .*--rounds 2' "$out/sweep/runs.log" || fail "the sweep's turns (--rounds) did not reach loom-perf"
 
 # --fresh-inputs reaches every driver, and rewriting the input leaves its values as they were.
 python3 "$here/compare.py" run --build "$build" --reps 1 --ranks 2 --sizes 1M --alltoall-sizes "" \

@@ -26,6 +26,11 @@ namespace {
       "  --iter-bytes BYTES  fewer calls for larger sizes: each size runs BYTES / size timed\n"
       "             calls (at least 1, at most -n) and a tenth of that warm-up (at least 1,\n"
       "             at most -w), so one launch can sweep 64 KiB to 256 MiB\n"
+      "  --rounds R  (per-op timing) each size's calls in R turns: the sweep runs R times over\n"
+      "             its sizes, each time a share of every size's timed calls after at least one\n"
+      "             warm-up; a size's figure is over all its calls. A spell of a slower host then\n"
+      "             falls on every size alike instead of on the sizes it happens to overlap\n"
+      "             (default 1: each size once, all its calls together)\n"
       "  -R ROOT    root of broadcast, reduce, gather and scatter (default 0)\n"
       "  --per-op   (default) every rank times each call, without barriers; a call's time is its\n"
       "             slowest rank's; time(us) is the median over the calls\n"
@@ -137,7 +142,13 @@ Args parse(int argc, char** argv) {
       a.warmup = std::max(0, std::atoi(next().c_str()));
     else if (f == "--iter-bytes")
       a.iter_bytes = parse_size(next());
-    else if (f == "-R" || f == "--root")
+    else if (f == "--rounds") {
+      const std::string v = next();
+      a.rounds = std::atoi(v.c_str());
+      if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || a.rounds < 1 ||
+          a.rounds > 1000)
+        refuse("--rounds is 1-1000, not", v);
+    } else if (f == "-R" || f == "--root")
       a.root = std::atoi(next().c_str());
     else if (f == "--per-op")
       a.timing = Timing::per_op;
@@ -185,6 +196,10 @@ Args parse(int argc, char** argv) {
                  a.cuda ? "cuda" : "shared");
     std::exit(2);
   }
+  if (a.rounds > 1 && a.timing != Timing::per_op) {
+    std::fprintf(stderr, "loom-perf: --rounds needs per-op timing (--mean times calls together)\n");
+    std::exit(2);
+  }
   if (a.in_place && a.op == Op::alltoall) {
     std::fprintf(stderr, "loom-perf: alltoall has no in-place form (--inplace)\n");
     std::exit(2);
@@ -197,6 +212,16 @@ Iterations iterations_for(const Args& a, std::size_t bytes) {
   const auto fit = static_cast<long long>(a.iter_bytes / bytes);
   const int timed = static_cast<int>(std::clamp<long long>(fit, 1, a.iters));
   return {timed, std::clamp(timed / 10, std::min(1, a.warmup), a.warmup)};
+}
+
+Iterations iterations_in_round(const Args& a, const Iterations& runs, int round) {
+  const int rounds = std::max(1, a.rounds);
+  const int timed = runs.timed / rounds + (round < runs.timed % rounds ? 1 : 0);
+  if (rounds == 1) return runs;
+  // The first turn warms up as a sweep without turns does; a later one finds the caches and the
+  // connections as the other sizes left them.
+  const int warmup = round == 0 ? runs.warmup : std::max(1, runs.warmup / rounds);
+  return {timed, timed == 0 ? 0 : warmup};
 }
 
 }  // namespace perf

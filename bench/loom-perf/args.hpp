@@ -26,6 +26,7 @@ struct Args {
   std::size_t increment = 0;
   int iters = 20, warmup = 5, root = 0;
   std::size_t iter_bytes = 0;  // --iter-bytes: iterations shrink with the size (0: -n and -w)
+  int rounds = 1;  // --rounds: each size's calls in this many turns, interleaved with the others'
   Timing timing = Timing::per_op;
   bool check = false, csv = false, in_place = false;
   bool fresh_inputs = false;  // rewrite the input's cache lines before every call, untimed
@@ -42,6 +43,10 @@ struct Iterations {
   int timed, warmup;
 };
 Iterations iterations_for(const Args& a, std::size_t bytes);
+// The share of `runs` that turn `round` of a.rounds makes: the timed calls split as evenly as
+// they go (a later turn may make none), and a warm-up call at least in every turn after the
+// first (the other sizes have run in between).
+Iterations iterations_in_round(const Args& a, const Iterations& runs, int round);
 
 // The call takes a root (-R).
 bool rooted(Op op);

@@ -26,18 +26,8 @@ struct Row {
   std::size_t bytes, count;
   double time_us, algbw, busbw;
   long long wrong;  // -1 when not checked
+  int timed_calls;  // the calls the figure is made of (--json)
 };
-
-// The comparison's method (bench/compare/per_op.hpp): every rank times each call, no barriers;
-// rank 0 gathers the arrays and returns the median of each call's slowest rank (0 elsewhere).
-template <typename Call, typename Before>
-double per_op_median_us(loom::Communicator& comm, int iters, Call call, Before before) {
-  const std::vector<double> mine = bench::time_each_call_us(0, iters, call, before);
-  std::vector<double> all(comm.rank() == 0 ? mine.size() * static_cast<std::size_t>(comm.size())
-                                           : 1);
-  comm.gather(mine.data(), all.data(), mine.size(), loom::DataType::f64, 0);
-  return comm.rank() == 0 ? bench::median_of_slowest(all, comm.size()) : 0;
-}
 
 // A barrier, then the calls back to back; the slowest rank's mean.
 template <typename Call, typename Sync>
@@ -76,7 +66,8 @@ void write_json(const Args& a, int n, const std::vector<Row>& rows) {
     const Row& r = rows[i];
     j << (i ? "," : "") << "{\"size\":" << r.bytes << ",\"count\":" << r.count
       << ",\"time_us\":" << r.time_us << ",\"algbw_gbps\":" << r.algbw
-      << ",\"busbw_gbps\":" << r.busbw << ",\"wrong\":" << r.wrong << "}";
+      << ",\"busbw_gbps\":" << r.busbw << ",\"wrong\":" << r.wrong
+      << ",\"timed_calls\":" << r.timed_calls << "}";
   }
   j << "]}\n";
 }
@@ -148,9 +139,10 @@ int main(int argc, char** argv) {
     const char* timing = a.timing == Timing::per_op ? "median over calls of the slowest rank"
                                                     : "slowest rank's mean";
     if (rank == 0 && !a.csv) {
-      const std::string per_size =
+      std::string per_size =
           a.iter_bytes ? "up to " + std::to_string(a.iter_bytes) + " bytes of calls per size, "
                        : "";
+      if (a.rounds > 1) per_size += "in " + std::to_string(a.rounds) + " turns over the sizes, ";
       std::printf(
           "# loom-perf: %s, %s, %s, %d ranks, %s%s%d iterations, %d warm-up, %s; time: %s\n",
           a.op_name.c_str(), std::string(loom::to_string(a.dtype)).c_str(),
@@ -165,10 +157,16 @@ int main(int argc, char** argv) {
       std::printf("size,count,type,redop,time_us,algbw_gbps,busbw_gbps,wrong\n");
     std::fflush(stdout);
 
-    std::vector<Row> rows;
-    for (std::size_t bytes : sizes) {
-      const std::size_t total = bytes / elem;                 // elements in the whole buffer
-      const std::size_t count = blocked ? total / n : total;  // the count argument of the call
+    // One size's call: its buffers and counts.
+    struct SizePlan {
+      std::size_t bytes, total, count;  // total: elements in the whole buffer; count: the call's
+      char* inp;
+      char* outp;
+      std::size_t input_bytes;  // what this rank's call reads of inp (--fresh-inputs rewrites)
+    };
+    auto plan_of = [&](std::size_t bytes) {
+      const std::size_t total = bytes / elem;
+      const std::size_t count = blocked ? total / n : total;
       const std::size_t block_bytes = count * elem;
       char* inp = in_base;
       char* outp = out_base;
@@ -184,64 +182,63 @@ int main(int argc, char** argv) {
         else
           inp = outp;
       }
-      io.run_once = [&] {
-        switch (a.op) {
-          case Op::allreduce:
-            return comm.all_reduce(inp, outp, count, a.dtype, a.redop, stream);
-          case Op::reducescatter:
-            return comm.reduce_scatter(inp, outp, count, a.dtype, a.redop, stream);
-          case Op::allgather:
-            return comm.all_gather(inp, outp, count, a.dtype, stream);
-          case Op::broadcast:
-            return comm.broadcast(inp, outp, count, a.dtype, a.root, stream);
-          case Op::reduce:
-            return comm.reduce(inp, outp, count, a.dtype, a.redop, a.root, stream);
-          case Op::gather:
-            return comm.gather(inp, outp, count, a.dtype, a.root, stream);
-          case Op::scatter:
-            return comm.scatter(inp, outp, count, a.dtype, a.root, stream);
-          case Op::alltoall:
-            return comm.all_to_all(inp, outp, count, a.dtype, stream);
-        }
-      };
-      // Timing runs on whatever the buffers hold; prod stays finite because fill() starts each
-      // size from small values, and the check below refills.
       const bool whole_input =
           a.op == Op::reducescatter || a.op == Op::scatter || a.op == Op::alltoall;
-      io.fill(inp, whole_input ? total : count, rank, 0);
-      // --fresh-inputs: the input this rank's call reads, rewritten untimed.
-      const std::size_t input_bytes = whole_input ? bytes : count * elem;
-      auto before = [&] {
-        if (a.fresh_inputs) bench::rewrite_lines(inp, input_bytes);
+      return SizePlan{bytes, total, count, inp, outp, whole_input ? bytes : count * elem};
+    };
+    auto call_of = [&](const SizePlan& p) {
+      return [&a, &comm, stream, p] {
+        switch (a.op) {
+          case Op::allreduce:
+            return comm.all_reduce(p.inp, p.outp, p.count, a.dtype, a.redop, stream);
+          case Op::reducescatter:
+            return comm.reduce_scatter(p.inp, p.outp, p.count, a.dtype, a.redop, stream);
+          case Op::allgather:
+            return comm.all_gather(p.inp, p.outp, p.count, a.dtype, stream);
+          case Op::broadcast:
+            return comm.broadcast(p.inp, p.outp, p.count, a.dtype, a.root, stream);
+          case Op::reduce:
+            return comm.reduce(p.inp, p.outp, p.count, a.dtype, a.redop, a.root, stream);
+          case Op::gather:
+            return comm.gather(p.inp, p.outp, p.count, a.dtype, a.root, stream);
+          case Op::scatter:
+            return comm.scatter(p.inp, p.outp, p.count, a.dtype, a.root, stream);
+          case Op::alltoall:
+            return comm.all_to_all(p.inp, p.outp, p.count, a.dtype, stream);
+        }
       };
-      const perf::Iterations runs = perf::iterations_for(a, bytes);
-      for (int i = 0; i < runs.warmup; ++i) {
-        before();
-        io.run_once();
-      }
-      sync();
-      // Per call, a CUDA call's time runs to its stream's completion.
-      auto call = [&] {
-        io.run_once();
-        sync();
-      };
-      const double us = a.timing == Timing::per_op
-                            ? per_op_median_us(comm, runs.timed, call, before)
-                            : mean_us(comm, runs.timed, io.run_once, sync);
+    };
 
+    // Each size's timed calls on this rank (per-op timing), or its slowest rank's mean (--mean).
+    std::vector<std::vector<double>> call_us(sizes.size());
+    std::vector<double> mean_of(sizes.size(), 0.0);
+    std::vector<Row> rows;
+    // A size's figure from its calls, its check (--check) and its row.
+    auto finish = [&](std::size_t k) {
+      const SizePlan p = plan_of(sizes[k]);
+      double us = mean_of[k];
+      int timed_calls = perf::iterations_for(a, p.bytes).timed;
+      if (a.timing == Timing::per_op) {
+        timed_calls = static_cast<int>(call_us[k].size());
+        const std::vector<double>& mine = call_us[k];
+        std::vector<double> all(rank == 0 ? mine.size() * static_cast<std::size_t>(n) : 1);
+        comm.gather(mine.data(), all.data(), mine.size(), loom::DataType::f64, 0);
+        us = rank == 0 ? bench::median_of_slowest(all, n) : 0;
+      }
       long long wrong = -1;
       if (a.check) {
         // The checked call's input is rewritten first too: the check covers the rewrite.
-        io.run_once = [&, call_once = io.run_once] {
-          before();
+        io.run_once = [&a, p, call_once = call_of(p)] {
+          if (a.fresh_inputs) bench::rewrite_lines(p.inp, p.input_bytes);
           call_once();
         };
-        std::uint64_t w = perf::wrong_elements(a, rank, n, inp, outp, count, io), all = 0;
+        std::uint64_t w = perf::wrong_elements(a, rank, n, p.inp, p.outp, p.count, io), all = 0;
         comm.all_reduce(&w, &all, 1, loom::DataType::u64, loom::ReduceOp::sum);
         wrong = static_cast<long long>(all);
       }
-      const double algbw = us > 0 ? static_cast<double>(bytes) / (us * 1e-6) / 1e9 : 0;
-      Row row{bytes, blocked ? total : count, us, algbw, algbw * bus_factor, wrong};
+      const double algbw = us > 0 ? static_cast<double>(p.bytes) / (us * 1e-6) / 1e9 : 0;
+      Row row{p.bytes,    blocked ? p.total : p.count, us, algbw, algbw * bus_factor, wrong,
+              timed_calls};
       rows.push_back(row);
       if (rank == 0) {
         const std::string t(loom::to_string(a.dtype)), r(loom::to_string(a.redop));
@@ -254,7 +251,46 @@ int main(int argc, char** argv) {
                       wrong < 0 ? "N/A" : std::to_string(wrong).c_str());
         std::fflush(stdout);
       }
+    };
+
+    for (int round = 0; round < a.rounds; ++round) {
+      for (std::size_t k = 0; k < sizes.size(); ++k) {
+        const SizePlan p = plan_of(sizes[k]);
+        const perf::Iterations turn =
+            perf::iterations_in_round(a, perf::iterations_for(a, p.bytes), round);
+        if (turn.timed > 0) {
+          io.run_once = call_of(p);
+          // Timing runs on whatever the buffers hold; prod stays finite because fill() starts
+          // each turn from small values, and the check refills.
+          const bool whole_input =
+              a.op == Op::reducescatter || a.op == Op::scatter || a.op == Op::alltoall;
+          io.fill(p.inp, whole_input ? p.total : p.count, rank, 0);
+          // --fresh-inputs: the input this rank's call reads, rewritten untimed.
+          auto before = [&] {
+            if (a.fresh_inputs) bench::rewrite_lines(p.inp, p.input_bytes);
+          };
+          for (int i = 0; i < turn.warmup; ++i) {
+            before();
+            io.run_once();
+          }
+          sync();
+          // Per call, a CUDA call's time runs to its stream's completion.
+          auto call = [&] {
+            io.run_once();
+            sync();
+          };
+          if (a.timing == Timing::per_op) {
+            const std::vector<double> us = bench::time_each_call_us(0, turn.timed, call, before);
+            call_us[k].insert(call_us[k].end(), us.begin(), us.end());
+          } else {
+            mean_of[k] = mean_us(comm, turn.timed, io.run_once, sync);
+          }
+        }
+        if (a.rounds == 1) finish(k);
+      }
     }
+    if (a.rounds > 1)
+      for (std::size_t k = 0; k < sizes.size(); ++k) finish(k);
     long long total_wrong = 0;
     double busbw_sum = 0;
     for (const Row& r : rows) {

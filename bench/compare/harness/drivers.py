@@ -35,6 +35,7 @@ class Job:
     # "footprint": copy_footprint's row
     sizes: tuple = ()  # a sweep: every one of these sizes in this one launch (size: the largest)
     iter_bytes: int = 0  # a sweep's calls per size: iter_bytes / size (sweep_iterations)
+    rounds: int = 1  # a sweep's turns over its sizes (loom-perf --rounds)
 
 
 @dataclass
@@ -60,10 +61,14 @@ LOOPBACK = "loopback-exchange"
 LOOPBACK_TRANSPORT = "lo"
 
 
-def sweep_iterations(size, most, warmup, iter_bytes):
-    """(timed, warm-up) calls of a sweep's size, as loom-perf --iter-bytes counts them."""
-    timed = max(1, min(most, iter_bytes // size))
-    return timed, max(min(1, warmup), min(warmup, timed // 10))
+def sweep_iterations(size, most, warmup, iter_bytes, rounds=1):
+    """(timed, warm-up) calls of a sweep's size, as loom-perf --iter-bytes and --rounds count
+    them: in turns, the timed calls split as evenly as they go, and each turn after the first
+    that makes any warms up with at least one call."""
+    timed = max(1, min(most, iter_bytes // size)) if iter_bytes else most
+    warm = max(min(1, warmup), min(warmup, timed // 10)) if iter_bytes else warmup
+    later_turns = min(rounds, timed) - 1
+    return timed, warm + later_turns * max(1, warm // rounds)
 
 
 class Drivers:
@@ -110,11 +115,13 @@ class Drivers:
             why[LOOPBACK] = "loopback_footprint not built (-DLOOM_BUILD_BENCH=ON)"
         return why
 
-    def loom_jobs(self, op, ranks, transport, sizes, iters, warmup, iter_bytes=0):
+    def loom_jobs(self, op, ranks, transport, sizes, iters, warmup, iter_bytes=0, rounds=1):
         """loom-perf over `sizes` (x2 steps) in one launch per Loom variant. A sweep of several
         sizes measures adjacent sizes in the same processes, so a fall between them is not a
         launch's luck; with iter_bytes each size runs iter_bytes / size timed calls, at least 1
-        and at most `iters` (loom-perf --iter-bytes)."""
+        and at most `iters` (loom-perf --iter-bytes); with rounds > 1 the sweep goes over its
+        sizes that many times, each time a share of every size's calls (loom-perf --rounds), so
+        that a slower spell of the host falls on every size alike."""
         out = []
         for impl, extra in self.loom_variants.items():
             env = {k: v for k, v in extra.items() if k != SHARED_BUFFERS}
@@ -127,12 +134,13 @@ class Drivers:
                             *self.bind, self.perf, "-o", op, "-b", str(min(sizes)), "-e",
                             str(max(sizes)), *(["-f", "2"] if sweep else []), "-n", str(iters),
                             "-w", str(warmup),
-                            *(["--iter-bytes", str(iter_bytes)] if iter_bytes else []), "--csv",
+                            *(["--iter-bytes", str(iter_bytes)] if iter_bytes else []),
+                            *(["--rounds", str(rounds)] if sweep and rounds > 1 else []), "--csv",
                             *(["--device", "shared"] if shared else []),
                             *(["--fresh-inputs"] if self.fresh_inputs else [])],
                            {"LOOM_TRANSPORT": transport, "LOOM_DEBUG": "INFO", **env},
                            kind="loom", sizes=tuple(sizes) if sweep else (),
-                           iter_bytes=iter_bytes))
+                           iter_bytes=iter_bytes, rounds=rounds if sweep else 1))
         return out
 
     def jobs(self, libs, op, ranks, transport, size, iters, warmup):

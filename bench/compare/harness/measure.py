@@ -160,13 +160,16 @@ def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True
         print("pace: not measured (loopback_footprint missing or failed)", file=sys.stderr)
     else:
         print(f"pace: fastest loopback exchange {pace.best:.0f} us", file=sys.stderr)
+    rounds = iter_args.get("rounds", 1)  # a sweep's turns over its sizes
+    iter_args = {k: v for k, v in iter_args.items() if k != "rounds"}
     jobs = []
     for libs, op, ranks, transport, size in plan:
         if isinstance(size, tuple):  # Loom's sweep over these sizes in one launch per variant
             most, warmup = iterations(min(size), **iter_args)
             budget = round(iter_args.get("budget", BUDGET) * iter_args.get("scale", 1.0))
             jobs += [(j, most, warmup)
-                     for j in drv.loom_jobs(op, ranks, transport, size, most, warmup, budget)]
+                     for j in drv.loom_jobs(op, ranks, transport, size, most, warmup, budget,
+                                            rounds)]
             continue
         iters, warmup = iterations(size, **iter_args)
         jobs += [(j, iters, warmup)
@@ -189,7 +192,7 @@ def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True
                     for size in job.sizes:
                         t, bw, choice = outcome.per_size.get(size, (None, None, ""))
                         timed, warm = drivers.sweep_iterations(size, iters, warmup,
-                                                               job.iter_bytes)
+                                                               job.iter_bytes, job.rounds)
                         recorder.add(Row(rep, job.impl, job.transport, job.op, job.ranks, size,
                                          timed, warm, t, bw, choice,
                                          "" if t is not None else outcome.error, ns, where, us,
