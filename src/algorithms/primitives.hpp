@@ -26,8 +26,10 @@ class Primitives {
   // into the slots stay cached, where the peer reads them next. For calls whose buffers outgrow
   // the host's last-level cache: the stream saves reading each output line before writing it
   // (all-reduce on 2 cores: 2 ranks at 8-64 MiB, 4 and 8 ranks at 4-64 MiB, 1.1-1.7x faster;
-  // below the cache, 0.7x). A result reduced for the next hop goes into its send slot first, then
-  // from there into the output (recv_reduce_copy). Not for outputs the call reads again.
+  // below the cache, 0.7x; where ranks outnumber cores, from half the cache on:
+  // Engine::ring_outputs_beyond_cache). A result reduced for the next hop goes into its send slot
+  // first, then from there into the output (recv_reduce_copy). Not for outputs the call reads
+  // again.
   void stream_outputs(bool on) { streaming_out_ = on; }
   // The transport may read a source and write a destination of host memory directly, at any
   // time until the call ends (TCP: no copy into or out of a slot). For algorithms whose sources

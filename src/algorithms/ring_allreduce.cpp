@@ -26,9 +26,10 @@ void ring_all_reduce(Engine& engine, const Collective& call) {
   // Each rank's input and output (one buffer in place), on all of the host's ranks. (The
   // hierarchical all-reduce reads its pass's output again at once: it keeps it cached.)
   const std::size_t buffers = call.in == call.out ? 1 : 2;
-  ring_all_reduce_pass(engine, engine.ring(), call.in, call.out, call.count, call.dtype,
-                       call.op == ReduceOp::avg ? engine.size() : 1,
-                       engine.beyond_cache(buffers * call.count * size_of(call.dtype)));
+  ring_all_reduce_pass(
+      engine, engine.ring(), call.in, call.out, call.count, call.dtype,
+      call.op == ReduceOp::avg ? engine.size() : 1,
+      engine.ring_outputs_beyond_cache(buffers * call.count * size_of(call.dtype)));
 }
 
 }  // namespace loom::algorithms
