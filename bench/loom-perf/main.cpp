@@ -262,9 +262,7 @@ int main(int argc, char** argv) {
           io.run_once = call_of(p);
           // Timing runs on whatever the buffers hold; prod stays finite because fill() starts
           // each turn from small values, and the check refills.
-          const bool whole_input =
-              a.op == Op::reducescatter || a.op == Op::scatter || a.op == Op::alltoall;
-          io.fill(p.inp, whole_input ? p.total : p.count, rank, 0);
+          io.fill(p.inp, p.input_bytes / elem, rank, 0);
           // --fresh-inputs: the input this rank's call reads, rewritten untimed.
           auto before = [&] {
             if (a.fresh_inputs) bench::rewrite_lines(p.inp, p.input_bytes);
