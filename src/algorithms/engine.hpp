@@ -149,9 +149,9 @@ class Engine {
   // at a core pass its caches to each other at every switch: over shared memory on 2 cores (Zen 4,
   // 32 MiB L3), half the cache made the all-reduce 1.08-1.21x faster at 4 ranks and 2 MiB,
   // 1.12-1.14x at 3 ranks and 3 MiB and at 8 ranks and 1 MiB, the all-gather 1.19-1.22x at 4 ranks
-  // and 4 MiB and at 8 ranks and 2 MiB (one launch alternating the two call by call). 2 ranks (a
-  // core each) ran 0.80-1.05x at 4-6 MiB; over TCP, and for the pairwise all-to-all and the
-  // direct calls in the shared windows (0.95-1.01x), no gain: they keep the whole cache.
+  // and 4 MiB and at 8 ranks and 2 MiB (one launch alternating the two call by call); over TCP no
+  // difference (0.99-1.03x). 2 ranks (a core each) ran 0.80-1.05x at 4-6 MiB, and the pairwise
+  // all-to-all and the direct calls in the shared windows 0.95-1.01x: they keep the whole cache.
   bool ring_outputs_beyond_cache(std::size_t bytes) const {
     const double share = selector_->inputs().oversubscribed() ? 2.0 : 1.0;
     return selector_->inputs().beyond_cache(share * static_cast<double>(bytes),
