@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # loom-perf --rounds: every size timed in turns over the sweep still makes one row, of all its
-# calls, with a correct result; in place, each turn starts from fresh inputs.
+# calls, in order, and its checked call is exact, in place and out of place.
 set -u
 loomrun=$1 perf=$2
 dir=$(mktemp -d)
