@@ -189,7 +189,7 @@ def main():
                [({"loom"}, "allreduce", n, t, tuple(sweep(a.min, a.max)))
                 for n in a.ranks for t in a.transports]
         plan.sort(key=lambda p: p[2])  # rank count by rank count, as before
-        iter_args = {"scale": a.iters_scale, "least": 3, "rounds": a.rounds}
+        iter_args = {"scale": a.iters_scale, "least": 3}
     for note in notes:
         print(f"compare: {note}", file=sys.stderr)
     if a.out:
@@ -207,7 +207,8 @@ def main():
     try:
         measure.execute(plan, drv, a.reps, recorder, log, a.timeout, iter_args,
                         with_limits=a.command == "run", far_retries=a.far_retries,
-                        slow_retries=a.slow_retries, far_wait=a.far_wait)
+                        slow_retries=a.slow_retries, far_wait=a.far_wait,
+                        sweep_rounds=getattr(a, "rounds", 1))
     finally:
         recorder.close()
         if log:

@@ -215,12 +215,11 @@ Iterations iterations_for(const Args& a, std::size_t bytes) {
 }
 
 Iterations iterations_in_round(const Args& a, const Iterations& runs, int round) {
-  const int rounds = std::max(1, a.rounds);
-  const int timed = runs.timed / rounds + (round < runs.timed % rounds ? 1 : 0);
-  if (rounds == 1) return runs;
+  if (a.rounds <= 1) return runs;
+  const int timed = runs.timed / a.rounds + (round < runs.timed % a.rounds ? 1 : 0);
   // The first turn warms up as a sweep without turns does; a later one finds the caches and the
   // connections as the other sizes left them.
-  const int warmup = round == 0 ? runs.warmup : std::max(1, runs.warmup / rounds);
+  const int warmup = round == 0 ? runs.warmup : std::max(1, runs.warmup / a.rounds);
   return {timed, timed == 0 ? 0 : warmup};
 }
 

@@ -153,9 +153,7 @@ class Engine {
   // difference (0.99-1.03x). 2 ranks (a core each) ran 0.80-1.05x at 4-6 MiB, and the pairwise
   // all-to-all and the direct calls in the shared windows 0.95-1.01x: they keep the whole cache.
   bool ring_outputs_beyond_cache(std::size_t bytes) const {
-    const double share = selector_->inputs().oversubscribed() ? 2.0 : 1.0;
-    return selector_->inputs().beyond_cache(share * static_cast<double>(bytes),
-                                            config_.local_world_size);
+    return beyond_cache(selector_->inputs().oversubscribed() ? 2 * bytes : bytes);
   }
   void refuse_single_copy() { single_copy_refused_ = true; }
   // A background call shares the rank's core with the rank's computation, unless the rank's

@@ -146,10 +146,11 @@ def pace_watch(loopback):
 
 
 def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True, far_retries=2,
-            slow_retries=0, far_wait=5.0):
+            slow_retries=0, far_wait=5.0, sweep_rounds=1):
     """plan: (libs, op, ranks, transport, size) tuples, run in order once per repetition. A launch
     measured with the cores far apart runs again after far_wait seconds, at most far_retries times;
-    one measured while the host was slow, at most slow_retries times (the two counted apart)."""
+    one measured while the host was slow, at most slow_retries times (the two counted apart).
+    Loom's sweeps go over their sizes in sweep_rounds turns (loom-perf --rounds)."""
     placement, pace = placement_watch(drv.core_to_core), pace_watch(drv.loopback)
     if placement.best is None:
         print("placement: not measured (core_to_core missing or failed)", file=sys.stderr)
@@ -160,8 +161,6 @@ def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True
         print("pace: not measured (loopback_footprint missing or failed)", file=sys.stderr)
     else:
         print(f"pace: fastest loopback exchange {pace.best:.0f} us", file=sys.stderr)
-    rounds = iter_args.get("rounds", 1)  # a sweep's turns over its sizes
-    iter_args = {k: v for k, v in iter_args.items() if k != "rounds"}
     jobs = []
     for libs, op, ranks, transport, size in plan:
         if isinstance(size, tuple):  # Loom's sweep over these sizes in one launch per variant
@@ -169,7 +168,7 @@ def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True
             budget = round(iter_args.get("budget", BUDGET) * iter_args.get("scale", 1.0))
             jobs += [(j, most, warmup)
                      for j in drv.loom_jobs(op, ranks, transport, size, most, warmup, budget,
-                                            rounds)]
+                                            sweep_rounds)]
             continue
         iters, warmup = iterations(size, **iter_args)
         jobs += [(j, iters, warmup)
