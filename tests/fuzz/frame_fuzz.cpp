@@ -38,7 +38,8 @@ void tcp_stream(const std::uint8_t* data, std::size_t size) {
     sent += static_cast<std::size_t>(n);
   }
   ::shutdown(fds[1], SHUT_WR);
-  loom::transport::tcp::TcpConnection conn(0, 1, {fds[0]}, kSlotBytes, kSlots, "fuzz");
+  loom::transport::tcp::TcpConnection conn(0, 1, {fds[0]}, kSlotBytes, kSlots, kSlotBytes / 2,
+                                           "fuzz");
   try {
     for (int round = 0; round < 64; ++round) {
       bool moved = conn.progress();

@@ -1,6 +1,7 @@
 // A TCP connection moving caller memory: a send read straight from the caller's buffer, a receive
 // written straight into it, and the cases where it must not be: another call's message, a message
-// already partly in its slot, a call ending early (settle_sends, unsteer).
+// already partly in its slot, a call ending early (settle_sends, unsteer). And the slot buffers:
+// the one freed last is taken next, and frames are read ahead only up to the budget.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
@@ -17,6 +18,7 @@ namespace {
 
 constexpr std::size_t kSlotBytes = 64 << 10;
 constexpr int kSlots = 4;
+constexpr std::size_t kReadahead = kSlotBytes;
 
 std::vector<std::byte> pattern(std::size_t bytes, unsigned seed) {
   std::vector<std::byte> v(bytes);
@@ -30,8 +32,10 @@ class TcpCallerMemory : public ::testing::Test {
     int fds[2];
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
     a_fd_ = fds[0];
-    a_ = std::make_unique<TcpConnection>(0, 1, std::vector<int>{fds[0]}, kSlotBytes, kSlots, "a");
-    b_ = std::make_unique<TcpConnection>(1, 0, std::vector<int>{fds[1]}, kSlotBytes, kSlots, "b");
+    a_ = std::make_unique<TcpConnection>(0, 1, std::vector<int>{fds[0]}, kSlotBytes, kSlots,
+                                         kReadahead, "a");
+    b_ = std::make_unique<TcpConnection>(1, 0, std::vector<int>{fds[1]}, kSlotBytes, kSlots,
+                                         kReadahead, "b");
   }
   // The sender's socket holds a few KiB: a message of a slot leaves it in pieces, so that one
   // progress() of the receiver reads only its first part.
@@ -143,6 +147,53 @@ TEST_F(TcpCallerMemory, UnsteeringMidPayloadFinishesTheMessageInItsSlotWithEvery
   std::fill(dst.begin(), dst.end(), std::byte{0});
   ASSERT_NO_FATAL_FAILURE(expect_next_in_slot(src, dst.data()));
   EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [](std::byte x) { return x == std::byte{0}; }));
+}
+
+TEST_F(TcpCallerMemory, EachMessageTakesTheSlotBufferReleasedLast) {
+  const Tag tag{3, 3};
+  std::vector<const std::byte*> places;
+  for (unsigned k = 0; k < 3; ++k) {
+    const auto src = pattern(kSlotBytes / 2, 30 + k);
+    ASSERT_NE(a_->try_acquire_send_slot(), nullptr);
+    a_->post_send_from(src.data(), src.size(), tag);
+    ASSERT_TRUE(pump([&] { return b_->try_recv_slot().has_value() && a_->send_idle(); }));
+    const auto slot = *b_->try_recv_slot();
+    ASSERT_EQ(slot.bytes, src.size());
+    EXPECT_EQ(std::memcmp(slot.data, src.data(), src.size()), 0);
+    places.push_back(slot.data);
+    b_->release_recv_slot();
+  }
+  // One buffer, again and again, not a turn through all four.
+  EXPECT_EQ(places[1], places[0]);
+  EXPECT_EQ(places[2], places[0]);
+  // The sender's slots too: the slot acquired after a message is written out is the same one.
+  std::byte* first = a_->try_acquire_send_slot();
+  ASSERT_NE(first, nullptr);
+  a_->post_send(16, tag);
+  ASSERT_TRUE(pump([&] { return a_->send_idle(); }));
+  EXPECT_EQ(a_->try_acquire_send_slot(), first);
+}
+
+TEST_F(TcpCallerMemory, FramesAheadOfTheOldestStopAtTheBudgetAndFollowOnceItIsReleased) {
+  const Tag tag{4, 4};
+  const std::size_t bytes = kReadahead / 2;
+  std::vector<std::vector<std::byte>> sources;
+  for (unsigned k = 0; k < kSlots; ++k) sources.push_back(pattern(bytes, 40 + k));
+  for (const auto& src : sources) send_from(src, tag);
+  // Everything sent is in b's socket; b reads the oldest and, within the budget, the next one.
+  ASSERT_TRUE(pump([&] { return a_->send_idle() && b_->try_recv_slot().has_value(); }));
+  for (int k = 0; k < 100; ++k) b_->progress();
+  // The third frame is beyond the budget, still in the kernel: it can be steered.
+  std::vector<std::byte> dst(bytes);
+  ASSERT_TRUE(b_->steer_recv(2, dst.data(), dst.size(), tag));
+  for (unsigned k = 0; k < kSlots; ++k) {
+    ASSERT_TRUE(pump([&] { return b_->try_recv_slot().has_value(); })) << "frame " << k;
+    const auto slot = *b_->try_recv_slot();
+    ASSERT_EQ(slot.bytes, bytes);
+    EXPECT_EQ(std::memcmp(slot.data, sources[k].data(), bytes), 0) << "frame " << k;
+    EXPECT_EQ(slot.data == dst.data(), k == 2) << "frame " << k;
+    b_->release_recv_slot();
+  }
 }
 
 }  // namespace

@@ -14,17 +14,25 @@
 namespace loom::transport::tcp {
 
 TcpConnection::TcpConnection(int self, int peer, std::vector<int> fds, std::size_t slot_bytes,
-                             int slots, std::string peer_address)
+                             int slots, std::size_t readahead_bytes, std::string peer_address)
     : self_(self),
       peer_(peer),
       slot_bytes_(slot_bytes),
       slots_(static_cast<std::uint64_t>(slots)),
+      readahead_bytes_(readahead_bytes),
       peer_address_(std::move(peer_address)),
       send_buffer_(new std::byte[slot_bytes * static_cast<std::size_t>(slots)]),
       recv_buffer_(new std::byte[slot_bytes * static_cast<std::size_t>(slots)]),
       send_slots_(static_cast<std::size_t>(slots)),
       recv_slots_(static_cast<std::size_t>(slots)),
-      steers_(static_cast<std::size_t>(slots)) {
+      steers_(static_cast<std::size_t>(slots)),
+      send_buffer_of_(static_cast<std::size_t>(slots), nullptr),
+      recv_buffer_of_(static_cast<std::size_t>(slots), nullptr) {
+  // Stacked last slot first, so that the first taken is the first in memory.
+  for (std::size_t k = static_cast<std::size_t>(slots); k-- > 0;) {
+    free_send_.push_back(send_buffer_.get() + k * slot_bytes_);
+    free_recv_.push_back(recv_buffer_.get() + k * slot_bytes_);
+  }
   for (std::size_t k = 0; k < fds.size(); ++k) {
     Socket s{};
     s.fd = fds[k];
@@ -38,9 +46,16 @@ TcpConnection::~TcpConnection() {
   for (auto& s : sockets_) ::close(s.fd);
 }
 
+std::byte* TcpConnection::take(std::vector<std::byte*>& free) {
+  std::byte* buffer = free.back();
+  free.pop_back();
+  return buffer;
+}
+
 std::byte* TcpConnection::try_acquire_send_slot(std::size_t /*bytes*/) {
   if (send_posted_ >= send_done_ + slots_) return nullptr;
-  return send_slot(send_posted_);
+  if (acquired_send_ == nullptr) acquired_send_ = take(free_send_);
+  return acquired_send_;
 }
 
 void TcpConnection::post_send(std::size_t bytes, Tag tag) {
@@ -54,6 +69,9 @@ void TcpConnection::post_send_from(const std::byte* src, std::size_t bytes, Tag 
 void TcpConnection::post(std::size_t bytes, Tag tag, const std::byte* from) {
   SlotInfo& info = send_slots_[send_posted_ % slots_];
   info = SlotInfo{bytes, tag, false, from};
+  send_buffer_of_[send_posted_ % slots_] =
+      acquired_send_ != nullptr ? acquired_send_ : take(free_send_);
+  acquired_send_ = nullptr;
   ++send_posted_;
   // Hand the frame to the kernel now: the engine may not poll this connection again soon.
   write_some(sockets_[(send_posted_ - 1) % sockets_.size()]);
@@ -65,7 +83,7 @@ void TcpConnection::settle_sends() {
   for (std::uint64_t seq = send_done_; seq < send_posted_; ++seq) {
     SlotInfo& info = send_slots_[seq % slots_];
     if (info.ready || info.data == nullptr) continue;
-    std::memcpy(send_slot(seq), info.data, info.bytes);
+    std::memcpy(send_buffer_of_[seq % slots_], info.data, info.bytes);
     info.data = nullptr;
   }
 }
@@ -73,6 +91,7 @@ void TcpConnection::settle_sends() {
 void TcpConnection::advance_send_done() {
   while (send_done_ < send_posted_ && send_slots_[send_done_ % slots_].ready) {
     send_slots_[send_done_ % slots_].ready = false;
+    free_send_.push_back(send_buffer_of_[send_done_ % slots_]);
     ++send_done_;
   }
 }
@@ -91,9 +110,11 @@ bool TcpConnection::steer_recv(std::size_t ahead, std::byte* dst, std::size_t by
 void TcpConnection::unsteer() {
   for (auto& s : sockets_) {
     // A payload being read into a steered buffer goes on in its slot, with what came so far.
-    if (s.recv_into == nullptr || s.recv_into == recv_slot(s.next_recv)) continue;
-    std::memcpy(recv_slot(s.next_recv), s.recv_into, s.recv_offset - sizeof(FrameHeader));
-    s.recv_into = recv_slot(s.next_recv);
+    std::byte*& own = recv_buffer_of_[s.next_recv % slots_];
+    if (s.recv_into == nullptr || own != nullptr) continue;
+    own = take(free_recv_);
+    std::memcpy(own, s.recv_into, s.recv_offset - sizeof(FrameHeader));
+    s.recv_into = own;
   }
   for (auto& steer : steers_) steer = Steer{};
 }
@@ -110,6 +131,11 @@ std::optional<RecvSlot> TcpConnection::try_recv_slot() {
 
 void TcpConnection::release_recv_slot() {
   recv_slots_[recv_consumed_ % slots_].ready = false;
+  held_bytes_ -= recv_slots_[recv_consumed_ % slots_].bytes;
+  if (std::byte*& own = recv_buffer_of_[recv_consumed_ % slots_]; own != nullptr) {
+    free_recv_.push_back(own);
+    own = nullptr;
+  }
   steers_[recv_consumed_ % slots_] = Steer{};
   ++recv_consumed_;
 }
@@ -136,7 +162,7 @@ bool TcpConnection::write_some(Socket& s) {
     const std::size_t total = sizeof(FrameHeader) + info.bytes;
     iovec iov[2];
     int iovcnt = 0;
-    const std::byte* payload = info.data != nullptr ? info.data : send_slot(s.next_send);
+    const std::byte* payload = info.data != nullptr ? info.data : send_buffer_of_[slot];
     if (s.send_offset < sizeof(FrameHeader)) {
       iov[iovcnt++] = {reinterpret_cast<char*>(&s.send_header) + s.send_offset,
                        sizeof(FrameHeader) - s.send_offset};
@@ -165,9 +191,14 @@ bool TcpConnection::write_some(Socket& s) {
   return moved;
 }
 
+bool TcpConnection::may_read(const Socket& s) const {
+  if (s.closed || s.next_recv >= recv_consumed_ + slots_) return false;
+  return s.recv_offset > 0 || s.next_recv == recv_consumed_ || held_bytes_ < readahead_bytes_;
+}
+
 bool TcpConnection::read_some(Socket& s) {
   bool moved = false;
-  while (!s.closed && s.next_recv < recv_consumed_ + slots_) {
+  while (may_read(s)) {
     const std::uint64_t slot = s.next_recv % slots_;
     ssize_t n;
     if (s.recv_offset < sizeof(FrameHeader)) {
@@ -180,9 +211,10 @@ bool TcpConnection::read_some(Socket& s) {
         // expected there (else to the slot, where the engine finds the mismatch).
         const Steer& steer = steers_[slot];
         const Tag tag{s.recv_header.tag_word, s.recv_header.tag_count};
-        s.recv_into = steer.dst != nullptr && steer.bytes == s.recv_header.bytes && steer.tag == tag
-                          ? steer.dst
-                          : recv_slot(s.next_recv);
+        if (steer.dst != nullptr && steer.bytes == s.recv_header.bytes && steer.tag == tag)
+          s.recv_into = steer.dst;
+        else
+          s.recv_into = recv_buffer_of_[slot] = take(free_recv_);
       }
       n = ::recv(s.fd, s.recv_into + done, s.recv_header.bytes - done, MSG_DONTWAIT);
     }
@@ -207,11 +239,12 @@ bool TcpConnection::read_some(Socket& s) {
                 "runs a different configuration (LOOM_BUFFSIZE, LOOM_SLOTS) or is not a Loom peer",
                 self_, peer_, peer_address_, h.bytes, slot_bytes_),
             peer_);
+      held_bytes_ += h.bytes;
     }
     if (s.recv_offset == sizeof(FrameHeader) + s.recv_header.bytes) {
       recv_slots_[slot] =
           SlotInfo{s.recv_header.bytes, Tag{s.recv_header.tag_word, s.recv_header.tag_count}, true,
-                   s.recv_into != nullptr ? s.recv_into : recv_slot(s.next_recv)};
+                   s.recv_into != nullptr ? s.recv_into : recv_buffer_.get()};
       s.recv_offset = 0;
       s.recv_into = nullptr;
       s.next_recv += sockets_.size();
@@ -224,7 +257,7 @@ void TcpConnection::add_poll_fds(std::vector<pollfd>& fds) const {
   for (const auto& s : sockets_) {
     short events = 0;
     if (s.next_send < send_posted_) events |= POLLOUT;
-    if (!s.closed && s.next_recv < recv_consumed_ + slots_) events |= POLLIN;
+    if (may_read(s)) events |= POLLIN;
     if (events) fds.push_back(pollfd{s.fd, events, 0});
   }
 }

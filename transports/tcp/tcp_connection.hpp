@@ -2,6 +2,15 @@
 // s % nsocks as one frame (24-byte header + payload); each socket carries its frames in order. The
 // payload is written from a slot or from the caller's memory, and read into a slot or into a
 // steered buffer.
+//
+// Kept in the core's cache where it can be: a frame takes the slot buffer freed last (a stack,
+// not a turn through all of them), and the receiver reads frames ahead of the one the engine
+// consumes only up to a budget of bytes. The engine runs in one thread, so reading ahead
+// overlaps nothing; the kernel holds what waits. Reading eight 60 KiB frames ahead into eight
+// buffers in turn evicted each before the engine reduced it. Measured in one launch alternating
+// the two call by call (f32 sum all-reduce, 2 cores, 1 MiB L2): 4 ranks 256 KiB-64 MiB
+// 1.07-1.11x, 2 ranks 1-2 MiB 1.08-1.15x, 3 and 8 ranks 1.02-1.17x; 2 ranks at 4-64 MiB
+// 0.98-1.09x.
 #pragma once
 
 #include <memory>
@@ -27,8 +36,10 @@ inline bool frame_header_valid(const FrameHeader& h, std::size_t slot_bytes) {
 
 class TcpConnection final : public Connection {
  public:
+  // readahead_bytes: the frames received beyond the oldest one not yet released stop at this
+  // many payload bytes (the oldest is always read; 0: no frame ahead unless none is held).
   TcpConnection(int self, int peer, std::vector<int> fds, std::size_t slot_bytes, int slots,
-                std::string peer_address);
+                std::size_t readahead_bytes, std::string peer_address);
   ~TcpConnection() override;
 
   int peer() const override { return peer_; }
@@ -81,12 +92,10 @@ class TcpConnection final : public Connection {
     bool closed = false;  // end of stream: the peer may close once it has sent all it had to
   };
   void post(std::size_t bytes, Tag tag, const std::byte* from);
-  std::byte* send_slot(std::uint64_t seq) const {
-    return send_buffer_.get() + (seq % slots_) * slot_bytes_;
-  }
-  std::byte* recv_slot(std::uint64_t seq) const {
-    return recv_buffer_.get() + (seq % slots_) * slot_bytes_;
-  }
+  // The slot buffer freed last.
+  static std::byte* take(std::vector<std::byte*>& free);
+  // Whether s may read now: a frame under way, the oldest frame, or one within the budget.
+  bool may_read(const Socket& s) const;
   bool write_some(Socket& s);
   bool read_some(Socket& s);
   void advance_send_done();
@@ -96,6 +105,7 @@ class TcpConnection final : public Connection {
   int peer_;
   std::size_t slot_bytes_;
   std::uint64_t slots_;
+  std::size_t readahead_bytes_;
   std::string peer_address_;
   std::vector<Socket> sockets_;
   std::unique_ptr<std::byte[]> send_buffer_;
@@ -106,6 +116,14 @@ class TcpConnection final : public Connection {
   std::uint64_t send_posted_ = 0;    // slots < this are posted
   std::uint64_t send_done_ = 0;      // slots < this are written to the kernel
   std::uint64_t recv_consumed_ = 0;  // slots < this are released by the engine
+  // The slot buffer of each frame in flight, by sequence number modulo slots (receive: null
+  // while steered or not begun), and the buffers free, the one freed last on top.
+  std::vector<std::byte*> send_buffer_of_;
+  std::vector<std::byte*> recv_buffer_of_;
+  std::vector<std::byte*> free_send_;
+  std::vector<std::byte*> free_recv_;
+  std::byte* acquired_send_ = nullptr;  // try_acquire_send_slot's answer until the post
+  std::size_t held_bytes_ = 0;          // payload of the frames begun and not yet released
 };
 
 }  // namespace loom::transport::tcp

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "base/cpu_cache.hpp"
 #include "base/logging.hpp"
 #include "base/socket_io.hpp"
 #include "store/keys.hpp"
@@ -153,9 +154,11 @@ Connection& TcpTransport::connect(int peer, const base::Deadline& deadline,
     accepted_.erase(peer);
     address = base::peer_address(fds[0]);
   }
+  // Frames read ahead wait in slot buffers for the engine: an eighth of the core's cache, the
+  // share the cost model gives a slice (the core also holds the buffers reduced into).
   auto conn = std::make_unique<TcpConnection>(
       rank_, peer, std::move(fds), config_.buffer_bytes / static_cast<std::size_t>(config_.slots),
-      config_.slots, address);
+      config_.slots, base::core_cache_bytes() / 8, address);
   base::log().debug("connected: {}", conn->describe());
   return *(connections_[peer] = std::move(conn));
 }
