@@ -8,9 +8,9 @@
 // consumes only up to a budget of bytes. The engine runs in one thread, so reading ahead
 // overlaps nothing; the kernel holds what waits. Reading eight 60 KiB frames ahead into eight
 // buffers in turn evicted each before the engine reduced it. Measured in one launch alternating
-// the two call by call (f32 sum all-reduce, 2 cores, 1 MiB L2): 4 ranks 256 KiB-64 MiB
-// 1.07-1.11x, 2 ranks 1-2 MiB 1.08-1.15x, 3 and 8 ranks 1.02-1.17x; 2 ranks at 4-64 MiB
-// 0.98-1.09x.
+// the two call by call (f32 sum all-reduce, 2 cores, 1 MiB L2; docs/results/tcp-cache-*):
+// 4 ranks 256 KiB-64 MiB 1.02-1.13x, 2 ranks 1-2 MiB 1.06-1.23x, 3 and 8 ranks 1.04-1.18x;
+// 2 ranks at 4-16 MiB 0.98-1.02x.
 #pragma once
 
 #include <memory>
