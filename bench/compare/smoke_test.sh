@@ -13,7 +13,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 python3 "$here/compare.py" run --build "$build" --reps 1 --ranks 2 --sizes "8 1M" \
   --alltoall-sizes 1M --iters-scale 0.05 --kernels both --far-retries 0 --out "$out" >"$out/stdout" 2>"$out/stderr" ||
-  { tail -20 "$out/stderr"; cat "$out/runs.log"; fail "compare.py run exited $?"; }
+  { rc=$?; tail -20 "$out/stderr"; cat "$out/runs.log"; fail "compare.py run exited $rc"; }
 tables=$out/tables.md results=$out/results.csv
 
 # Every library that is built has a measured row per configuration; the others are named as skipped.
@@ -194,7 +194,8 @@ grep -q '/loom-perf .*--rounds 2' "$out/sweep/runs.log" || fail "the sweep's tur
 # --fresh-inputs reaches every driver, and rewriting the input leaves its values as they were.
 python3 "$here/compare.py" run --build "$build" --reps 1 --ranks 2 --sizes 1M --alltoall-sizes "" \
   --transports tcp --iters-scale 0.05 --far-retries 0 --fresh-inputs --out "$out/fresh" \
-  >"$out/fresh.stdout" 2>&1 || { tail -20 "$out/fresh.stdout"; fail "compare.py run --fresh-inputs exited $?"; }
+  >"$out/fresh.stdout" 2>&1 ||
+  { rc=$?; tail -20 "$out/fresh.stdout"; cat "$out/fresh/runs.log"; fail "compare.py run --fresh-inputs exited $rc"; }
 grep -q 'fresh inputs (rewritten before every call)' "$out/fresh/tables.md" ||
   fail "the tables do not say the inputs were fresh"
 # measured RUN IMPL: run $out/RUN has a measurement of IMPL over tcp at 2 ranks, 1 MiB.
@@ -216,7 +217,7 @@ unfresh=$(grep '^\$ ' "$out/fresh/runs.log" | grep -v -- '--fresh-inputs\| fresh
 python3 "$here/compare.py" run --build "$build" --reps 1 --ranks 2 --sizes 1M --alltoall-sizes "" \
   --transports tcp --libs "loom mpi gloo" --iters-scale 0.05 --far-retries 0 --cpu-bind cores \
   --out "$out/bound" >"$out/bound.stdout" 2>&1 ||
-  { tail -20 "$out/bound.stdout"; fail "compare.py run --cpu-bind cores exited $?"; }
+  { rc=$?; tail -20 "$out/bound.stdout"; fail "compare.py run --cpu-bind cores exited $rc"; }
 grep -q 'ranks bound to CPUs' "$out/bound/tables.md" || fail "the tables do not say the ranks were bound"
 measured bound loom
 if [ -x "$build/bench/compare/mpi_bench" ] && command -v mpirun >/dev/null; then

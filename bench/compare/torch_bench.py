@@ -11,6 +11,7 @@ import argparse
 import os
 import socket
 import statistics
+import sys
 import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -71,6 +72,20 @@ def main():
     p.add_argument("-n", "--iters", type=int, default=20)
     p.add_argument("-w", "--warmup", type=int, default=5)
     args = p.parse_args()
+    # The port is free when it is picked, not held: another process (a test or launch running
+    # beside this one) can take it before rank 0's store binds it. A launch that fails starts
+    # again on a new port, three times in all; the last failure is raised.
+    for attempt in range(1, 4):
+        try:
+            print(launch(args))
+            return
+        except Exception as e:  # a worker's exception or exit code (torch.multiprocessing)
+            if attempt == 3:
+                raise
+            print(f"torch_bench: launch {attempt} failed ({e}); again on a new port", file=sys.stderr)
+
+
+def launch(args):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -78,7 +93,7 @@ def main():
     results = ctx.SimpleQueue()
     mp.start_processes(worker, args=(args, port, results), nprocs=args.ranks, join=True,
                        start_method="fork")
-    print(results.get())
+    return results.get()
 
 
 if __name__ == "__main__":
