@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -160,7 +161,9 @@ TEST_F(TcpCallerMemory, EachMessageTakesTheSlotBufferReleasedLast) {
     const auto slot = *b_->try_recv_slot();
     ASSERT_EQ(slot.bytes, src.size());
     EXPECT_EQ(std::memcmp(slot.data, src.data(), src.size()), 0);
-    places.push_back(slot.data);
+    // The buffer it lies in (a payload is placed at its source's offset in a 64-byte line).
+    const auto at = reinterpret_cast<std::uintptr_t>(slot.data);
+    places.push_back(reinterpret_cast<const std::byte*>(at - at % kFrameAlign));
     b_->release_recv_slot();
   }
   // One buffer, again and again, not a turn through all four.

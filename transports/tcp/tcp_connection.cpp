@@ -4,14 +4,35 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <new>
 
 #include <fmt/format.h>
 
 #include "loom/loom.hpp"
 
 namespace loom::transport::tcp {
+namespace {
+
+constexpr std::size_t kPage = 4096;
+
+std::byte* page_aligned(std::size_t bytes) {
+  void* p = std::aligned_alloc(kPage, (bytes + kPage - 1) / kPage * kPage);
+  if (p == nullptr) throw std::bad_alloc();
+  return static_cast<std::byte*>(p);
+}
+
+std::size_t offset_in_line(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % kFrameAlign;
+}
+
+// Zeros for the leads and tails.
+const std::byte kPadding[kFrameAlign] = {};
+
+}  // namespace
 
 TcpConnection::TcpConnection(int self, int peer, std::vector<int> fds, std::size_t slot_bytes,
                              int slots, std::size_t readahead_bytes, std::string peer_address)
@@ -21,8 +42,9 @@ TcpConnection::TcpConnection(int self, int peer, std::vector<int> fds, std::size
       slots_(static_cast<std::uint64_t>(slots)),
       readahead_bytes_(readahead_bytes),
       peer_address_(std::move(peer_address)),
-      send_buffer_(new std::byte[slot_bytes * static_cast<std::size_t>(slots)]),
-      recv_buffer_(new std::byte[slot_bytes * static_cast<std::size_t>(slots)]),
+      recv_stride_((slot_bytes + 2 * kFrameAlign - 1) / kFrameAlign * kFrameAlign),
+      send_buffer_(page_aligned(slot_bytes * static_cast<std::size_t>(slots))),
+      recv_buffer_(page_aligned(recv_stride_ * static_cast<std::size_t>(slots))),
       send_slots_(static_cast<std::size_t>(slots)),
       recv_slots_(static_cast<std::size_t>(slots)),
       steers_(static_cast<std::size_t>(slots)),
@@ -31,7 +53,7 @@ TcpConnection::TcpConnection(int self, int peer, std::vector<int> fds, std::size
   // Stacked last slot first, so that the first taken is the first in memory.
   for (std::size_t k = static_cast<std::size_t>(slots); k-- > 0;) {
     free_send_.push_back(send_buffer_.get() + k * slot_bytes_);
-    free_recv_.push_back(recv_buffer_.get() + k * slot_bytes_);
+    free_recv_.push_back(recv_buffer_.get() + k * recv_stride_);
   }
   for (std::size_t k = 0; k < fds.size(); ++k) {
     Socket s{};
@@ -113,8 +135,9 @@ void TcpConnection::unsteer() {
     std::byte*& own = recv_buffer_of_[s.next_recv % slots_];
     if (s.recv_into == nullptr || own != nullptr) continue;
     own = take(free_recv_);
-    std::memcpy(own, s.recv_into, s.recv_offset - sizeof(FrameHeader));
-    s.recv_into = own;
+    std::byte* placed = own + offset_in_line(s.recv_into);
+    std::memcpy(placed, s.recv_into, payload_read(s));
+    s.recv_into = placed;
   }
   for (auto& steer : steers_) steer = Steer{};
 }
@@ -155,22 +178,35 @@ bool TcpConnection::write_some(Socket& s) {
   while (s.next_send < send_posted_) {
     const std::uint64_t slot = s.next_send % slots_;
     SlotInfo& info = send_slots_[slot];
-    if (s.send_offset == 0)
-      s.send_header = FrameHeader{static_cast<std::uint32_t>(info.bytes),
-                                  static_cast<std::uint32_t>(info.bytes) ^ kFrameMagic,
-                                  info.tag.word, info.tag.count};
-    const std::size_t total = sizeof(FrameHeader) + info.bytes;
-    iovec iov[2];
-    int iovcnt = 0;
     const std::byte* payload = info.data != nullptr ? info.data : send_buffer_of_[slot];
-    if (s.send_offset < sizeof(FrameHeader)) {
-      iov[iovcnt++] = {reinterpret_cast<char*>(&s.send_header) + s.send_offset,
-                       sizeof(FrameHeader) - s.send_offset};
-      if (info.bytes) iov[iovcnt++] = {const_cast<std::byte*>(payload), info.bytes};
-    } else {
-      std::size_t done = s.send_offset - sizeof(FrameHeader);
-      iov[iovcnt++] = {const_cast<std::byte*>(payload) + done, info.bytes - done};
+    if (s.send_offset == 0) {
+      // The payload follows the header at its own offset in a line (see the header comment);
+      // one that fits the first line with the header comes right after it, in one read.
+      s.send_lead =
+          info.bytes <= kFrameAlign - sizeof(FrameHeader)
+              ? 0
+              : (offset_in_line(payload) + kFrameAlign - sizeof(FrameHeader)) % kFrameAlign;
+      s.send_tail = frame_tail(s.send_lead, info.bytes);
+      const auto bytes = static_cast<std::uint32_t>(info.bytes);
+      s.send_header =
+          FrameHeader{bytes, (bytes ^ kFrameMagic) + static_cast<std::uint32_t>(s.send_lead),
+                      info.tag.word, info.tag.count};
     }
+    const std::size_t head = sizeof(FrameHeader) + s.send_lead;
+    const std::size_t total = head + info.bytes + s.send_tail;
+    // What is left of header, lead, payload and tail, from send_offset on.
+    iovec iov[4];
+    int iovcnt = 0;
+    auto add = [&](const void* base, std::size_t begin, std::size_t length) {
+      if (s.send_offset >= begin + length) return;
+      const std::size_t skip = s.send_offset > begin ? s.send_offset - begin : 0;
+      iov[iovcnt++] = {const_cast<std::byte*>(static_cast<const std::byte*>(base)) + skip,
+                       length - skip};
+    };
+    add(&s.send_header, 0, sizeof(FrameHeader));
+    add(kPadding, sizeof(FrameHeader), s.send_lead);
+    add(payload, head, info.bytes);
+    add(kPadding, head + info.bytes, s.send_tail);
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = static_cast<std::size_t>(iovcnt);
@@ -196,27 +232,52 @@ bool TcpConnection::may_read(const Socket& s) const {
   return s.recv_offset > 0 || s.next_recv == recv_consumed_ || held_bytes_ < readahead_bytes_;
 }
 
+std::size_t TcpConnection::payload_read(const Socket& s) {
+  if (s.recv_offset < kFrameAlign) return 0;  // still in the first line, not in place yet
+  const std::size_t head = sizeof(FrameHeader) + frame_lead(s.recv_header);
+  return s.recv_offset > head ? std::min<std::size_t>(s.recv_offset - head, s.recv_header.bytes)
+                              : 0;
+}
+
+std::byte* TcpConnection::place_payload(Socket& s) {
+  const std::uint64_t slot = s.next_recv % slots_;
+  // It goes where the engine steered it, if it is the message expected there (else to the slot,
+  // where the engine finds the mismatch), and into a slot at its source's offset in a line.
+  const Steer& steer = steers_[slot];
+  const Tag tag{s.recv_header.tag_word, s.recv_header.tag_count};
+  if (steer.dst != nullptr && steer.bytes == s.recv_header.bytes && steer.tag == tag)
+    return steer.dst;
+  std::byte* own = recv_buffer_of_[slot] = take(free_recv_);
+  return own + (sizeof(FrameHeader) + frame_lead(s.recv_header)) % kFrameAlign;
+}
+
 bool TcpConnection::read_some(Socket& s) {
   bool moved = false;
   while (may_read(s)) {
-    const std::uint64_t slot = s.next_recv % slots_;
     ssize_t n;
-    if (s.recv_offset < sizeof(FrameHeader)) {
-      n = ::recv(s.fd, reinterpret_cast<char*>(&s.recv_header) + s.recv_offset,
-                 sizeof(FrameHeader) - s.recv_offset, MSG_DONTWAIT);
+    if (s.recv_offset < kFrameAlign) {
+      // Every frame's first line: the header, and the start of its lead or payload. A message
+      // that fits comes in this one call.
+      n = ::recv(s.fd, s.recv_line + s.recv_offset, kFrameAlign - s.recv_offset, MSG_DONTWAIT);
     } else {
-      std::size_t done = s.recv_offset - sizeof(FrameHeader);
-      if (s.recv_into == nullptr) {
-        // The payload's first byte: it goes where the engine steered it, if it is the message
-        // expected there (else to the slot, where the engine finds the mismatch).
-        const Steer& steer = steers_[slot];
-        const Tag tag{s.recv_header.tag_word, s.recv_header.tag_count};
-        if (steer.dst != nullptr && steer.bytes == s.recv_header.bytes && steer.tag == tag)
-          s.recv_into = steer.dst;
-        else
-          s.recv_into = recv_buffer_of_[slot] = take(free_recv_);
-      }
-      n = ::recv(s.fd, s.recv_into + done, s.recv_header.bytes - done, MSG_DONTWAIT);
+      const std::size_t head = sizeof(FrameHeader) + frame_lead(s.recv_header);
+      const std::size_t bytes = s.recv_header.bytes,
+                        tail = frame_tail(head - sizeof(FrameHeader), bytes);
+      std::byte padding[kFrameAlign];
+      iovec iov[3];
+      int iovcnt = 0;
+      if (s.recv_offset < head) iov[iovcnt++] = {padding, head - s.recv_offset};
+      const std::size_t done = payload_read(s);
+      if (done < bytes) iov[iovcnt++] = {s.recv_into + done, bytes - done};
+      const std::size_t past = head + bytes;
+      const std::size_t tail_done = s.recv_offset > past ? s.recv_offset - past : 0;
+      if (tail_done < tail) iov[iovcnt++] = {padding, tail - tail_done};
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<std::size_t>(iovcnt);
+      // recv costs less than recvmsg, and a payload in place is most of a large frame.
+      n = iovcnt == 1 ? ::recv(s.fd, iov[0].iov_base, iov[0].iov_len, MSG_DONTWAIT)
+                      : ::recvmsg(s.fd, &msg, MSG_DONTWAIT);
     }
     if (n == 0) {
       s.closed = true;
@@ -228,8 +289,11 @@ bool TcpConnection::read_some(Socket& s) {
       fail("receive", errno);
     }
     moved = true;
+    const bool first_line = s.recv_offset < kFrameAlign;
     s.recv_offset += static_cast<std::size_t>(n);
-    if (s.recv_offset == sizeof(FrameHeader)) {
+    if (first_line) {
+      if (s.recv_offset < kFrameAlign) continue;
+      std::memcpy(&s.recv_header, s.recv_line, sizeof(FrameHeader));
       const FrameHeader& h = s.recv_header;
       if (!frame_header_valid(h, slot_bytes_))
         throw PeerError(
@@ -240,11 +304,20 @@ bool TcpConnection::read_some(Socket& s) {
                 self_, peer_, peer_address_, h.bytes, slot_bytes_),
             peer_);
       held_bytes_ += h.bytes;
+      const std::size_t head = sizeof(FrameHeader) + frame_lead(h);
+      if (h.bytes > 0) {
+        s.recv_into = place_payload(s);
+        // The payload's first bytes came with the line.
+        if (head < kFrameAlign)
+          std::memcpy(s.recv_into, s.recv_line + head,
+                      std::min<std::size_t>(kFrameAlign - head, h.bytes));
+      }
     }
-    if (s.recv_offset == sizeof(FrameHeader) + s.recv_header.bytes) {
-      recv_slots_[slot] =
-          SlotInfo{s.recv_header.bytes, Tag{s.recv_header.tag_word, s.recv_header.tag_count}, true,
-                   s.recv_into != nullptr ? s.recv_into : recv_buffer_.get()};
+    const std::size_t lead = frame_lead(s.recv_header), bytes = s.recv_header.bytes;
+    if (s.recv_offset == sizeof(FrameHeader) + lead + bytes + frame_tail(lead, bytes)) {
+      const std::uint64_t slot = s.next_recv % slots_;
+      recv_slots_[slot] = SlotInfo{bytes, Tag{s.recv_header.tag_word, s.recv_header.tag_count},
+                                   true, s.recv_into != nullptr ? s.recv_into : recv_buffer_.get()};
       s.recv_offset = 0;
       s.recv_into = nullptr;
       s.next_recv += sockets_.size();

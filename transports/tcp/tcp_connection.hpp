@@ -1,7 +1,17 @@
 // A TCP connection to one peer over several sockets. Slot sequence number s travels on socket
-// s % nsocks as one frame (24-byte header + payload); each socket carries its frames in order. The
-// payload is written from a slot or from the caller's memory, and read into a slot or into a
-// steered buffer.
+// s % nsocks as one frame (24-byte header, lead, payload, tail); each socket carries its frames in
+// order. The payload is written from a slot or from the caller's memory, and read into a slot or
+// into a steered buffer.
+//
+// Frames keep the kernel's copies in step with the memory they copy. The kernel copies a frame
+// into pages that follow the stream (each frame starts where the last one ended, or at a page's
+// start), and copies out of them with `rep movsb`, which on an AMD Zen 3 runs about 2.5x slower
+// wherever the destination lies 1-31 bytes past the source within a page. A 24-byte header put
+// every payload 8 bytes past its source (malloc'd memory starts 16 bytes into a page): each
+// frame's padding (lead) puts the payload at its source's offset modulo 64, and its tail makes the
+// frame a whole number of 64-byte lines, so that the next frame starts in step too; a slot
+// receives at that offset (docs/results/tcp-frames-2026-12-01.md: 2 ranks over TCP on a Zen 3,
+// 1-2 MiB, 1.5-3x faster).
 //
 // Kept in the core's cache where it can be: a frame takes the slot buffer freed last (a stack,
 // not a turn through all of them), and the receiver reads frames ahead of the one the engine
@@ -13,6 +23,7 @@
 // 2 ranks at 4-16 MiB 0.98-1.02x.
 #pragma once
 
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -21,17 +32,29 @@
 namespace loom::transport::tcp {
 
 inline constexpr std::uint32_t kFrameMagic = 0x4c4f4f4d;  // "LOOM"
+// Frames are whole numbers of this many bytes, and a payload lies at its source's offset modulo
+// this many bytes in the stream.
+inline constexpr std::size_t kFrameAlign = 64;
 
 struct FrameHeader {
   std::uint32_t bytes;
-  std::uint32_t check;  // bytes ^ kFrameMagic: catches a desynchronised stream early
+  std::uint32_t check;  // (bytes ^ kFrameMagic) + lead: catches a desynchronised stream early
   std::uint64_t tag_word;
   std::uint64_t tag_count;
 };
 static_assert(sizeof(FrameHeader) == 24);
-// Whether a received header can be believed: the check word matches and the payload fits a slot.
+// The bytes between the header and the payload (under kFrameAlign; the check word carries them).
+inline std::uint32_t frame_lead(const FrameHeader& h) {
+  return h.check - (h.bytes ^ kFrameMagic);
+}
+// The bytes after the payload that end the frame on a kFrameAlign boundary.
+inline std::size_t frame_tail(std::size_t lead, std::size_t bytes) {
+  return (kFrameAlign - (sizeof(FrameHeader) + lead + bytes) % kFrameAlign) % kFrameAlign;
+}
+// Whether a received header can be believed: the check word gives a lead within a line (a stream
+// out of step, or not from a Loom peer, rarely does) and the payload fits a slot.
 inline bool frame_header_valid(const FrameHeader& h, std::size_t slot_bytes) {
-  return (h.bytes ^ kFrameMagic) == h.check && h.bytes <= slot_bytes;
+  return frame_lead(h) < kFrameAlign && h.bytes <= slot_bytes;
 }
 
 class TcpConnection final : public Connection {
@@ -60,7 +83,8 @@ class TcpConnection final : public Connection {
   void sleep(int timeout_ms) override;
   std::string describe() const override;
   std::vector<Region> host_regions() const override {
-    return {{send_buffer_.get(), slot_bytes_ * slots_}, {recv_buffer_.get(), slot_bytes_ * slots_}};
+    return {{send_buffer_.get(), slot_bytes_ * slots_},
+            {recv_buffer_.get(), recv_stride_ * slots_}};
   }
   // Ends both directions: the peer sees end of stream at once.
   void shutdown();
@@ -82,16 +106,23 @@ class TcpConnection final : public Connection {
   };
   struct Socket {
     int fd;
-    std::uint64_t next_send;  // sequence number this socket writes next
-    std::size_t send_offset = 0;
+    std::uint64_t next_send;      // sequence number this socket writes next
+    std::size_t send_offset = 0;  // bytes of the frame written
+    std::size_t send_lead = 0;    // the frame's lead and tail, fixed at its first byte
+    std::size_t send_tail = 0;
     FrameHeader send_header{};
     std::uint64_t next_recv;
-    std::size_t recv_offset = 0;  // bytes of header + payload read for next_recv
-    FrameHeader recv_header{};
-    std::byte* recv_into = nullptr;  // where next_recv's payload goes, fixed at its first byte
+    std::size_t recv_offset = 0;       // bytes of the frame read for next_recv
+    std::byte recv_line[kFrameAlign];  // the frame's first line, as read
+    FrameHeader recv_header{};         // from recv_line, once it is whole
+    std::byte* recv_into = nullptr;    // where next_recv's payload goes, fixed once the line is in
     bool closed = false;  // end of stream: the peer may close once it has sent all it had to
   };
   void post(std::size_t bytes, Tag tag, const std::byte* from);
+  // Bytes of next_recv's payload read so far on s, into recv_into.
+  static std::size_t payload_read(const Socket& s);
+  // Where next_recv's payload goes: its steered buffer, or a slot buffer at its line offset.
+  std::byte* place_payload(Socket& s);
   // The slot buffer freed last.
   static std::byte* take(std::vector<std::byte*>& free);
   // Whether s may read now: a frame under way, the oldest frame, or one within the budget.
@@ -108,8 +139,13 @@ class TcpConnection final : public Connection {
   std::size_t readahead_bytes_;
   std::string peer_address_;
   std::vector<Socket> sockets_;
-  std::unique_ptr<std::byte[]> send_buffer_;
-  std::unique_ptr<std::byte[]> recv_buffer_;
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  // A receive slot buffer holds a payload placed up to kFrameAlign - 1 bytes into it.
+  std::size_t recv_stride_;
+  std::unique_ptr<std::byte[], Free> send_buffer_;  // page-aligned, as every slot in it
+  std::unique_ptr<std::byte[], Free> recv_buffer_;
   std::vector<SlotInfo> send_slots_;
   std::vector<SlotInfo> recv_slots_;
   std::vector<Steer> steers_;        // per receive slot
