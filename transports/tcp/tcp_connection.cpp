@@ -42,7 +42,7 @@ TcpConnection::TcpConnection(int self, int peer, std::vector<int> fds, std::size
       slots_(static_cast<std::uint64_t>(slots)),
       readahead_bytes_(readahead_bytes),
       peer_address_(std::move(peer_address)),
-      recv_stride_((slot_bytes + 2 * kFrameAlign - 1) / kFrameAlign * kFrameAlign),
+      recv_stride_((slot_bytes + 3 * kFrameAlign - 1) / kFrameAlign * kFrameAlign),
       send_buffer_(page_aligned(slot_bytes * static_cast<std::size_t>(slots))),
       recv_buffer_(page_aligned(recv_stride_ * static_cast<std::size_t>(slots))),
       send_slots_(static_cast<std::size_t>(slots)),
@@ -137,7 +137,7 @@ void TcpConnection::unsteer() {
     own = take(free_recv_);
     std::byte* placed = own + offset_in_line(s.recv_into);
     std::memcpy(placed, s.recv_into, payload_read(s));
-    s.recv_into = placed;
+    s.recv_into = placed;  // recv_frame stays null: the lead and tail are read aside
   }
   for (auto& steer : steers_) steer = Steer{};
 }
@@ -262,22 +262,27 @@ bool TcpConnection::read_some(Socket& s) {
     } else {
       const std::size_t head = sizeof(FrameHeader) + frame_lead(s.recv_header);
       const std::size_t bytes = s.recv_header.bytes,
-                        tail = frame_tail(head - sizeof(FrameHeader), bytes);
-      std::byte padding[kFrameAlign];
-      iovec iov[3];
-      int iovcnt = 0;
-      if (s.recv_offset < head) iov[iovcnt++] = {padding, head - s.recv_offset};
-      const std::size_t done = payload_read(s);
-      if (done < bytes) iov[iovcnt++] = {s.recv_into + done, bytes - done};
-      const std::size_t past = head + bytes;
-      const std::size_t tail_done = s.recv_offset > past ? s.recv_offset - past : 0;
-      if (tail_done < tail) iov[iovcnt++] = {padding, tail - tail_done};
-      msghdr msg{};
-      msg.msg_iov = iov;
-      msg.msg_iovlen = static_cast<std::size_t>(iovcnt);
-      // recv costs less than recvmsg, and a payload in place is most of a large frame.
-      n = iovcnt == 1 ? ::recv(s.fd, iov[0].iov_base, iov[0].iov_len, MSG_DONTWAIT)
-                      : ::recvmsg(s.fd, &msg, MSG_DONTWAIT);
+                        total = head + bytes + frame_tail(head - sizeof(FrameHeader), bytes);
+      if (s.recv_frame != nullptr) {
+        // Into a slot buffer, as the frame lies: its lead and tail beside the payload.
+        n = ::recv(s.fd, s.recv_frame + (s.recv_offset - kFrameAlign), total - s.recv_offset,
+                   MSG_DONTWAIT);
+      } else {
+        // Into a steered buffer (or one taken over from it): the lead and tail elsewhere.
+        std::byte padding[kFrameAlign];
+        iovec iov[3];
+        int iovcnt = 0;
+        if (s.recv_offset < head) iov[iovcnt++] = {padding, head - s.recv_offset};
+        const std::size_t done = payload_read(s);
+        if (done < bytes) iov[iovcnt++] = {s.recv_into + done, bytes - done};
+        const std::size_t past = head + bytes;
+        if (s.recv_offset < total) iov[iovcnt++] = {padding, total - std::max(past, s.recv_offset)};
+        msghdr msg{};
+        msg.msg_iov = iov;
+        msg.msg_iovlen = static_cast<std::size_t>(iovcnt);
+        n = iovcnt == 1 ? ::recv(s.fd, iov[0].iov_base, iov[0].iov_len, MSG_DONTWAIT)
+                        : ::recvmsg(s.fd, &msg, MSG_DONTWAIT);
+      }
     }
     if (n == 0) {
       s.closed = true;
@@ -307,6 +312,10 @@ bool TcpConnection::read_some(Socket& s) {
       const std::size_t head = sizeof(FrameHeader) + frame_lead(h);
       if (h.bytes > 0) {
         s.recv_into = place_payload(s);
+        // A slot buffer takes the rest of the frame as it comes, the payload at its place.
+        if (recv_buffer_of_[s.next_recv % slots_] != nullptr)
+          s.recv_frame = head < kFrameAlign ? s.recv_into + (kFrameAlign - head)
+                                            : s.recv_into - (head - kFrameAlign);
         // The payload's first bytes came with the line.
         if (head < kFrameAlign)
           std::memcpy(s.recv_into, s.recv_line + head,
@@ -320,6 +329,7 @@ bool TcpConnection::read_some(Socket& s) {
                                    true, s.recv_into != nullptr ? s.recv_into : recv_buffer_.get()};
       s.recv_offset = 0;
       s.recv_into = nullptr;
+      s.recv_frame = nullptr;
       s.next_recv += sockets_.size();
     }
   }

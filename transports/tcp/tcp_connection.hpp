@@ -116,6 +116,9 @@ class TcpConnection final : public Connection {
     std::byte recv_line[kFrameAlign];  // the frame's first line, as read
     FrameHeader recv_header{};         // from recv_line, once it is whole
     std::byte* recv_into = nullptr;    // where next_recv's payload goes, fixed once the line is in
+    // Where its frame's bytes after the first line go, as they lie, when the payload is in a slot
+    // buffer with room for the lead and tail around it (null: steered, read in pieces).
+    std::byte* recv_frame = nullptr;
     bool closed = false;  // end of stream: the peer may close once it has sent all it had to
   };
   void post(std::size_t bytes, Tag tag, const std::byte* from);
@@ -142,7 +145,9 @@ class TcpConnection final : public Connection {
   struct Free {
     void operator()(std::byte* p) const { std::free(p); }
   };
-  // A receive slot buffer holds a payload placed up to kFrameAlign - 1 bytes into it.
+  // A receive slot buffer holds a payload placed up to kFrameAlign - 1 bytes into it, and the
+  // frame's bytes after its first line around it: what is left of the lead before, the tail
+  // after (at most kFrameAlign - 1 bytes each).
   std::size_t recv_stride_;
   std::unique_ptr<std::byte[], Free> send_buffer_;  // page-aligned, as every slot in it
   std::unique_ptr<std::byte[], Free> recv_buffer_;
