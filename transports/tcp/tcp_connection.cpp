@@ -261,8 +261,7 @@ bool TcpConnection::read_some(Socket& s) {
       n = ::recv(s.fd, s.recv_line + s.recv_offset, kFrameAlign - s.recv_offset, MSG_DONTWAIT);
     } else {
       const std::size_t head = sizeof(FrameHeader) + frame_lead(s.recv_header);
-      const std::size_t bytes = s.recv_header.bytes,
-                        total = head + bytes + frame_tail(head - sizeof(FrameHeader), bytes);
+      const std::size_t bytes = s.recv_header.bytes, total = frame_bytes(s.recv_header);
       if (s.recv_frame != nullptr) {
         // Into a slot buffer, as the frame lies: its lead and tail beside the payload.
         n = ::recv(s.fd, s.recv_frame + (s.recv_offset - kFrameAlign), total - s.recv_offset,
@@ -276,7 +275,8 @@ bool TcpConnection::read_some(Socket& s) {
         const std::size_t done = payload_read(s);
         if (done < bytes) iov[iovcnt++] = {s.recv_into + done, bytes - done};
         const std::size_t past = head + bytes;
-        if (s.recv_offset < total) iov[iovcnt++] = {padding, total - std::max(past, s.recv_offset)};
+        if (std::max(past, s.recv_offset) < total)
+          iov[iovcnt++] = {padding, total - std::max(past, s.recv_offset)};
         msghdr msg{};
         msg.msg_iov = iov;
         msg.msg_iovlen = static_cast<std::size_t>(iovcnt);
@@ -322,11 +322,11 @@ bool TcpConnection::read_some(Socket& s) {
                       std::min<std::size_t>(kFrameAlign - head, h.bytes));
       }
     }
-    const std::size_t lead = frame_lead(s.recv_header), bytes = s.recv_header.bytes;
-    if (s.recv_offset == sizeof(FrameHeader) + lead + bytes + frame_tail(lead, bytes)) {
+    if (s.recv_offset == frame_bytes(s.recv_header)) {
       const std::uint64_t slot = s.next_recv % slots_;
-      recv_slots_[slot] = SlotInfo{bytes, Tag{s.recv_header.tag_word, s.recv_header.tag_count},
-                                   true, s.recv_into != nullptr ? s.recv_into : recv_buffer_.get()};
+      recv_slots_[slot] =
+          SlotInfo{s.recv_header.bytes, Tag{s.recv_header.tag_word, s.recv_header.tag_count}, true,
+                   s.recv_into != nullptr ? s.recv_into : recv_buffer_.get()};
       s.recv_offset = 0;
       s.recv_into = nullptr;
       s.recv_frame = nullptr;

@@ -51,6 +51,10 @@ inline std::uint32_t frame_lead(const FrameHeader& h) {
 inline std::size_t frame_tail(std::size_t lead, std::size_t bytes) {
   return (kFrameAlign - (sizeof(FrameHeader) + lead + bytes) % kFrameAlign) % kFrameAlign;
 }
+// The whole frame a header begins: header, lead, payload and tail.
+inline std::size_t frame_bytes(const FrameHeader& h) {
+  return sizeof(FrameHeader) + frame_lead(h) + h.bytes + frame_tail(frame_lead(h), h.bytes);
+}
 // Whether a received header can be believed: the check word gives a lead within a line (a stream
 // out of step, or not from a Loom peer, rarely does) and the payload fits a slot.
 inline bool frame_header_valid(const FrameHeader& h, std::size_t slot_bytes) {
