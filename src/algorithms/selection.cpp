@@ -383,13 +383,35 @@ std::size_t ring_round_slices(const SelectionInputs& in, std::size_t bytes, bool
   return beyond_slot && !in.beyond_cache(2.0 * 2.0 * to_d(bytes), in.size) ? 1 : 0;
 }
 
+// The ring moves each block in rounds of half the FIFO's slots (ring_passes.cpp), and every
+// round pays the ring's hand-overs whatever it carries: a last round left a fraction of a chunk
+// pays them for that fraction. Over shared memory, where the slice that spares that round stays
+// within the cache's cap, the block goes in whole rounds of it. 4 ranks on 2 cores (Zen 4, 1 MiB
+// L2) at 2 MiB: 128 KiB slices (one round) faster than the square root's 88 KiB (a round and 40%
+// of another) in 11 of 14 alternating launches, median 1.38x; 8 ranks at 4 MiB, 64 KiB (two
+// whole rounds) against 56 KiB, median 1.12x in 5 (docs/results/shm-footprint-2026-12-02.md).
+std::size_t whole_rounds(const SelectionInputs& in, std::size_t bytes, std::size_t slice) {
+  const LinkCost& m = in.bottleneck();
+  if (m.stages_wait || m.shares_cores || slice == 0) return slice;
+  const double cap = m.slice_cap_bytes > 0 ? std::min(m.slice_cap_bytes, to_d(in.slot_bytes))
+                                           : to_d(in.slot_bytes);
+  const double per_round = std::max(1, in.slots / 2);
+  const double block = std::ceil(to_d(bytes) / in.size);
+  const double rounds = std::floor(block / (per_round * to_d(slice)));
+  if (rounds < 1 || block <= rounds * per_round * to_d(slice)) return slice;
+  // The slice that carries the block in `rounds` rounds, in whole pages as slice_for's are.
+  const double wider = std::ceil(block / (rounds * per_round) / 4096) * 4096;
+  return wider <= cap ? static_cast<std::size_t>(wider) : slice;
+}
+
 std::size_t ring_slice(const SelectionInputs& in, std::size_t bytes, bool device) {
   // GPU buffers: whole slots, since each slice waits for the GPU. Up to 16 KiB: whole slots,
   // and no arithmetic on the latency path.
   if (device || bytes <= 16 * 1024) return 0;
   if (ring_round_slices(in, bytes, device) != 0) return in.slot_bytes;
-  return slice_for(in, in.bottleneck(), to_d(bytes) / in.size, 2 * (in.size - 1),
-                   {.reduced = true, .cache_per_rank = false});
+  return whole_rounds(in, bytes,
+                      slice_for(in, in.bottleneck(), to_d(bytes) / in.size, 2 * (in.size - 1),
+                                {.reduced = true, .cache_per_rank = false}));
 }
 
 const char* small_only(const SelectionInputs& in, std::size_t bytes, bool) {

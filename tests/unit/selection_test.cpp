@@ -333,6 +333,47 @@ TEST(MeasuredModel, SharedMemorySlicesFillTheCacheUnlessRanksOutnumberCores) {
   EXPECT_LT(small, large);
 }
 
+// The ring moves a block in rounds of half the FIFO's slots, each round paying its hand-overs:
+// over shared memory, where the pipeline's slice would leave a last round partly filled and a
+// slice within the cache's cap spares it, the block goes in whole rounds. Where none does (the
+// cap is too small), the pipeline's slice stands.
+TEST(MeasuredModel, SharedMemoryRingSlicesFillWholeRounds) {
+  for (int n : {4, 8}) {
+    auto in = one_host(n);
+    in.costs = CostModel::measured(zen4_rates(), true);
+    in.ranks_per_core = n / 2;
+    in.overrides = "allreduce:ring";
+    const std::size_t per_round = static_cast<std::size_t>(in.slots / 2);
+    for (std::size_t bytes = std::size_t{1} << 20; bytes <= std::size_t{64} << 20; bytes *= 2) {
+      const std::size_t slice = Selector(in).choose(Kind::all_reduce, bytes, false).slice;
+      const std::size_t block = bytes / static_cast<std::size_t>(n), chunk = per_round * slice;
+      ASSERT_GT(slice, 0u);
+      EXPECT_LE(slice, 128u << 10) << n << " ranks, " << bytes << " B";
+      // Either the rounds are whole (each slice rounded up to a page, which the last round
+      // gives back) or no slice within the cap makes them so.
+      const std::size_t rounds = (block + chunk - 1) / chunk, last = block - (rounds - 1) * chunk;
+      const bool whole = last + rounds * per_round * 4096 > chunk;
+      const bool cap_too_small = block > (rounds - 1) * per_round * (128u << 10);
+      EXPECT_TRUE(whole || rounds == 1 || cap_too_small)
+          << n << " ranks, " << bytes << " B: " << slice << " B slices, last round " << last;
+    }
+  }
+  // 4 ranks on 2 cores at 2 MiB: a block of 512 KiB, one round of four 128 KiB slices (the
+  // pipeline's square root alone gave 84-92 KiB: a round and 40% of another).
+  auto four = one_host(4);
+  four.costs = CostModel::measured(zen4_rates(), true);
+  four.ranks_per_core = 2;
+  four.overrides = "allreduce:ring";
+  EXPECT_EQ(Selector(four).choose(Kind::all_reduce, 2 << 20, false).slice, 128u << 10);
+  // Over TCP the kernel moves the bytes and stages wait: no widening.
+  auto tcp = four;
+  tcp.local = TransportKind::tcp;
+  MachineRates r = zen4_rates();
+  r.loopback_us = 8, r.loopback_gbps = 7;
+  tcp.costs = CostModel::measured(r, true);
+  EXPECT_LT(Selector(tcp).choose(Kind::all_reduce, 2 << 20, false).slice, 128u << 10);
+}
+
 // TCP on loopback copies each slice into the kernel and out again on the same host: its slices
 // stay within an eighth of a core's cache, and ranks sharing a core share that where the segment
 // was not measured (4 ranks on 2 cores measured 64 KiB slices 1.3x faster than 128 KiB at 64 MiB,
