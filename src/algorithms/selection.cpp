@@ -395,7 +395,7 @@ std::size_t whole_rounds(const SelectionInputs& in, std::size_t bytes, std::size
   if (m.stages_wait || m.shares_cores || slice == 0) return slice;
   const double cap = m.slice_cap_bytes > 0 ? std::min(m.slice_cap_bytes, to_d(in.slot_bytes))
                                            : to_d(in.slot_bytes);
-  const double per_round = std::max(1, in.slots / 2);
+  const double per_round = to_d(ring_round_slots(in.slots));
   const double block = std::ceil(to_d(bytes) / in.size);
   const double rounds = std::floor(block / (per_round * to_d(slice)));
   if (rounds < 1 || block <= rounds * per_round * to_d(slice)) return slice;

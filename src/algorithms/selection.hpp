@@ -196,6 +196,13 @@ class Selector {
 std::size_t pipeline_slice(const SelectionInputs& inputs, transport::TransportKind link,
                            double unit, int stages);
 
+// The slices the ring moves each block in per round, out of a FIFO of `slots` (ring_passes.cpp):
+// half of them, so the next round's can fill while this round's drain. The model's slices fill
+// whole rounds of it (selection.cpp).
+inline std::size_t ring_round_slots(int slots) {
+  return static_cast<std::size_t>(slots / 2 > 1 ? slots / 2 : 1);
+}
+
 // Runs `call` with the algorithm its communicator's selector chooses.
 void select_and_run(Engine& engine, const Collective& call);
 

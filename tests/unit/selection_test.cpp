@@ -343,7 +343,7 @@ TEST(MeasuredModel, SharedMemoryRingSlicesFillWholeRounds) {
     in.costs = CostModel::measured(zen4_rates(), true);
     in.ranks_per_core = n / 2;
     in.overrides = "allreduce:ring";
-    const std::size_t per_round = static_cast<std::size_t>(in.slots / 2);
+    const std::size_t per_round = ring_round_slots(in.slots);
     for (std::size_t bytes = std::size_t{1} << 20; bytes <= std::size_t{64} << 20; bytes *= 2) {
       const std::size_t slice = Selector(in).choose(Kind::all_reduce, bytes, false).slice;
       const std::size_t block = bytes / static_cast<std::size_t>(n), chunk = per_round * slice;
