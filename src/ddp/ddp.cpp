@@ -66,6 +66,14 @@ class DistributedDataParallel::Impl {
       } catch (const Error&) {  // the pass is being abandoned: its error was or will be seen
       }
     }
+    // The communicator's memory may be gone before the gradients are (it outlives this object
+    // only): they keep their values in memory of their own.
+    if (options_.shared_buckets && options_.comm_hook == CommHook::none)
+      for (Bucket& b : buckets_)
+        for (const Slot& s : b.slots)
+          if (!s.param->grad.empty() && s.param->grad.data() >= b.flat.data() &&
+              s.param->grad.data() < b.flat.data() + b.flat.numel())
+            s.param->grad = s.param->grad.clone();
   }
 
   Tensor backward(const Tensor& grad_output) {
@@ -161,8 +169,10 @@ class DistributedDataParallel::Impl {
         info.parameters.push_back(p->name);
         info.elements += p->value.numel();
       }
-      b.flat = Tensor({info.elements});
-      if (options_.comm_hook != CommHook::none) b.compressed = Tensor({(info.elements + 1) / 2});
+      // The buffer the all-reduce runs on goes where peers on this host may read it in place.
+      const bool hooked = options_.comm_hook != CommHook::none;
+      b.flat = hooked ? Tensor({info.elements}) : bucket_tensor(info.elements);
+      if (hooked) b.compressed = bucket_tensor((info.elements + 1) / 2);
       for (const Slot& s : b.slots) {
         Tensor view = b.flat.view_of(s.offset, s.param->value.shape());
         if (!s.param->grad.empty()) view.assign(s.param->grad);
@@ -171,6 +181,22 @@ class DistributedDataParallel::Impl {
       buckets_.push_back(std::move(b));
       infos_.push_back(std::move(info));
     }
+  }
+
+  // Zeroed floats, in memory from alloc() with shared_buckets (collective: every rank makes the
+  // same buckets in the same order). The communicator releases it when it is gone. A rank that
+  // cannot make its window takes memory of its own; its peers learnt so in the same alloc, and
+  // calls on the bucket go through the slots.
+  Tensor bucket_tensor(std::size_t elements) {
+    if (!options_.shared_buckets) return Tensor({elements});
+    void* data = nullptr;
+    try {
+      data = comm_.alloc(elements * sizeof(float));
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::internal) throw;  // the communicator's failure, not the memory's
+      return Tensor({elements});
+    }
+    return Tensor::view(nullptr, static_cast<float*>(data), {elements});
   }
 
   // Rank 0's values, a bucket at a time through the bucket's buffer.

@@ -1,6 +1,7 @@
 // DistributedDataParallel in real processes: the same parameters as one process training on the
-// whole batch, whatever the bucket sizes; gradient accumulation under no_sync; communication
-// that really overlaps backward; and clear errors for models that differ between ranks.
+// whole batch, whatever the bucket sizes and wherever the buckets lie; gradient accumulation under
+// no_sync; communication that really overlaps backward; and clear errors for models that differ
+// between ranks.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -130,6 +131,71 @@ TEST(Ddp, BucketSizesAndCompressionAgree) {
       EXPECT_GT(worst, 0.0) << to_string(hook) << " compressed nothing";
     }
   });
+}
+
+// The buckets lie in the communicator's shared windows by default: with the all-reduce forced to
+// read the peers' buckets in place (which needs them there), training still matches one
+// process. When the DDP goes, the gradients keep their values in memory of their own, and the
+// bucket it left is the communicator's to free; private buckets are not.
+TEST(Ddp, SharedBucketsAreReadInPlaceAndTheGradientsOutliveTheDdp) {
+  for (int world : {2, 3}) {
+    SCOPED_TRACE(world);
+    testing::RunOptions run;
+    run.options.algorithm = "allreduce:direct";
+    run_ranks(
+        world,
+        [](Communicator& comm) {
+          const Dataset data = make_teacher_dataset(1024, kWidths.front(), kWidths.back(), 6);
+          const std::size_t b = 8, n = static_cast<std::size_t>(comm.size());
+          const auto want = train_alone(data, n * b, 20);
+          expect_close(train_ddp(comm, data, b, 20, DdpOptions{}), want, "shared, in place");
+          DdpOptions hooked;
+          hooked.comm_hook = CommHook::bf16;  // the compressed copy is what lies in the window
+          const auto got = train_ddp(comm, data, b, 20, hooked);
+          double worst = 0;
+          for (std::size_t i = 0; i < got.size(); ++i)
+            worst = std::max(worst, double(std::abs(got[i] - want[i])));
+          EXPECT_LT(worst, 1e-2) << "bf16, shared, in place";
+
+          for (bool shared : {true, false}) {
+            SCOPED_TRACE(shared ? "shared buckets" : "private buckets");
+            Sequential model = make_mlp(kWidths, kSeed);
+            const std::vector<Parameter*> params = model.parameters();
+            const float* bucket = nullptr;  // the last parameter's gradient opens the first bucket
+            std::vector<std::vector<float>> grads;
+            {
+              DdpOptions o;
+              o.shared_buckets = shared;
+              DistributedDataParallel ddp(model, comm, o);
+              Tensor x;
+              std::vector<int> y;
+              std::vector<std::size_t> order(data.size());
+              for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+              data.batch(order, static_cast<std::size_t>(comm.rank()) * b, b, x, y);
+              SoftmaxCrossEntropy ce;
+              ce.forward(ddp.forward(x), y);
+              ddp.backward(ce.backward());
+              ddp.finalize();
+              bucket = params.back()->grad.data();
+              for (Parameter* p : params)
+                grads.emplace_back(p->grad.data(), p->grad.data() + p->grad.numel());
+            }
+            for (std::size_t i = 0; i < params.size(); ++i) {
+              const Tensor& g = params[i]->grad;
+              ASSERT_EQ(g.numel(), grads[i].size());
+              EXPECT_TRUE(std::equal(grads[i].begin(), grads[i].end(), g.data()))
+                  << params[i]->name << " changed when the DDP went";
+            }
+            if (shared) {
+              EXPECT_NE(params.back()->grad.data(), bucket) << "still in the bucket";
+              EXPECT_NO_THROW(comm.free(const_cast<float*>(bucket)));
+            } else {
+              EXPECT_THROW(comm.free(const_cast<float*>(bucket)), InvalidArgument);
+            }
+          }
+        },
+        run);
+  }
 }
 
 TEST(Ddp, NoSyncAccumulationEqualsOneStepOnTheLargerBatch) {

@@ -2,7 +2,8 @@
 # loomrun --on-failure shrink with loom-train: rank 2 of 3 is SIGKILLed mid-training; the other
 # two make a communicator of themselves (Communicator::shrink), agree on the step, share out
 # the rest of the epoch and finish every epoch, reporting the smaller effective batch. Without
-# the option the same death stops the job (loomrun's restart path), as before.
+# the option the same death stops the job (loomrun's restart path), as before. Two deaths of 4
+# ranks shrink twice.
 set -u
 loomrun=$1 train=$2
 dir=$(mktemp -d)
@@ -29,6 +30,22 @@ grep -q "the run ended with 2 rank(s)" "$dir/shrink.log" || fail "the summary do
 # Training went on learning: the last epoch's loss is below the first's.
 awk '/loss per epoch:/ { if ($NF + 0 >= $(NF - 99) + 0) bad = 1; found = 1 }
      END { exit !(found && !bad) }' "$dir/shrink.log" || fail "the loss did not fall"
+
+# Two deaths, two shrinks: the second leaves a communicator that was itself a shrink's, in
+# whose memory the DDP's buckets lie (DdpOptions::shared_buckets) until it goes on without it.
+cat > "$dir/two_victims.sh" <<'SCRIPT'
+#!/bin/sh
+if [ "$RANK" = 3 ]; then (sleep 1.5; kill -9 $$) & fi
+if [ "$RANK" = 2 ]; then (sleep 3; kill -9 $$) & fi
+exec "$@"
+SCRIPT
+chmod +x "$dir/two_victims.sh"
+"$loomrun" --nproc-per-node 4 --on-failure shrink "$dir/two_victims.sh" "$train" "${args[@]}" \
+  > "$dir/twice.log" 2>&1 || fail "the survivors of two deaths did not finish (exit $?)"
+grep -qE "going on with 2 of 3 ranks .* effective batch 32 \(was 48\)" "$dir/twice.log" ||
+  fail "no second shrink (the run may be too short for this machine)"
+grep -q "shrunk 2 time(s) after lost ranks: the run ended with 2 rank(s)" "$dir/twice.log" ||
+  fail "the summary does not report two shrinks"
 
 # The default: the same death stops the others, and loomrun reports the failure.
 "$loomrun" --nproc-per-node 3 "$dir/victim.sh" "$train" "${args[@]}" > "$dir/default.log" 2>&1

@@ -39,6 +39,7 @@ struct Args {
   double bucket_cap_mb = 25.0;
   double first_bucket_mb = 1.0;
   CommHook hook = CommHook::none;
+  bool shared_buckets = true;
   bool ddp = true;
   std::size_t accumulate = 1;
   std::string snapshot;
@@ -71,6 +72,8 @@ struct Args {
       "  --bucket-cap-mb X       gradient bucket size in MiB (default 25)\n"
       "  --first-bucket-mb X     size of the first bucket (default 1)\n"
       "  --comm-hook none|fp16|bf16  gradient compression on the wire (default none)\n"
+      "  --private-buckets       buckets in memory of this process, not the communicator's\n"
+      "                          shared windows (Communicator::alloc)\n"
       "  --accumulate K          gradient accumulation: K micro-batches per step, the\n"
       "                          first K-1 under no_sync (default 1)\n"
       "  --no-ddp                one process, no communication\n"
@@ -195,7 +198,9 @@ Args parse(int argc, char** argv) {
                      h.c_str());
         usage(2);
       }
-    } else if (f == "--accumulate")
+    } else if (f == "--private-buckets")
+      a.shared_buckets = false;
+    else if (f == "--accumulate")
       a.accumulate = std::max<std::size_t>(1, count(i));
     else if (f == "--no-ddp")
       a.ddp = false;
@@ -314,7 +319,8 @@ class Trainer {
           data_.features(), data_.classes(), a_.layers.front(), a_.layers.back()));
     if (comm_ && a_.ddp)
       ddp_ = std::make_unique<DistributedDataParallel>(
-          model_, *comm_, DdpOptions{a_.bucket_cap_mb, a_.first_bucket_mb, a_.hook});
+          model_, *comm_,
+          DdpOptions{a_.bucket_cap_mb, a_.first_bucket_mb, a_.hook, a_.shared_buckets});
   }
 
   int run() {
@@ -438,7 +444,10 @@ class Trainer {
         static_cast<long long>(a_.shrink_timeout_s * 1000)));  // the store must answer: else
                                                                // this throws and the run ends
     comm_->abort();
-    owned_comm_.reset();  // the failed one, if it was already a shrink's
+    // The failed one, if it was already a shrink's, lives until the DDP has left it: the
+    // buckets lie in its memory (DdpOptions::shared_buckets) until continue_on.
+    std::optional<loom::Communicator> failed;
+    if (owned_comm_) failed.emplace(std::move(*owned_comm_));
     owned_comm_.emplace(std::move(survivors));
     comm_ = &*owned_comm_;
     rank_ = comm_->rank(), world_ = comm_->size();

@@ -22,6 +22,12 @@ struct DdpOptions {
   double bucket_cap_mb = 25.0;   // MiB per bucket...
   double first_bucket_mb = 1.0;  // ...except the first, small so that it starts early
   CommHook comm_hook = CommHook::none;
+  // The buckets lie in memory from Communicator::alloc: on one host over shared memory a bucket's
+  // all-reduce may then read the peers' buckets where they are instead of streaming through the
+  // slots (the cost model chooses per call). That memory is the communicator's until it is gone
+  // (alloc and free are collective; destroying this object communicates nothing); the gradients
+  // move to memory of their own when this object is destroyed.
+  bool shared_buckets = true;
 };
 
 struct BucketInfo {
@@ -66,8 +72,9 @@ class DistributedDataParallel {
   // After a failure and Communicator::shrink: abandons the pass in flight (every gradient is
   // zeroed, and its optimizer step must not run) and goes on over `comm`, checking the shapes
   // and broadcasting `comm`'s rank 0 parameters as at construction. Gradients are then averaged
-  // over comm.size() ranks. `comm` must outlive this object. Should that fail too, every later
-  // call raises InvalidArgument until a continue_on succeeds.
+  // over comm.size() ranks. `comm` must outlive this object, and the communicator it leaves
+  // must live until this returns (the buckets may lie in its memory). Should that fail too,
+  // every later call raises InvalidArgument until a continue_on succeeds.
   void continue_on(Communicator& comm);
 
   const std::vector<BucketInfo>& buckets() const;
