@@ -132,6 +132,7 @@ Config Config::resolve(const Options& options, int world_size) {
   c.check_limits();
 
   c.secret = options.secret ? *options.secret : job_secret();
+  c.left_out_dir = env_string("LOOM_LEFT_OUT_DIR").value_or("");
   // A launcher that restarts workers numbers its attempts; each gets key spaces of its own.
   if (auto n = env_int("LOOM_RESTART_COUNT", 0, 1 << 30))
     c.restart_count = static_cast<int>(*n);

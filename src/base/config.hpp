@@ -35,6 +35,9 @@ struct Config {
   std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(30)};
   // The job secret that authenticates data connections; empty: none (see base/auth.hpp).
   std::string secret;
+  // Where a shrink names, by pid, the ranks on its host it left out that still run, for the
+  // launcher to stop them (LOOM_LEFT_OUT_DIR, set by loomrun --on-failure shrink); empty: none.
+  std::string left_out_dir;
   // Which attempt of a restarted job this is (LOOM_RESTART_COUNT, else
   // TORCHELASTIC_RESTART_COUNT); -1 outside a restarting launcher.
   int restart_count = -1;

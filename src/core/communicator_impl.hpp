@@ -91,6 +91,9 @@ class LOOM_INTERNAL Communicator::Impl {
   // "rank 3", or "rank 1 (rank 3 of the parent)" for a communicator made by split().
   std::string who(int rank) const;
 
+  // shrink.cpp: tells the launcher of the ranks on this host that shrink left out and that run.
+  void report_left_out(const std::vector<int>& members) const;
+
   // transport_setup.cpp
   void build_transports();
   std::string describe_peers() const;

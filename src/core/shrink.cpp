@@ -1,6 +1,11 @@
 // Communicator::shrink: the survivors of a failure agree, through the store, on who goes on.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <thread>
 
 #include <fmt/format.h>
@@ -35,6 +40,31 @@ std::vector<int> decode(const Bytes& bytes, int size) {
 }
 
 }  // namespace
+
+// A rank left out that still runs on this host (frozen, or too late to join) would keep its
+// launcher waiting after the survivors end. loomrun (--on-failure shrink) names a folder in
+// LOOM_LEFT_OUT_DIR where each survivor leaves a file named after such a rank's pid; it stops
+// that worker. Every survivor on the host writes it: the first file made is the one.
+void Communicator::Impl::report_left_out(const std::vector<int>& members) const {
+  const std::string& dir = config_.left_out_dir;
+  if (dir.empty()) return;
+  for (int r = 0; r < size_; ++r) {
+    const int pid = topology_.pid_of_rank[static_cast<std::size_t>(r)];
+    if (std::binary_search(members.begin(), members.end(), r) || !topology_.same_host(r, rank_) ||
+        pid <= 0 || !base::process_alive(pid))
+      continue;
+    const std::string path = fmt::format("{}/{}", dir, pid);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      ::close(fd);
+      base::log().warn("shrink: {} was left out and still runs (pid {}): told the launcher", who(r),
+                       pid);
+    } else if (errno != EEXIST) {
+      base::log().warn("shrink: cannot tell the launcher that {} was left out ({}: {})", who(r),
+                       path, std::strerror(errno));
+    }
+  }
+}
 
 std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0)
@@ -87,6 +117,7 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
                     -1);
   base::log().info("shrink: {} goes on as rank {} of {} (ranks {} here)", who(rank_),
                    me - members.begin(), members.size(), fmt::join(members, ","));
+  report_left_out(members);
   // Every member derives the same token: no store round trip, and no two communicators share one.
   const std::uint64_t token =
       std::hash<std::string>{}(fmt::format("{:x}/shrink/{}", token_, round)) | 1;

@@ -3,7 +3,7 @@
 # two make a communicator of themselves (Communicator::shrink), agree on the step, share out
 # the rest of the epoch and finish every epoch, reporting the smaller effective batch. Without
 # the option the same death stops the job (loomrun's restart path), as before. Two deaths of 4
-# ranks shrink twice.
+# ranks shrink twice; a frozen rank is left out and stopped by loomrun.
 set -u
 loomrun=$1 train=$2
 dir=$(mktemp -d)
@@ -46,6 +46,24 @@ grep -qE "going on with 2 of 3 ranks .* effective batch 32 \(was 48\)" "$dir/twi
   fail "no second shrink (the run may be too short for this machine)"
 grep -q "shrunk 2 time(s) after lost ranks: the run ended with 2 rank(s)" "$dir/twice.log" ||
   fail "the summary does not report two shrinks"
+
+# A frozen rank (SIGSTOP, so it never exits): the others' monitor declares it failed, they
+# shrink without it and name it to loomrun (LOOM_LEFT_OUT_DIR), which stops it: the job ends
+# when the survivors do instead of waiting for it for ever.
+cat > "$dir/frozen.sh" <<'SCRIPT'
+#!/bin/sh
+if [ "$RANK" = 1 ]; then (sleep 1.5; kill -STOP $$) & fi
+exec "$@"
+SCRIPT
+chmod +x "$dir/frozen.sh"
+LOOM_HEARTBEAT_TIMEOUT=3 timeout 90 "$loomrun" --nproc-per-node 3 --on-failure shrink \
+  "$dir/frozen.sh" "$train" "${args[@]}" > "$dir/frozen.log" 2>&1 ||
+  fail "the survivors of a frozen rank did not end the job (exit $?; 124: loomrun waited for it)"
+grep -q "rank 1 was left out by the others' shrink while it still ran" "$dir/frozen.log" ||
+  fail "loomrun did not stop the frozen rank"
+grep -qE "going on with 2 of 3 ranks" "$dir/frozen.log" || fail "no shrink around the frozen rank"
+[ -z "$(find "${TMPDIR:-/tmp}" -maxdepth 1 -name 'loomrun-left-out-*' -newer "$dir/frozen.sh")" ] ||
+  fail "loomrun left its folder for left-out workers behind"
 
 # The default: the same death stops the others, and loomrun reports the failure.
 "$loomrun" --nproc-per-node 3 "$dir/victim.sh" "$train" "${args[@]}" > "$dir/default.log" 2>&1

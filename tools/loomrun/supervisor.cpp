@@ -1,5 +1,6 @@
 #include "supervisor.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -12,8 +13,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <string>
+#include <vector>
 
 namespace loomrun {
 namespace {
@@ -32,6 +36,51 @@ struct Worker {
   // which names its process group, cannot name another group when loomrun signals it.
   std::optional<int> exit_code;
   OutputStream out, err;
+  bool left_out = false;  // the survivors' shrink left it out while it ran: loomrun stopped it
+};
+
+// --on-failure shrink: the folder where the survivors of a shrink name, by pid, the workers on
+// this host they left out that still run (a frozen one would keep loomrun waiting forever after
+// the others end). Made before the workers start and removed with what is in it at the end.
+class LeftOutDir {
+ public:
+  LeftOutDir() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/loomrun-left-out-XXXXXX";
+    if (::mkdtemp(pattern.data()) != nullptr)
+      path_ = pattern;
+    else
+      std::fprintf(stderr,
+                   "loomrun: cannot make a folder in %s (%s): a frozen worker that the others "
+                   "leave out will not be stopped\n",
+                   pattern.c_str(), std::strerror(errno));
+  }
+  ~LeftOutDir() {
+    if (path_.empty()) return;
+    for (pid_t pid : names()) ::unlink(fmt(pid).c_str());
+    ::rmdir(path_.c_str());
+  }
+  LeftOutDir(const LeftOutDir&) = delete;
+  LeftOutDir& operator=(const LeftOutDir&) = delete;
+  const std::string& path() const { return path_; }
+  // The pids named so far.
+  std::vector<pid_t> names() const {
+    std::vector<pid_t> pids;
+    if (path_.empty()) return pids;
+    DIR* d = ::opendir(path_.c_str());
+    if (d == nullptr) return pids;
+    while (const dirent* e = ::readdir(d)) {
+      char* end = nullptr;
+      const long pid = std::strtol(e->d_name, &end, 10);
+      if (end != e->d_name && *end == '\0' && pid > 0) pids.push_back(static_cast<pid_t>(pid));
+    }
+    ::closedir(d);
+    return pids;
+  }
+
+ private:
+  std::string fmt(pid_t pid) const { return path_ + "/" + std::to_string(pid); }
+  std::string path_;
 };
 
 volatile sig_atomic_t g_signal = 0;
@@ -103,10 +152,14 @@ Outcome run_workers_impl(const std::vector<std::string>& command,
   int failed_rank = -1;
   int last_code = 0, last_rank = -1;  // the last worker to end (others_go_on)
   bool stopped = false;
+  std::optional<LeftOutDir> left_out_dir;
+  if (others_go_on) left_out_dir.emplace();
   for (const WorkerSpec& spec : specs) {
     Worker w;
     w.rank = spec.rank;
     std::vector<std::string> env = spec.env, argv_copy = command;
+    if (left_out_dir && !left_out_dir->path().empty())
+      env.push_back("LOOM_LEFT_OUT_DIR=" + left_out_dir->path());
     std::vector<char*> envp, argvp;
     for (auto& s : env) envp.push_back(s.data());
     envp.push_back(nullptr);
@@ -187,6 +240,7 @@ Outcome run_workers_impl(const std::vector<std::string>& command,
           info.si_pid != w.pid)
         continue;
       w.exit_code = exit_code_of(info);
+      if (w.left_out) continue;  // reported when stopped; the job is the survivors'
       last_code = *w.exit_code, last_rank = w.rank;
       if (*w.exit_code != 0 && others_go_on && !stopped && !kill_at) {
         std::fprintf(stderr,
@@ -201,6 +255,20 @@ Outcome run_workers_impl(const std::vector<std::string>& command,
         begin_stopping();
       }
     }
+    if (left_out_dir)
+      for (pid_t pid : left_out_dir->names()) {
+        // The worker itself, or a process it started (its group: a wrapper that did not exec).
+        const pid_t group = ::getpgid(pid);
+        for (auto& w : workers)
+          if ((w.pid == pid || w.pid == group) && !w.exit_code && !w.left_out) {
+            std::fprintf(stderr,
+                         "loomrun: rank %d was left out by the others' shrink while it still ran "
+                         "(frozen, or too late to join); stopping it\n",
+                         w.rank);
+            w.left_out = true;
+            kill(-w.pid, SIGKILL);
+          }
+      }
     if (!kill_at && should_stop && should_stop()) {
       stopped = true;
       begin_stopping();
