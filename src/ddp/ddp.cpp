@@ -1,6 +1,8 @@
 #include "loom/ddp/ddp.hpp"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -45,9 +47,15 @@ class DistributedDataParallel::Impl {
   Impl(Module& module, Communicator& comm, DdpOptions options)
       : module_(module), comm_(comm), options_(options) {
     params_ = module_.parameters();
+    check_options_agree();
     check_shapes_agree();
-    assign_buckets();
-    broadcast_parameters();
+    try {
+      assign_buckets();
+      broadcast_parameters();
+    } catch (...) {  // the buckets made so far go with this object: the gradients must not
+      release_gradients();
+      throw;
+    }
     for (std::size_t b = 0; b < buckets_.size(); ++b)
       for (const Slot& s : buckets_[b].slots) {
         const std::size_t index = static_cast<std::size_t>(
@@ -66,14 +74,7 @@ class DistributedDataParallel::Impl {
       } catch (const Error&) {  // the pass is being abandoned: its error was or will be seen
       }
     }
-    // The communicator's memory may be gone before the gradients are (it outlives this object
-    // only): they keep their values in memory of their own.
-    if (options_.shared_buckets && options_.comm_hook == CommHook::none)
-      for (Bucket& b : buckets_)
-        for (const Slot& s : b.slots)
-          if (!s.param->grad.empty() && s.param->grad.data() >= b.flat.data() &&
-              s.param->grad.data() < b.flat.data() + b.flat.numel())
-            s.param->grad = s.param->grad.clone();
+    release_gradients();
   }
 
   Tensor backward(const Tensor& grad_output) {
@@ -109,6 +110,38 @@ class DistributedDataParallel::Impl {
  private:
   DataType wire_type() const {
     return options_.comm_hook == CommHook::fp16 ? DataType::f16 : DataType::bf16;
+  }
+
+  // The communicator's memory may be gone before the gradients are (it outlives this object
+  // only): the gradients in shared buckets take memory of their own, with their values.
+  void release_gradients() {
+    if (!options_.shared_buckets || options_.comm_hook != CommHook::none) return;
+    for (Bucket& b : buckets_)
+      for (const Slot& s : b.slots)
+        if (!s.param->grad.empty() && s.param->grad.data() >= b.flat.data() &&
+            s.param->grad.data() < b.flat.data() + b.flat.numel())
+          s.param->grad = s.param->grad.clone();
+  }
+
+  // The options decide the buckets, and so the collective calls that make and reduce them: a
+  // rank that differs would hang the others, so every rank raises InvalidArgument instead.
+  void check_options_agree() {
+    const int n = comm_.size();
+    const std::array<std::uint64_t, 4> mine{std::bit_cast<std::uint64_t>(options_.bucket_cap_mb),
+                                            std::bit_cast<std::uint64_t>(options_.first_bucket_mb),
+                                            static_cast<std::uint64_t>(options_.comm_hook),
+                                            options_.shared_buckets ? 1u : 0u};
+    std::vector<std::uint64_t> all(mine.size() * static_cast<std::size_t>(n));
+    comm_.all_gather(mine.data(), all.data(), mine.size(), DataType::u64);
+    constexpr const char* kNames[] = {"bucket_cap_mb", "first_bucket_mb", "comm_hook",
+                                      "shared_buckets"};
+    for (int r = 1; r < n; ++r)
+      for (std::size_t i = 0; i < mine.size(); ++i)
+        if (all[static_cast<std::size_t>(r) * mine.size() + i] != all[i])
+          throw InvalidArgument(
+              fmt::format("DistributedDataParallel: rank {}: DdpOptions::{} differs between rank "
+                          "0 and rank {}: every rank must pass the same options",
+                          comm_.rank(), kNames[i], r));
   }
 
   // Every rank learns every rank's parameter count and sizes, so all of them decide alike.
@@ -278,6 +311,7 @@ DistributedDataParallel::Impl& DistributedDataParallel::impl() const {
 }
 
 void DistributedDataParallel::continue_on(Communicator& comm) {
+  ++generation_;
   impl_.reset();  // waits out the abandoned buckets, which fail at once on a failed communicator
   for (Parameter* p : module_.parameters())
     if (!p->grad.empty()) p->grad.zero();
@@ -300,11 +334,12 @@ Module& DistributedDataParallel::module() {
   return module_;
 }
 DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp)
-    : ddp_(ddp), impl_(&ddp.impl()) {
+    : ddp_(ddp), impl_(&ddp.impl()), generation_(ddp.generation_) {
   impl_->enter_no_sync();
 }
 DistributedDataParallel::NoSync::~NoSync() {
-  if (ddp_.impl_.get() == impl_) impl_->leave_no_sync();  // not after continue_on replaced it
+  // Not after continue_on replaced it (a new Impl may lie at the old one's address).
+  if (ddp_.generation_ == generation_) impl_->leave_no_sync();
 }
 
 }  // namespace loom::ddp

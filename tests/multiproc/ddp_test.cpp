@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../support/ranks.hpp"
+#include "algorithms/algorithms.hpp"
 #include "base/trace_internal.hpp"
 #include "loom/ddp/data.hpp"
 #include "loom/ddp/ddp.hpp"
@@ -134,9 +135,9 @@ TEST(Ddp, BucketSizesAndCompressionAgree) {
 }
 
 // The buckets lie in the communicator's shared windows by default: with the all-reduce forced to
-// read the peers' buckets in place (which needs them there), training still matches one
-// process. When the DDP goes, the gradients keep their values in memory of their own, and the
-// bucket it left is the communicator's to free; private buckets are not.
+// read the peers' buckets in place (which it does only when they are there), training still
+// matches one process. When the DDP goes, every gradient moves to memory of its own with its
+// values, and the bucket it left is the communicator's to free; private buckets are not.
 TEST(Ddp, SharedBucketsAreReadInPlaceAndTheGradientsOutliveTheDdp) {
   for (int world : {2, 3}) {
     SCOPED_TRACE(world);
@@ -148,7 +149,10 @@ TEST(Ddp, SharedBucketsAreReadInPlaceAndTheGradientsOutliveTheDdp) {
           const Dataset data = make_teacher_dataset(1024, kWidths.front(), kWidths.back(), 6);
           const std::size_t b = 8, n = static_cast<std::size_t>(comm.size());
           const auto want = train_alone(data, n * b, 20);
+          const std::uint64_t before = algorithms::direct_host_calls();
           expect_close(train_ddp(comm, data, b, 20, DdpOptions{}), want, "shared, in place");
+          EXPECT_GE(algorithms::direct_host_calls() - before, 20u)
+              << "the buckets' all-reduces did not read the peers' buckets in place";
           DdpOptions hooked;
           hooked.comm_hook = CommHook::bf16;  // the compressed copy is what lies in the window
           const auto got = train_ddp(comm, data, b, 20, hooked);
@@ -162,6 +166,7 @@ TEST(Ddp, SharedBucketsAreReadInPlaceAndTheGradientsOutliveTheDdp) {
             Sequential model = make_mlp(kWidths, kSeed);
             const std::vector<Parameter*> params = model.parameters();
             const float* bucket = nullptr;  // the last parameter's gradient opens the first bucket
+            std::vector<const float*> inside;  // each gradient's place in its bucket
             std::vector<std::vector<float>> grads;
             {
               DdpOptions o;
@@ -177,20 +182,25 @@ TEST(Ddp, SharedBucketsAreReadInPlaceAndTheGradientsOutliveTheDdp) {
               ddp.backward(ce.backward());
               ddp.finalize();
               bucket = params.back()->grad.data();
-              for (Parameter* p : params)
+              for (Parameter* p : params) {
+                inside.push_back(p->grad.data());
                 grads.emplace_back(p->grad.data(), p->grad.data() + p->grad.numel());
+              }
+            }
+            for (std::size_t i = 0; i < params.size(); ++i)
+              EXPECT_EQ(params[i]->grad.data() != inside[i], shared)
+                  << params[i]->name << (shared ? " is still in its bucket" : " moved");
+            if (shared) {
+              // Unmapped now: a gradient left in it would fault below.
+              EXPECT_NO_THROW(comm.free(const_cast<float*>(bucket)));
+            } else {
+              EXPECT_THROW(comm.free(const_cast<float*>(bucket)), InvalidArgument);
             }
             for (std::size_t i = 0; i < params.size(); ++i) {
               const Tensor& g = params[i]->grad;
               ASSERT_EQ(g.numel(), grads[i].size());
               EXPECT_TRUE(std::equal(grads[i].begin(), grads[i].end(), g.data()))
                   << params[i]->name << " changed when the DDP went";
-            }
-            if (shared) {
-              EXPECT_NE(params.back()->grad.data(), bucket) << "still in the bucket";
-              EXPECT_NO_THROW(comm.free(const_cast<float*>(bucket)));
-            } else {
-              EXPECT_THROW(comm.free(const_cast<float*>(bucket)), InvalidArgument);
             }
           }
         },
@@ -259,6 +269,34 @@ TEST(Ddp, DifferentModelsAcrossRanksAreAnErrorOnEveryRank) {
       EXPECT_NE(what.find("rank 2"), std::string::npos) << what;
     }
     // Nothing is broken: the communicator still works.
+    float v = 1;
+    comm.all_reduce(&v, 1, DataType::f32, ReduceOp::sum);
+    EXPECT_EQ(v, 3.0f);
+  });
+}
+
+TEST(Ddp, DifferentOptionsAcrossRanksAreAnErrorOnEveryRank) {
+  run_ranks(3, [](Communicator& comm) {
+    Sequential model = make_mlp({10, 16, 4}, 1);
+    // Each would make other buckets, and other collective calls, on rank 1.
+    for (int which = 0; which < 4; ++which) {
+      DdpOptions o;
+      if (comm.rank() == 1) {
+        if (which == 0) o.bucket_cap_mb = 0.5;
+        if (which == 1) o.first_bucket_mb = 0.001;
+        if (which == 2) o.comm_hook = CommHook::fp16;
+        if (which == 3) o.shared_buckets = false;
+      }
+      const char* names[] = {"bucket_cap_mb", "first_bucket_mb", "comm_hook", "shared_buckets"};
+      try {
+        DistributedDataParallel ddp(model, comm, o);
+        ADD_FAILURE() << "DDP accepted different " << names[which];
+      } catch (const InvalidArgument& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find(names[which]), std::string::npos) << what;
+        EXPECT_NE(what.find("rank 1"), std::string::npos) << what;
+      }
+    }
     float v = 1;
     comm.all_reduce(&v, 1, DataType::f32, ReduceOp::sum);
     EXPECT_EQ(v, 3.0f);

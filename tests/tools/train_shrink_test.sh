@@ -9,17 +9,21 @@ loomrun=$1 train=$2
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; cat "$dir"/*.log; exit 1; }
-# A wrapper that, for each RANK:SIGNAL:SECONDS, sends SIGNAL to that rank SECONDS after its
-# start (a wait on time, long enough for a few steps on a loaded machine: a rank's epoch lines
-# are rank 0's only), then runs the command.
-wrapper() {  # file rank:signal:seconds...
-  local file=$1 spec r sig secs
+# A wrapper that, for each RANK:SIGNAL:SECONDS[:PATTERN], sends SIGNAL to that rank SECONDS
+# after its start (a wait on time, long enough for a few steps on a loaded machine: a rank's
+# epoch lines are rank 0's only), or after PATTERN appears in $WATCH_LOG (within a minute), then
+# runs the command.
+wrapper() {  # file rank:signal:seconds[:pattern]...
+  local file=$1 spec r sig secs pattern wait
   shift
   {
     echo '#!/bin/sh'
     for spec in "$@"; do
-      IFS=: read -r r sig secs <<< "$spec"
-      echo "if [ \"\$RANK\" = $r ]; then (sleep $secs; kill -$sig \$\$) & fi"
+      IFS=: read -r r sig secs pattern <<< "$spec"
+      wait=""
+      [ -n "$pattern" ] &&
+        wait="for i in \$(seq 600); do grep -q '$pattern' \"\$WATCH_LOG\" && break; sleep 0.1; done; "
+      echo "if [ \"\$RANK\" = $r ]; then (${wait}sleep $secs; kill -$sig \$\$) & fi"
     done
     echo 'exec "$@"'
   } > "$file"
@@ -51,8 +55,10 @@ awk '/loss per epoch:/ { if ($NF + 0 >= $(NF - 99) + 0) bad = 1; found = 1 }
 
 # Two deaths, two shrinks: the second leaves a communicator that was itself a shrink's, in
 # whose memory the DDP's buckets lie (DdpOptions::shared_buckets) until it goes on without it.
-wrapper "$dir/two_victims.sh" 3:KILL:1.5 2:KILL:3
-shrink_run twice 4 "$dir/two_victims.sh" || fail "the survivors of two deaths did not finish (exit $?)"
+# The second a second after the first shrink, not in its midst.
+wrapper "$dir/two_victims.sh" 3:KILL:1.5 "2:KILL:1:going on with 3 of 4"
+WATCH_LOG="$dir/twice.log" shrink_run twice 4 "$dir/two_victims.sh" ||
+  fail "the survivors of two deaths did not finish (exit $?)"
 expect twice "going on with 2 of 3 ranks .* effective batch 32 \(was 48\)" \
   "no second shrink (the run may be too short for this machine)"
 expect twice "shrunk 2 time\(s\) after lost ranks: the run ended with 2 rank\(s\)" \

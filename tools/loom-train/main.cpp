@@ -446,14 +446,14 @@ class Trainer {
     comm_->abort();
     // The failed one, if it was already a shrink's, lives until the DDP has left it: the
     // buckets lie in its memory (DdpOptions::shared_buckets) until continue_on.
-    std::optional<loom::Communicator> failed;
-    if (owned_comm_) failed.emplace(std::move(*owned_comm_));
+    if (owned_comm_) retired_comm_.emplace(std::move(*owned_comm_));
     owned_comm_.emplace(std::move(survivors));
     comm_ = &*owned_comm_;
     rank_ = comm_->rank(), world_ = comm_->size();
     optimizer_->zero_grad();
     state_ = adopt_rank0_state(*comm_, model_, *optimizer_, state_);
     if (ddp_) ddp_->continue_on(*comm_);
+    retired_comm_.reset();
     ++shrinks_;
     if (rank_ == 0)
       std::printf(
@@ -627,6 +627,9 @@ class Trainer {
   Args a_;
   loom::Communicator* comm_;
   std::optional<loom::Communicator> owned_comm_;  // the survivors', after a shrink
+  // A failed one of a shrink's while the DDP leaves it (declared before ddp_: it goes after it,
+  // should that fail).
+  std::optional<loom::Communicator> retired_comm_;
   int rank_, world_;
   Dataset data_;
   std::size_t held_out_;  // the last samples of data_, for --eval-every only

@@ -37,6 +37,7 @@ constexpr std::string_view kPerWorker[] = {"RANK=",
                                            "LOOM_INIT_METHOD=",
                                            "LOOM_RESTART_COUNT=",
                                            "LOOM_ON_FAILURE=",
+                                           "LOOM_LEFT_OUT_DIR=",
                                            "TORCHELASTIC_"};
 
 }  // namespace

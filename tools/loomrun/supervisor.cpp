@@ -57,14 +57,15 @@ class LeftOutDir {
   }
   ~LeftOutDir() {
     if (path_.empty()) return;
-    for (pid_t pid : names()) ::unlink(fmt(pid).c_str());
+    take_names();
     ::rmdir(path_.c_str());
   }
   LeftOutDir(const LeftOutDir&) = delete;
   LeftOutDir& operator=(const LeftOutDir&) = delete;
   const std::string& path() const { return path_; }
-  // The pids named so far.
-  std::vector<pid_t> names() const {
+  // The pids named since the last look; each name is taken once (its file removed), so that a
+  // pid that a process of a wrapper left behind cannot name another process later.
+  std::vector<pid_t> take_names() const {
     std::vector<pid_t> pids;
     if (path_.empty()) return pids;
     DIR* d = ::opendir(path_.c_str());
@@ -74,6 +75,7 @@ class LeftOutDir {
       const long pid = std::strtol(e->d_name, &end, 10);
       if (end != e->d_name && *end == '\0' && pid > 0) pids.push_back(static_cast<pid_t>(pid));
     }
+    for (pid_t pid : pids) ::unlink(fmt(pid).c_str());
     ::closedir(d);
     return pids;
   }
@@ -256,18 +258,22 @@ Outcome run_workers_impl(const std::vector<std::string>& command,
       }
     }
     if (left_out_dir)
-      for (pid_t pid : left_out_dir->names()) {
+      for (pid_t pid : left_out_dir->take_names()) {
         // The worker itself, or a process it started (its group: a wrapper that did not exec).
         const pid_t group = ::getpgid(pid);
-        for (auto& w : workers)
-          if ((w.pid == pid || w.pid == group) && !w.exit_code && !w.left_out) {
-            std::fprintf(stderr,
-                         "loomrun: rank %d was left out by the others' shrink while it still ran "
-                         "(frozen, or too late to join); stopping it\n",
-                         w.rank);
-            w.left_out = true;
-            kill(-w.pid, SIGKILL);
-          }
+        for (auto& w : workers) {
+          if ((w.pid != pid && w.pid != group) || w.exit_code || w.left_out) continue;
+          siginfo_t info{};  // one that ended since the look above ends as itself
+          if (waitid(P_PID, static_cast<id_t>(w.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+              info.si_pid == w.pid)
+            continue;
+          std::fprintf(stderr,
+                       "loomrun: rank %d was left out by the others' shrink while it still ran "
+                       "(frozen, or too late to join); stopping it\n",
+                       w.rank);
+          w.left_out = true;
+          kill(-w.pid, SIGKILL);
+        }
       }
     if (!kill_at && should_stop && should_stop()) {
       stopped = true;

@@ -4,6 +4,7 @@
 // asynchronously the moment its last gradient is ready, overlapping the rest of backward.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@ namespace loom::ddp {
 enum class CommHook { none, fp16, bf16 };
 std::string_view to_string(CommHook hook);
 
+// The same on every rank (else every rank raises InvalidArgument at construction).
 struct DdpOptions {
   double bucket_cap_mb = 25.0;   // MiB per bucket...
   double first_bucket_mb = 1.0;  // ...except the first, small so that it starts early
@@ -25,8 +27,9 @@ struct DdpOptions {
   // The buckets lie in memory from Communicator::alloc: on one host over shared memory a bucket's
   // all-reduce may then read the peers' buckets where they are instead of streaming through the
   // slots (the cost model chooses per call). That memory is the communicator's until it is gone
-  // (alloc and free are collective; destroying this object communicates nothing); the gradients
-  // move to memory of their own when this object is destroyed.
+  // (alloc and free are collective; destroying this object communicates nothing): each DDP
+  // object made on a long-lived communicator adds its buckets' size to it. The gradients move to
+  // memory of their own when this object is destroyed.
   bool shared_buckets = true;
 };
 
@@ -66,6 +69,7 @@ class DistributedDataParallel {
    private:
     DistributedDataParallel& ddp_;
     Impl* impl_;
+    std::uint64_t generation_;  // the ddp_'s continue_on count when this began
   };
   [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
 
@@ -86,6 +90,7 @@ class DistributedDataParallel {
   Module& module_;
   DdpOptions options_;
   std::unique_ptr<Impl> impl_;
+  std::uint64_t generation_ = 0;  // continue_on calls so far
 };
 
 }  // namespace loom::ddp
