@@ -91,6 +91,8 @@ class LOOM_INTERNAL Communicator::Impl {
   // "rank 3", or "rank 1 (rank 3 of the parent)" for a communicator made by split().
   std::string who(int rank) const;
 
+  // shrink.cpp: the process of rank r where it runs on this host, else 0.
+  int local_pid(int r) const;
   // shrink.cpp: tells the launcher of the ranks on this host that shrink left out and that run.
   void report_left_out(const std::vector<int>& members) const;
 

@@ -41,6 +41,11 @@ std::vector<int> decode(const Bytes& bytes, int size) {
 
 }  // namespace
 
+int Communicator::Impl::local_pid(int r) const {
+  const int pid = topology_.pid_of_rank[static_cast<std::size_t>(r)];
+  return topology_.same_host(r, rank_) && pid > 0 ? pid : 0;
+}
+
 // A rank left out that still runs on this host (frozen, or too late to join) would keep its
 // launcher waiting after the survivors end. loomrun (--on-failure shrink) names a folder in
 // LOOM_LEFT_OUT_DIR where each survivor leaves a file named after such a rank's pid; it stops
@@ -49,9 +54,9 @@ void Communicator::Impl::report_left_out(const std::vector<int>& members) const 
   const std::string& dir = config_.left_out_dir;
   if (dir.empty()) return;
   for (int r = 0; r < size_; ++r) {
-    const int pid = topology_.pid_of_rank[static_cast<std::size_t>(r)];
-    if (std::binary_search(members.begin(), members.end(), r) || !topology_.same_host(r, rank_) ||
-        pid <= 0 || !base::process_alive(pid))
+    const int pid = local_pid(r);
+    if (std::binary_search(members.begin(), members.end(), r) || pid == 0 ||
+        !base::process_alive(pid))
       continue;
     const std::string path = fmt::format("{}/{}", dir, pid);
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -82,8 +87,8 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
   // A rank that dies after the failure that halted this communicator (before or while shrinking)
   // is in no record; on this host its process tells. A rank elsewhere is waited for.
   auto gone = [&](int r) {
-    const int pid = topology_.pid_of_rank[static_cast<std::size_t>(r)];
-    return topology_.same_host(r, rank_) && pid > 0 && !base::process_alive(pid);
+    const int pid = local_pid(r);
+    return pid != 0 && !base::process_alive(pid);
   };
 
   // Wait until every rank not known to have failed has joined, or the deadline; whoever decides

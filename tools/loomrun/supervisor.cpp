@@ -75,13 +75,13 @@ class LeftOutDir {
       const long pid = std::strtol(e->d_name, &end, 10);
       if (end != e->d_name && *end == '\0' && pid > 0) pids.push_back(static_cast<pid_t>(pid));
     }
-    for (pid_t pid : pids) ::unlink(fmt(pid).c_str());
+    for (pid_t pid : pids) ::unlink(file_of(pid).c_str());
     ::closedir(d);
     return pids;
   }
 
  private:
-  std::string fmt(pid_t pid) const { return path_ + "/" + std::to_string(pid); }
+  std::string file_of(pid_t pid) const { return path_ + "/" + std::to_string(pid); }
   std::string path_;
 };
 
@@ -109,6 +109,15 @@ void flush_lines(OutputStream& s, int rank, bool prefix, bool final) {
 int exit_code_of(const siginfo_t& info) {
   if (info.si_code == CLD_EXITED) return info.si_status;
   return 128 + info.si_status;  // killed by a signal
+}
+
+// The worker's exit code once it has exited, left unreaped (see Worker::exit_code).
+std::optional<int> ended(const Worker& w) {
+  siginfo_t info{};
+  if (waitid(P_PID, static_cast<id_t>(w.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+      info.si_pid != w.pid)
+    return std::nullopt;
+  return exit_code_of(info);
 }
 
 // Forks one worker in its own process group (stopping it stops everything it started), which
@@ -237,11 +246,8 @@ Outcome run_workers_impl(const std::vector<std::string>& command,
     }
     for (auto& w : workers) {
       if (w.exit_code) continue;
-      siginfo_t info{};
-      if (waitid(P_PID, static_cast<id_t>(w.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
-          info.si_pid != w.pid)
-        continue;
-      w.exit_code = exit_code_of(info);
+      w.exit_code = ended(w);
+      if (!w.exit_code) continue;
       if (w.left_out) continue;  // reported when stopped; the job is the survivors'
       last_code = *w.exit_code, last_rank = w.rank;
       if (*w.exit_code != 0 && others_go_on && !stopped && !kill_at) {
@@ -262,11 +268,8 @@ Outcome run_workers_impl(const std::vector<std::string>& command,
         // The worker itself, or a process it started (its group: a wrapper that did not exec).
         const pid_t group = ::getpgid(pid);
         for (auto& w : workers) {
-          if ((w.pid != pid && w.pid != group) || w.exit_code || w.left_out) continue;
-          siginfo_t info{};  // one that ended since the look above ends as itself
-          if (waitid(P_PID, static_cast<id_t>(w.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
-              info.si_pid == w.pid)
-            continue;
+          // One that ended since the look above ends as itself.
+          if ((w.pid != pid && w.pid != group) || w.exit_code || w.left_out || ended(w)) continue;
           std::fprintf(stderr,
                        "loomrun: rank %d was left out by the others' shrink while it still ran "
                        "(frozen, or too late to join); stopping it\n",
