@@ -51,6 +51,7 @@ Communicator::Impl::Impl(std::shared_ptr<Store> store, int rank, int size, const
   // communicator never reads the first one's addresses; each attempt of a restarted job counts
   // afresh, so a rank that died before joining in an earlier attempt cannot leave the ranks on
   // different generations.
+  launcher_store_ = store;
   auto base = std::make_shared<PrefixStore>(options.store_prefix, store);
   const std::string attempt =
       config_.restart_count < 0 ? "" : fmt::format("attempt{}", config_.restart_count);
@@ -76,6 +77,7 @@ Communicator::Impl::Impl(const Impl& parent, base::Config config, std::shared_pt
       size_(static_cast<int>(members.size())),
       config_(std::move(config)),
       store_(std::move(store)),
+      launcher_store_(parent.launcher_store_),
       topology_(parent.topology_.of_ranks(members)),
       route_hint_(parent.route_hint_),
       token_(token),

@@ -93,7 +93,8 @@ class LOOM_INTERNAL Communicator::Impl {
 
   // shrink.cpp: the process of rank r where it runs on this host, else 0.
   int local_pid(int r) const;
-  // shrink.cpp: tells the launcher of the ranks on this host that shrink left out and that run.
+  // shrink.cpp: tells the launcher of the ranks that shrink left out: of those on this host that
+  // still run, in its folder; of every one it numbered, in the store it reads.
   void report_left_out(const std::vector<int>& members) const;
 
   // transport_setup.cpp
@@ -145,6 +146,9 @@ class LOOM_INTERNAL Communicator::Impl {
   int size_;
   base::Config config_;
   std::shared_ptr<Store> store_;  // this communicator's key space
+  // The store as init was given it, outside every key space: where a launcher reads
+  // (store::keys::launcher_left_out).
+  std::shared_ptr<Store> launcher_store_;
   core::Topology topology_;
   std::string route_hint_;         // where the store is reached: data connections listen there too
   std::uint64_t token_ = 0;        // the job token: names this communicator's connections

@@ -46,18 +46,28 @@ int Communicator::Impl::local_pid(int r) const {
   return topology_.same_host(r, rank_) && pid > 0 ? pid : 0;
 }
 
-// A rank left out that still runs on this host (frozen, or too late to join) would keep its
-// launcher waiting after the survivors end. loomrun (--on-failure shrink) names a folder in
-// LOOM_LEFT_OUT_DIR where each survivor leaves a file named after such a rank's pid; it stops
-// that worker. Every survivor on the host writes it: the first file made is the one.
+// A rank left out that still runs (frozen, or too late to join) would keep its launcher waiting
+// after the survivors end. loomrun (--on-failure shrink) looks in two places for the workers it
+// should stop. On this host: a folder it names in LOOM_LEFT_OUT_DIR, where a survivor leaves a
+// file named after such a rank's pid (the first file made is the one). On any host: the store
+// it gave the workers, where a key names each left-out rank as loomrun numbered it (RANK), and
+// holds its pid; a rank on a host with no survivor is reached only that way.
 void Communicator::Impl::report_left_out(const std::vector<int>& members) const {
   const std::string& dir = config_.left_out_dir;
-  if (dir.empty()) return;
   for (int r = 0; r < size_; ++r) {
+    if (std::binary_search(members.begin(), members.end(), r)) continue;
+    const auto i = static_cast<std::size_t>(r);
+    if (const int launched_as = topology_.launch_rank_of_rank[i]; launched_as >= 0) {
+      try {
+        launcher_store_->set(store::keys::launcher_left_out(config_.restart_count, launched_as),
+                             std::to_string(topology_.pid_of_rank[i]));
+      } catch (const Error& e) {
+        base::log().warn("shrink: cannot tell the launcher in the store that {} was left out: {}",
+                         who(r), e.what());
+      }
+    }
     const int pid = local_pid(r);
-    if (std::binary_search(members.begin(), members.end(), r) || pid == 0 ||
-        !base::process_alive(pid))
-      continue;
+    if (dir.empty() || pid == 0 || !base::process_alive(pid)) continue;
     const std::string path = fmt::format("{}/{}", dir, pid);
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd >= 0) {

@@ -46,8 +46,8 @@ void Communicator::Impl::build_transports() {
     if (size_ > 1 && config_.probe_budget.count() > 0)
       rates = core::probe_machine(config_.probe_budget, config_.transport == "tcp");
     // Rank 0's table decides for every rank (it travels in its topology record).
-    topology_ = core::exchange_topology(*store_, rank_, size_, config_.timeout, rdma_port, rates,
-                                        config_.tuning_file);
+    topology_ = core::exchange_topology(*store_, rank_, size_, config_.timeout, config_.launch_rank,
+                                        rdma_port, rates, config_.tuning_file);
   }
   // The spinning policy follows the ranks that really share this host's cores.
   config_.set_local_world_size(topology_.ranks_on_host_of(rank_));

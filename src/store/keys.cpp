@@ -43,6 +43,8 @@ std::string_view name(Space space) {
       return "shrink";
     case Space::rendezvous:
       return "rendezvous";
+    case Space::launcher:
+      return "launcher";
   }
   return "unknown";
 }
@@ -108,6 +110,10 @@ std::string shrink_members(std::uint64_t round) {
 }
 std::string shrink_space(std::uint64_t round) {
   return key(Space::shrink, "space", round);
+}
+
+std::string launcher_left_out(std::int64_t restart_count, int launch_rank) {
+  return key(Space::launcher, "left_out", restart_count, launch_rank);
 }
 
 std::string rendezvous_seeded(std::string_view run) {

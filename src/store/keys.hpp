@@ -26,6 +26,7 @@ enum class Space : std::uint8_t {
   split,            // sub-communicators: the colors and keys of a split
   shrink,           // communicators of the survivors: who joined, who was admitted
   rendezvous,       // loomrun's elastic rendezvous: rounds, their members and outcomes
+  launcher,         // what workers tell the launcher that started them (outside any generation)
 };
 // The space's name: the first part of each of its keys.
 std::string_view name(Space space);
@@ -61,6 +62,10 @@ std::string split_space(std::uint64_t split, int color);
 std::string shrink_joined(std::uint64_t round, int rank);
 std::string shrink_members(std::uint64_t round);
 std::string shrink_space(std::uint64_t round);
+
+// Outside any generation, for the launcher: the worker it numbered `launch_rank` in attempt
+// `restart_count` was left out by the survivors' shrink; the value is its pid.
+std::string launcher_left_out(std::int64_t restart_count, int launch_rank);
 
 // loomrun's elastic rendezvous of run `run` (outside any generation). A round is one
 // membership of the job: nodes join it, it closes, their workers run until it ends.

@@ -7,7 +7,9 @@
 #   - --nnodes 2:3 on 3 nodes, one node SIGKILLed whole (loomrun and workers) mid-training: the
 #     other two re-rendezvous, restart at 2 nodes from the last snapshot and finish;
 #   - the same with node 1 killed, the node hosting the rendezvous store: node 2 takes it over;
-#   - --on-failure shrink: a node killed, the other two nodes' workers go on without a restart.
+#   - --on-failure shrink: a node killed, the other two nodes' workers go on without a restart;
+#   - --on-failure shrink: a worker frozen (SIGSTOP) on a node where no other worker runs: the
+#     others shrink past it, its node's loomrun stops it, and every node exits 0.
 # Needs root (namespaces); exits 77 (CTest: skipped) with the reason where not permitted.
 set -u
 build=$1
@@ -128,4 +130,29 @@ done
 grep -q "going on with 2 of 3 ranks" "$dir"/node*.log || fail "shrink: the survivors did not shrink"
 grep -q "the run ended with 2 rank(s)" "$dir"/node*.log || fail "shrink: no summary at 2 ranks"
 echo "--nnodes 2:3 --on-failure shrink, node $victim killed: the other 2 went on without a restart"
+
+# --on-failure shrink, a worker frozen on a node of its own: the others declare it failed once
+# its heartbeat stops and shrink past it, and the survivors name it in the workers' store, where
+# its node's loomrun (which no survivor's folder reaches) finds it and stops it. Before, that
+# loomrun waited for ever for the stopped worker, and the others for it at the exit barrier.
+rm -f "$dir"/node*.log
+export LOOM_HEARTBEAT_TIMEOUT=3
+for i in 1 2 3; do start "$i" 2:3 frozen --on-failure shrink $(train_args frozen 98304); done
+unset LOOM_HEARTBEAT_TIMEOUT
+wait_for 90 '[ -n "$(ls "$dir"/snap-frozen/snapshot-frozen-*.loom 2>/dev/null)" ]' || fail "frozen: no snapshot"
+victim=3
+grep -q "^  group_rank=0$" "$dir/node3.log" && victim=2
+worker=""
+for p in $("$cluster" pids "$victim"); do
+  tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q "^$train " && worker=$p
+done
+[ -n "$worker" ] || fail "frozen: no worker found on node $victim"
+kill -STOP "$worker"
+wait_for 90 '! kill -0 "${pid[1]}" 2>/dev/null && ! kill -0 "${pid[2]}" 2>/dev/null && ! kill -0 "${pid[3]}" 2>/dev/null' ||
+  { kill -9 "$worker"; fail "frozen: a node's loomrun still waits 90 s after the worker on node $victim froze"; }
+for i in 1 2 3; do finishes "$i" "frozen"; done
+grep -q "rank .* was left out by the others' shrink" "$dir/node$victim.log" ||
+  fail "frozen: node $victim's loomrun did not stop its left-out worker"
+grep -q "going on with 2 of 3 ranks" "$dir"/node*.log || fail "frozen: the survivors did not shrink"
+echo "--nnodes 2:3 --on-failure shrink, the worker on node $victim frozen: its loomrun stopped it, all exited 0"
 echo "elastic: all passed"

@@ -44,13 +44,20 @@ TEST(StoreKeys, NoTwoBuildersOrIndicesGiveTheSameKey) {
     for (std::uint64_t split = 0; split < 3; ++split) {
       add(keys::split_request(split, r), "split_request");
       add(keys::split_space(split, r), "split_space");
+      add(keys::shrink_joined(split, r), "shrink_joined");
     }
+    for (std::int64_t attempt = -1; attempt < 2; ++attempt)
+      add(keys::launcher_left_out(attempt, r), "launcher_left_out");
     for (const std::string run : {"a", "b"})
       for (std::int64_t round = 1; round < 3; ++round) {
         add(keys::rendezvous_node(run, round, r), "rendezvous_node");
         add(keys::rendezvous_heartbeat(run, round, r), "rendezvous_heartbeat");
         add(keys::rendezvous_done(run, round, r), "rendezvous_done");
       }
+  }
+  for (std::uint64_t round = 0; round < 3; ++round) {
+    add(keys::shrink_members(round), "shrink_members");
+    add(keys::shrink_space(round), "shrink_space");
   }
   for (const std::string run : {"a", "b"}) {
     add(keys::rendezvous_seeded(run), "rendezvous_seeded");
@@ -68,9 +75,9 @@ TEST(StoreKeys, NoTwoBuildersOrIndicesGiveTheSameKey) {
 
 TEST(StoreKeys, EveryKeyStartsWithItsComponentsSpaceAndSpacesAreDistinct) {
   std::set<std::string> names;
-  for (Space s :
-       {Space::communicator, Space::topology, Space::failure, Space::health, Space::tcp, Space::shm,
-        Space::cudaipc_control, Space::cudaipc, Space::ibverbs, Space::split, Space::rendezvous})
+  for (Space s : {Space::communicator, Space::topology, Space::failure, Space::health, Space::tcp,
+                  Space::shm, Space::cudaipc_control, Space::cudaipc, Space::ibverbs, Space::split,
+                  Space::shrink, Space::rendezvous, Space::launcher})
     EXPECT_TRUE(names.insert(std::string(keys::name(s))).second) << keys::name(s);
   auto starts = [](const std::string& key, Space s) {
     return key.rfind(std::string(keys::name(s)) + "/", 0) == 0;
@@ -85,6 +92,8 @@ TEST(StoreKeys, EveryKeyStartsWithItsComponentsSpaceAndSpacesAreDistinct) {
   EXPECT_TRUE(starts(keys::abort_seen(0), Space::failure));
   EXPECT_TRUE(starts(keys::topology(0), Space::topology));
   EXPECT_TRUE(starts(keys::job_token(), Space::communicator));
+  EXPECT_TRUE(starts(keys::shrink_members(0), Space::shrink));
+  EXPECT_TRUE(starts(keys::launcher_left_out(0, 1), Space::launcher));
 }
 
 }  // namespace

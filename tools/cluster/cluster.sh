@@ -12,6 +12,7 @@
 #   cluster.sh kill I                              SIGKILL everything running on node I, as if it
 #                                                  lost power (its address stays, refusing)
 #   cluster.sh addr I                              node I's address
+#   cluster.sh pids I                              the processes running on node I, one per line
 #   cluster.sh hosts                               the node names, one per line
 #   cluster.sh down                                stop everything on the nodes, remove them and
 #                                                  verify that nothing is left
@@ -150,9 +151,10 @@ case "$cmd" in
   up) [ $# -ge 1 ] || die "usage: cluster.sh up N [--rate RATE] [--mtu BYTES]"; up "$@" ;;
   exec) [ $# -ge 2 ] || die "usage: cluster.sh exec I CMD [ARG...]"; run_on "$@" ;;
   addr) node_addr "$1" ;;
+  pids) [ $# -ge 1 ] || die "usage: cluster.sh pids I"; ip netns pids "$(node_ns "$1")" ;;
   kill) [ $# -ge 1 ] || die "usage: cluster.sh kill I"; kill_node "$1" ;;
   hosts) for i in $(seq 1 "$(count)"); do node_host "$i"; done ;;
   down) down ;;
   status) status ;;
-  *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

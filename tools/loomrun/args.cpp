@@ -44,7 +44,7 @@ namespace {
       "                        lost node stops nothing; the others go on without it (loom-train\n"
       "                        --on-failure shrink, Communicator::shrink; workers get\n"
       "                        LOOM_ON_FAILURE=shrink). A worker the others leave out that\n"
-      "                        still runs (frozen) is stopped when a survivor runs on its node.\n"
+      "                        still runs (frozen) is stopped by its node's loomrun.\n"
       "                        The job succeeds if the last workers to end succeed; if they\n"
       "                        fail too, the restarts above apply\n"
       "                        (default: $LOOM_ON_FAILURE, else restart)\n"

@@ -12,6 +12,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "loom/store.hpp"
+#include "store/keys.hpp"
+
 namespace loomrun {
 namespace {
 
@@ -210,6 +213,45 @@ void log_round(const Args& args, const Placement& place) {
                            fmt::join(global_ranks, ", "), fmt::join(global_ranks, ", "),
                            fmt::join(world_sizes, ", "), fmt::join(world_sizes, ", "))
                    .c_str());
+}
+
+LeftOutLookup left_out_in_store(const Placement& place, std::chrono::milliseconds interval) {
+  using Clock = std::chrono::steady_clock;
+  struct State {
+    std::shared_ptr<loom::Store> store;
+    Clock::time_point next = Clock::now();
+  };
+  auto state = std::make_shared<State>();
+  return [state, place, interval](const std::vector<int>& ranks) {
+    std::vector<pid_t> pids;
+    const auto now = Clock::now();
+    if (now < state->next) return pids;
+    state->next = now + interval;
+    constexpr auto kWait = std::chrono::seconds(1);
+    try {
+      if (!state->store)
+        state->store = std::make_shared<loom::TcpStore>(
+            place.master_addr, static_cast<std::uint16_t>(place.master_port), kWait, std::nullopt,
+            kWait);
+      std::vector<std::string> keys;
+      for (int rank : ranks)
+        keys.push_back(loom::store::keys::launcher_left_out(place.restart_count, rank));
+      const std::vector<bool> named = state->store->check(keys);
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        if (!named[i]) continue;
+        const std::string pid = state->store->get_string(keys[i], kWait);
+        char* end = nullptr;
+        const long value = std::strtol(pid.c_str(), &end, 10);
+        if (end != pid.c_str() && *end == '\0' && value > 0)
+          pids.push_back(static_cast<pid_t>(value));
+      }
+    } catch (const std::exception&) {
+      // The store's host may be gone or slow: the workers find that out themselves.
+      state->store.reset();
+      state->next = Clock::now() + std::chrono::seconds(5);
+    }
+    return pids;
+  };
 }
 
 }  // namespace loomrun

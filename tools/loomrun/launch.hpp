@@ -2,6 +2,7 @@
 // torchrun's log lines about the launch and each round.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,13 @@ std::vector<std::string> inherited_environment(char** environ, const Args& args)
 std::vector<int> cpu_share(int local, int workers, const std::vector<int>& allowed);
 std::vector<WorkerSpec> worker_specs(const Args& args, const Placement& place,
                                      const std::vector<std::string>& base_env);
+
+// --on-failure shrink: the pids that the survivors' shrink named, in the workers' store at
+// place's MASTER_ADDR:MASTER_PORT, for the given ranks of this attempt (a worker left out on a
+// node where no survivor runs is named only there). Looks at most once per `interval`; a store
+// that does not answer is asked again only after a few seconds, so that the supervisor's loop
+// is never held up for long.
+LeftOutLookup left_out_in_store(const Placement& place, std::chrono::milliseconds interval);
 
 // torchrun's "Starting elastic_operator with launch configs" and "Rendezvous complete" lines.
 void log_launch(const Args& args, const std::string& run_id, const std::string& endpoint);

@@ -25,6 +25,11 @@ extern char** environ;
 namespace loomrun {
 namespace {
 
+// --on-failure shrink: workers the others left out, named in the workers' store.
+LeftOutLookup left_out_lookup(const Args& args, const Placement& place) {
+  return args.shrink_on_failure ? left_out_in_store(place, args.monitor_interval) : LeftOutLookup{};
+}
+
 int run_static(const Args& args, const std::vector<std::string>& base_env) {
   const int node_rank = args.node_rank.value_or(0);
   int port = args.master_port >= 0 ? args.master_port : args.nnodes() == 1 ? 0 : 29500;
@@ -54,8 +59,9 @@ int run_static(const Args& args, const std::vector<std::string>& base_env) {
   for (int attempt = 0;; ++attempt) {
     place.restart_count = attempt;
     log_round(args, place);
-    const Outcome outcome = run_workers(args.command, worker_specs(args, place, base_env),
-                                        args.grace_s, args.prefix, nullptr, args.shrink_on_failure);
+    const Outcome outcome =
+        run_workers(args.command, worker_specs(args, place, base_env), args.grace_s, args.prefix,
+                    nullptr, args.shrink_on_failure, left_out_lookup(args, place));
     if (outcome.code == 0 || outcome.interrupted) return outcome.code;
     if (attempt >= args.max_restarts) {
       if (args.max_restarts > 0)
@@ -143,7 +149,7 @@ int run_dynamic(const Args& args, const std::vector<std::string>& base_env) {
           if (end == RoundEnd::failed && args.shrink_on_failure) return false;
           return end != RoundEnd::running;
         },
-        args.shrink_on_failure);
+        args.shrink_on_failure, left_out_lookup(args, place));
     if (outcome.interrupted) {
       rdzv->record_failure(round,
                            fmt::format("node {} ({}) was stopped by signal {}", round.group_rank,

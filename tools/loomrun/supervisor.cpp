@@ -157,7 +157,8 @@ pid_t start_worker(char* const* argv, char* const* envp, const cpu_set_t* cpus, 
 
 Outcome run_workers_impl(const std::vector<std::string>& command,
                          const std::vector<WorkerSpec>& specs, double grace_s, bool prefix,
-                         const std::function<bool()>& should_stop, bool others_go_on) {
+                         const std::function<bool()>& should_stop, bool others_go_on,
+                         const LeftOutLookup& left_out_in_store) {
   std::vector<Worker> workers;
   std::optional<int> failure;  // the first failing worker's exit code
   int failed_rank = -1;
@@ -263,21 +264,29 @@ Outcome run_workers_impl(const std::vector<std::string>& command,
         begin_stopping();
       }
     }
-    if (left_out_dir)
-      for (pid_t pid : left_out_dir->take_names()) {
-        // The worker itself, or a process it started (its group: a wrapper that did not exec).
-        const pid_t group = ::getpgid(pid);
-        for (auto& w : workers) {
-          // One that ended since the look above ends as itself.
-          if ((w.pid != pid && w.pid != group) || w.exit_code || w.left_out || ended(w)) continue;
-          std::fprintf(stderr,
-                       "loomrun: rank %d was left out by the others' shrink while it still ran "
-                       "(frozen, or too late to join); stopping it\n",
-                       w.rank);
-          w.left_out = true;
-          kill(-w.pid, SIGKILL);
-        }
+    std::vector<pid_t> left_out;
+    if (left_out_dir) left_out = left_out_dir->take_names();
+    if (others_go_on && left_out_in_store) {
+      std::vector<int> running;
+      for (const auto& w : workers)
+        if (!w.exit_code && !w.left_out) running.push_back(w.rank);
+      if (!running.empty())
+        for (pid_t pid : left_out_in_store(running)) left_out.push_back(pid);
+    }
+    for (pid_t pid : left_out) {
+      // The worker itself, or a process it started (its group: a wrapper that did not exec).
+      const pid_t group = ::getpgid(pid);
+      for (auto& w : workers) {
+        // One that ended since the look above ends as itself.
+        if ((w.pid != pid && w.pid != group) || w.exit_code || w.left_out || ended(w)) continue;
+        std::fprintf(stderr,
+                     "loomrun: rank %d was left out by the others' shrink while it still ran "
+                     "(frozen, or too late to join); stopping it\n",
+                     w.rank);
+        w.left_out = true;
+        kill(-w.pid, SIGKILL);
       }
+    }
     if (!kill_at && should_stop && should_stop()) {
       stopped = true;
       begin_stopping();
@@ -332,8 +341,9 @@ int received_signal() {
 
 Outcome run_workers(const std::vector<std::string>& command, const std::vector<WorkerSpec>& specs,
                     double grace_s, bool prefix, const std::function<bool()>& should_stop,
-                    bool others_go_on) {
-  return run_workers_impl(command, specs, grace_s, prefix, should_stop, others_go_on);
+                    bool others_go_on, const LeftOutLookup& left_out_in_store) {
+  return run_workers_impl(command, specs, grace_s, prefix, should_stop, others_go_on,
+                          left_out_in_store);
 }
 
 }  // namespace loomrun
