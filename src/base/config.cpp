@@ -138,12 +138,9 @@ Config Config::resolve(const Options& options, int world_size) {
     c.restart_count = static_cast<int>(*n);
   else if (auto t = env_int("TORCHELASTIC_RESTART_COUNT", 0, 1 << 30))
     c.restart_count = static_cast<int>(*t);
-  // Read leniently: a program that passes its ranks itself may have RANK set to anything.
-  if (auto r = env_string("RANK")) {
-    char* end = nullptr;
-    const long value = std::strtol(r->c_str(), &end, 10);
-    if (*end == '\0' && value >= 0 && value < (1L << 30)) c.launch_rank = static_cast<int>(value);
-  }
+  if (auto id = env_string("LOOM_WORKER_ID");
+      id && id->find_first_of(" \t\n") == std::string::npos && id->size() < 128)
+    c.worker_id = *id;
   c.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (auto n = env_int("LOOM_CUDA_IPC", 0, 1)) c.cuda_ipc = *n == 1;
   if (auto n = env_int("LOOM_CUDA_DIRECT", 0, 1)) c.cuda_direct = *n == 1;

@@ -41,8 +41,9 @@ struct Config {
   // Which attempt of a restarted job this is (LOOM_RESTART_COUNT, else
   // TORCHELASTIC_RESTART_COUNT); -1 outside a restarting launcher.
   int restart_count = -1;
-  // The launcher's number for this process (RANK, as loomrun and torchrun set it); -1 without.
-  int launch_rank = -1;
+  // What loomrun calls this worker (LOOM_WORKER_ID: one word, unique to the worker and its
+  // attempt); empty where no loomrun started it.
+  std::string worker_id;
   // Device buffers of ranks on one host move through CUDA IPC (LOOM_CUDA_IPC=0: staged through
   // the host's shared memory instead). Must be the same on every rank.
   bool cuda_ipc = true;

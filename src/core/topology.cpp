@@ -98,7 +98,7 @@ Topology Topology::of_ranks(const std::vector<int>& ranks) const {
     const auto i = static_cast<std::size_t>(r);
     t.host_of_rank.push_back(host_of_rank[i]);
     t.pid_of_rank.push_back(pid_of_rank[i]);
-    t.launch_rank_of_rank.push_back(launch_rank_of_rank[i]);
+    t.worker_id_of_rank.push_back(worker_id_of_rank[i]);
     t.cores_of_rank.push_back(cores_of_rank[i]);
     t.rdma_of_rank.push_back(rdma_of_rank[i]);
     t.reads_peers_of_rank.push_back(reads_peers_of_rank[i]);
@@ -122,12 +122,13 @@ algorithms::MachineRates Topology::machine_rates() const {
 }
 
 Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
-                           int launch_rank, const std::string& rdma,
+                           const std::string& worker_id, const std::string& rdma,
                            const algorithms::MachineRates& rates, const std::string& tuning_from) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  std::string record = fmt::format(
-      "{} {} {} {} {}\n{}\n{}", ::getpid(), cores, rdma.empty() ? "-" : rdma,
-      base::cross_memory_attach_available() ? 1 : 0, launch_rank, local_host_id(), rates.encode());
+  std::string record =
+      fmt::format("{} {} {} {} {}\n{}\n{}", ::getpid(), cores, rdma.empty() ? "-" : rdma,
+                  base::cross_memory_attach_available() ? 1 : 0,
+                  worker_id.empty() ? "-" : worker_id, local_host_id(), rates.encode());
   if (rank == 0 && !tuning_from.empty()) {
     // Only this machine's entries travel: the others can never match this job.
     const MachineKey here = this_machine();
@@ -155,14 +156,14 @@ Topology exchange_topology(Store& store, int rank, int size, std::chrono::millis
     auto nl = v.find('\n');
     if (nl == std::string::npos)
       throw StoreError(fmt::format("init: malformed topology record of rank {}", r));
-    int pid = 0, cores = 0, reads_peers = 0, launched_as = -1;
-    char port[128] = {0};
-    if (std::sscanf(v.substr(0, nl).c_str(), "%d %d %127s %d %d", &pid, &cores, port, &reads_peers,
-                    &launched_as) != 5 ||
-        cores < 1)
+    int pid = 0, cores = 0, reads_peers = 0;
+    char port[128] = {0}, worker[128] = "-";
+    const int fields = std::sscanf(v.substr(0, nl).c_str(), "%d %d %127s %d %127s", &pid, &cores,
+                                   port, &reads_peers, worker);
+    if (fields < 4 || cores < 1)
       throw StoreError(fmt::format("init: malformed topology record of rank {}", r));
     t.pid_of_rank.push_back(pid);
-    t.launch_rank_of_rank.push_back(launched_as);
+    t.worker_id_of_rank.push_back(worker);
     t.cores_of_rank.push_back(cores);
     t.rdma_of_rank.push_back(port);
     t.reads_peers_of_rank.push_back(reads_peers == 1);

@@ -18,8 +18,8 @@ std::string local_host_id();
 struct Topology {
   std::vector<std::string> host_of_rank;
   std::vector<int> pid_of_rank;
-  // The launcher's number for each rank's process (its RANK), -1 where none was given.
-  std::vector<int> launch_rank_of_rank;
+  // What loomrun calls each rank's process (base::Config::worker_id), "-" where nothing.
+  std::vector<std::string> worker_id_of_rank;
   std::vector<int> cores_of_rank;  // processors each rank's host has
   // Each rank's RDMA port ("mlx5_0:1:ib", "rxe0:1:roce"), "-" when it has none.
   std::vector<std::string> rdma_of_rank;
@@ -52,12 +52,13 @@ struct Topology {
   Topology of_ranks(const std::vector<int>& ranks) const;
 };
 
-// Publishes this rank's host id, pid, launch rank (`launch_rank`, -1: none), cores, RDMA port
+// Publishes this rank's host id, pid, launcher's name for it (`worker_id`, empty: none), cores,
+// RDMA port
 // (`rdma`, one word, "-" for none), whether it reads peers' memory and what its probe measured
 // (store::keys::topology), and reads every rank's. Rank 0 adds the tuning table at `tuning_from`
 // (its entries for this machine).
 Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
-                           int launch_rank, const std::string& rdma = "-",
+                           const std::string& worker_id, const std::string& rdma = "-",
                            const algorithms::MachineRates& rates = {},
                            const std::string& tuning_from = {});
 

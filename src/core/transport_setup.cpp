@@ -46,7 +46,7 @@ void Communicator::Impl::build_transports() {
     if (size_ > 1 && config_.probe_budget.count() > 0)
       rates = core::probe_machine(config_.probe_budget, config_.transport == "tcp");
     // Rank 0's table decides for every rank (it travels in its topology record).
-    topology_ = core::exchange_topology(*store_, rank_, size_, config_.timeout, config_.launch_rank,
+    topology_ = core::exchange_topology(*store_, rank_, size_, config_.timeout, config_.worker_id,
                                         rdma_port, rates, config_.tuning_file);
   }
   // The spinning policy follows the ranks that really share this host's cores.

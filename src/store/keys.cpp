@@ -112,8 +112,8 @@ std::string shrink_space(std::uint64_t round) {
   return key(Space::shrink, "space", round);
 }
 
-std::string launcher_left_out(std::int64_t restart_count, int launch_rank) {
-  return key(Space::launcher, "left_out", restart_count, launch_rank);
+std::string launcher_left_out(std::string_view worker_id) {
+  return key(Space::launcher, "left_out", worker_id);
 }
 
 std::string rendezvous_seeded(std::string_view run) {

@@ -63,9 +63,9 @@ std::string shrink_joined(std::uint64_t round, int rank);
 std::string shrink_members(std::uint64_t round);
 std::string shrink_space(std::uint64_t round);
 
-// Outside any generation, for the launcher: the worker it numbered `launch_rank` in attempt
-// `restart_count` was left out by the survivors' shrink; the value is its pid.
-std::string launcher_left_out(std::int64_t restart_count, int launch_rank);
+// Outside any generation, for the launcher: the survivors' shrink left out the worker it calls
+// `worker_id` (LOOM_WORKER_ID).
+std::string launcher_left_out(std::string_view worker_id);
 
 // loomrun's elastic rendezvous of run `run` (outside any generation). A round is one
 // membership of the job: nodes join it, it closes, their workers run until it ends.

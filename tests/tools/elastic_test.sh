@@ -133,13 +133,17 @@ echo "--nnodes 2:3 --on-failure shrink, node $victim killed: the other 2 went on
 
 # --on-failure shrink, a worker frozen on a node of its own: the others declare it failed once
 # its heartbeat stops and shrink past it, and the survivors name it in the workers' store, where
-# its node's loomrun (which no survivor's folder reaches) finds it and stops it. Before, that
-# loomrun waited for ever for the stopped worker, and the others for it at the exit barrier.
+# its node's loomrun (which no survivor's folder reaches) finds it and stops it --grace later.
+# Before, that loomrun waited for ever for the stopped worker, and the others for it at the exit
+# barrier.
 rm -f "$dir"/node*.log
-export LOOM_HEARTBEAT_TIMEOUT=3
+export LOOM_HEARTBEAT_TIMEOUT=5
 for i in 1 2 3; do start "$i" 2:3 frozen --on-failure shrink $(train_args frozen 98304); done
 unset LOOM_HEARTBEAT_TIMEOUT
 wait_for 90 '[ -n "$(ls "$dir"/snap-frozen/snapshot-frozen-*.loom 2>/dev/null)" ]' || fail "frozen: no snapshot"
+for i in 1 2 3; do
+  grep -q "group_world_size=3" "$dir/node$i.log" || fail "frozen: node $i is not in a round of 3"
+done
 victim=3
 grep -q "^  group_rank=0$" "$dir/node3.log" && victim=2
 worker=""

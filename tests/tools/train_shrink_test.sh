@@ -65,12 +65,12 @@ expect twice "shrunk 2 time\(s\) after lost ranks: the run ended with 2 rank\(s\
   "the summary does not report two shrinks"
 
 # A frozen rank (SIGSTOP, so it never exits): the others' monitor declares it failed, they
-# shrink without it and name it to loomrun (LOOM_LEFT_OUT_DIR), which stops it: the job ends
-# when the survivors do instead of waiting for it for ever.
+# shrink without it and name it to loomrun (LOOM_LEFT_OUT_DIR and the workers' store), which
+# stops it --grace later: the job ends when the survivors do instead of waiting for it for ever.
 wrapper "$dir/frozen.sh" 1:STOP:1.5
 LOOM_HEARTBEAT_TIMEOUT=3 shrink_run frozen 3 "$dir/frozen.sh" ||
   fail "the survivors of a frozen rank did not end the job (exit $?; 124: loomrun waited for it)"
-expect frozen "rank 1 was left out by the others' shrink while it still ran" \
+expect frozen "rank 1 was left out by the others' shrink and still ran" \
   "loomrun did not stop the frozen rank"
 expect frozen "going on with 2 of 3 ranks" "no shrink around the frozen rank"
 [ -z "$(find "${TMPDIR:-/tmp}" -maxdepth 1 -name 'loomrun-left-out-*' -newer "$dir/frozen.sh")" ] ||

@@ -3,11 +3,15 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <mutex>
 #include <string_view>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -41,6 +45,7 @@ constexpr std::string_view kPerWorker[] = {"RANK=",
                                            "LOOM_RESTART_COUNT=",
                                            "LOOM_ON_FAILURE=",
                                            "LOOM_LEFT_OUT_DIR=",
+                                           "LOOM_WORKER_ID=",
                                            "TORCHELASTIC_"};
 
 }  // namespace
@@ -166,6 +171,7 @@ std::vector<WorkerSpec> worker_specs(const Args& args, const Placement& place,
     set("LOOM_STORE_HOSTED", 1);  // also tells init() that loomrun launched it
     set("LOOM_RESTART_COUNT", place.restart_count);
     set("LOOM_ON_FAILURE", args.shrink_on_failure ? "shrink" : "exit");
+    set("LOOM_WORKER_ID", worker_id(place, spec.rank));
     specs.push_back(std::move(spec));
   }
   return specs;
@@ -215,43 +221,82 @@ void log_round(const Args& args, const Placement& place) {
                    .c_str());
 }
 
-LeftOutLookup left_out_in_store(const Placement& place, std::chrono::milliseconds interval) {
-  using Clock = std::chrono::steady_clock;
-  struct State {
-    std::shared_ptr<loom::Store> store;
-    Clock::time_point next = Clock::now();
-  };
-  auto state = std::make_shared<State>();
-  return [state, place, interval](const std::vector<int>& ranks) {
-    std::vector<pid_t> pids;
-    const auto now = Clock::now();
-    if (now < state->next) return pids;
-    state->next = now + interval;
-    constexpr auto kWait = std::chrono::seconds(1);
-    try {
-      if (!state->store)
-        state->store = std::make_shared<loom::TcpStore>(
-            place.master_addr, static_cast<std::uint16_t>(place.master_port), kWait, std::nullopt,
-            kWait);
-      std::vector<std::string> keys;
-      for (int rank : ranks)
-        keys.push_back(loom::store::keys::launcher_left_out(place.restart_count, rank));
-      const std::vector<bool> named = state->store->check(keys);
-      for (std::size_t i = 0; i < keys.size(); ++i) {
-        if (!named[i]) continue;
-        const std::string pid = state->store->get_string(keys[i], kWait);
-        char* end = nullptr;
-        const long value = std::strtol(pid.c_str(), &end, 10);
-        if (end != pid.c_str() && *end == '\0' && value > 0)
-          pids.push_back(static_cast<pid_t>(value));
-      }
-    } catch (const std::exception&) {
-      // The store's host may be gone or slow: the workers find that out themselves.
-      state->store.reset();
-      state->next = Clock::now() + std::chrono::seconds(5);
+namespace {
+
+// Asks the workers' store, on a thread of its own (a store that does not answer must not hold up
+// the supervisor's loop), once a second, which of this node's workers the survivors left out.
+class LeftOutWatch {
+ public:
+  LeftOutWatch(const Placement& place, int workers)
+      : host_(place.master_addr), port_(static_cast<std::uint16_t>(place.master_port)) {
+    for (int local = 0; local < workers; ++local) {
+      ranks_.push_back(place.first_rank + local);
+      keys_.push_back(loom::store::keys::launcher_left_out(worker_id(place, ranks_.back())));
     }
-    return pids;
-  };
+  }
+  ~LeftOutWatch() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  LeftOutWatch(const LeftOutWatch&) = delete;
+  LeftOutWatch& operator=(const LeftOutWatch&) = delete;
+
+  // The ranks named so far. The first call starts the thread: after the workers are forked.
+  std::vector<int> named() {
+    std::lock_guard lock(mu_);
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    return named_;
+  }
+
+ private:
+  void run() {
+    constexpr auto kWait = std::chrono::seconds(1);
+    std::shared_ptr<loom::Store> store;
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      lock.unlock();
+      std::vector<int> found;
+      try {
+        if (!store)
+          store = std::make_shared<loom::TcpStore>(host_, port_, kWait, std::nullopt, kWait);
+        const std::vector<bool> seen = store->check(keys_);
+        for (std::size_t i = 0; i < seen.size(); ++i)
+          if (seen[i]) found.push_back(ranks_[i]);
+      } catch (const std::exception&) {
+        store.reset();  // its host may be gone or slow: the workers find that out themselves
+      }
+      lock.lock();
+      named_ = std::move(found);
+      wake_.wait_for(lock, kWait, [this] { return stop_; });
+    }
+  }
+
+  std::string host_;
+  std::uint16_t port_;
+  std::vector<int> ranks_;
+  std::vector<std::string> keys_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::vector<int> named_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::string worker_id(const Placement& place, int rank) {
+  // Made once per loomrun: two nodes' workers (or two jobs' on one store) never share a name.
+  static const std::string kThisLoomrun = random_hex(8);
+  return fmt::format("{}-{}-{}", kThisLoomrun, place.restart_count, rank);
+}
+
+LeftOutLookup left_out_in_store(const Placement& place, int workers) {
+  auto watch = std::make_shared<LeftOutWatch>(place, workers);
+  return [watch] { return watch->named(); };
 }
 
 }  // namespace loomrun

@@ -2,7 +2,6 @@
 // torchrun's log lines about the launch and each round.
 #pragma once
 
-#include <chrono>
 #include <string>
 #include <vector>
 
@@ -36,12 +35,14 @@ std::vector<int> cpu_share(int local, int workers, const std::vector<int>& allow
 std::vector<WorkerSpec> worker_specs(const Args& args, const Placement& place,
                                      const std::vector<std::string>& base_env);
 
-// --on-failure shrink: the pids that the survivors' shrink named, in the workers' store at
-// place's MASTER_ADDR:MASTER_PORT, for the given ranks of this attempt (a worker left out on a
-// node where no survivor runs is named only there). Looks at most once per `interval`; a store
-// that does not answer is asked again only after a few seconds, so that the supervisor's loop
-// is never held up for long.
-LeftOutLookup left_out_in_store(const Placement& place, std::chrono::milliseconds interval);
+// What loomrun calls its worker of `rank` in this attempt (LOOM_WORKER_ID): unique to this
+// loomrun, the attempt and the rank.
+std::string worker_id(const Placement& place, int rank);
+// --on-failure shrink: this node's workers (its `workers` ranks from place's first_rank) that
+// the survivors' shrink left out, named in the workers' store at place's MASTER_ADDR:MASTER_PORT
+// (a worker on a node where no survivor runs is named only there). Asked once a second on a
+// thread of its own, which ends when the last copy of the lookup goes.
+LeftOutLookup left_out_in_store(const Placement& place, int workers);
 
 // torchrun's "Starting elastic_operator with launch configs" and "Rendezvous complete" lines.
 void log_launch(const Args& args, const std::string& run_id, const std::string& endpoint);

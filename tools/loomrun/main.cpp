@@ -27,7 +27,7 @@ namespace {
 
 // --on-failure shrink: workers the others left out, named in the workers' store.
 LeftOutLookup left_out_lookup(const Args& args, const Placement& place) {
-  return args.shrink_on_failure ? left_out_in_store(place, args.monitor_interval) : LeftOutLookup{};
+  return args.shrink_on_failure ? left_out_in_store(place, args.nproc_per_node) : LeftOutLookup{};
 }
 
 int run_static(const Args& args, const std::vector<std::string>& base_env) {

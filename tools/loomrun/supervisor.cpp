@@ -37,6 +37,9 @@ struct Worker {
   std::optional<int> exit_code;
   OutputStream out, err;
   bool left_out = false;  // the survivors' shrink left it out while it ran: loomrun stopped it
+  // When it is stopped unless it ends first, once the survivors named it: a rank that failed
+  // by itself is named too, and may still be writing its error out.
+  std::optional<std::chrono::steady_clock::time_point> leave_at;
 };
 
 // --on-failure shrink: the folder where the survivors of a shrink name, by pid, the workers on
@@ -264,28 +267,32 @@ Outcome run_workers_impl(const std::vector<std::string>& command,
         begin_stopping();
       }
     }
-    std::vector<pid_t> left_out;
-    if (left_out_dir) left_out = left_out_dir->take_names();
-    if (others_go_on && left_out_in_store) {
-      std::vector<int> running;
-      for (const auto& w : workers)
-        if (!w.exit_code && !w.left_out) running.push_back(w.rank);
-      if (!running.empty())
-        for (pid_t pid : left_out_in_store(running)) left_out.push_back(pid);
-    }
-    for (pid_t pid : left_out) {
-      // The worker itself, or a process it started (its group: a wrapper that did not exec).
-      const pid_t group = ::getpgid(pid);
-      for (auto& w : workers) {
-        // One that ended since the look above ends as itself.
-        if ((w.pid != pid && w.pid != group) || w.exit_code || w.left_out || ended(w)) continue;
-        std::fprintf(stderr,
-                     "loomrun: rank %d was left out by the others' shrink while it still ran "
-                     "(frozen, or too late to join); stopping it\n",
-                     w.rank);
-        w.left_out = true;
-        kill(-w.pid, SIGKILL);
+    // Workers the survivors left out: named by pid (this node's folder) or by rank (the store).
+    const auto now = std::chrono::steady_clock::now();
+    const auto leave_at = now + std::chrono::milliseconds(static_cast<long long>(grace_s * 1000));
+    auto name = [&](Worker& w) {
+      if (!w.exit_code && !w.left_out && !w.leave_at) w.leave_at = leave_at;
+    };
+    if (left_out_dir)
+      for (pid_t pid : left_out_dir->take_names()) {
+        // The worker itself, or a process it started (its group: a wrapper that did not exec).
+        const pid_t group = ::getpgid(pid);
+        for (auto& w : workers)
+          if (w.pid == pid || w.pid == group) name(w);
       }
+    if (others_go_on && left_out_in_store)
+      for (int rank : left_out_in_store())
+        for (auto& w : workers)
+          if (w.rank == rank) name(w);
+    for (auto& w : workers) {
+      // One that ended since the look above ends as itself.
+      if (!w.leave_at || now < *w.leave_at || w.exit_code || w.left_out || ended(w)) continue;
+      std::fprintf(stderr,
+                   "loomrun: rank %d was left out by the others' shrink and still ran %.0f s "
+                   "later (frozen, or too late to join); stopping it\n",
+                   w.rank, grace_s);
+      w.left_out = true;
+      kill(-w.pid, SIGKILL);
     }
     if (!kill_at && should_stop && should_stop()) {
       stopped = true;

@@ -2,8 +2,6 @@
 // stops them all when one fails, when loomrun is signalled, or when asked to.
 #pragma once
 
-#include <sys/types.h>
-
 #include <functional>
 #include <string>
 #include <vector>
@@ -31,11 +29,10 @@ int received_signal();
 // Runs `command` once per spec and supervises the workers until all have exited. should_stop
 // is called every loop (50 ms); when it returns true the workers are stopped as after a failure.
 // A worker that fails stops the others, unless others_go_on (--on-failure shrink): then the
-// outcome is that of the last worker to end, and a worker the others' shrink left out while it
-// still runs is stopped: one on this node's survivors name (LOOM_LEFT_OUT_DIR), or one whose
-// rank left_out_in_store names (called every loop with the ranks still running; it returns the
-// pids the store names for them).
-using LeftOutLookup = std::function<std::vector<pid_t>(const std::vector<int>& ranks)>;
+// outcome is that of the last worker to end, and a worker the others' shrink left out is
+// stopped if it still runs `grace_s` later: one this node's survivors name (LOOM_LEFT_OUT_DIR),
+// or one whose rank left_out_in_store names (called every loop: the ranks named so far).
+using LeftOutLookup = std::function<std::vector<int>()>;
 Outcome run_workers(const std::vector<std::string>& command, const std::vector<WorkerSpec>& specs,
                     double grace_s, bool prefix, const std::function<bool()>& should_stop,
                     bool others_go_on = false, const LeftOutLookup& left_out_in_store = {});
