@@ -94,7 +94,7 @@ class LOOM_INTERNAL Communicator::Impl {
   // shrink.cpp: the process of rank r where it runs on this host, else 0.
   int local_pid(int r) const;
   // shrink.cpp: tells the launcher of the ranks that shrink left out: of those on this host that
-  // still run, in its folder; of every one it numbered, in the store it reads.
+  // still run, in its folder; of every one it named (the first member alone), in the store.
   void report_left_out(const std::vector<int>& members) const;
 
   // transport_setup.cpp

@@ -51,14 +51,16 @@ int Communicator::Impl::local_pid(int r) const {
 // should stop. On this host: a folder it names in LOOM_LEFT_OUT_DIR, where a survivor leaves a
 // file named after such a rank's pid (the first file made is the one). On any host: the store
 // it gave the workers, where a key names each left-out rank by what loomrun calls it
-// (LOOM_WORKER_ID, unique to the worker and its attempt); a rank on a host with no survivor is
-// reached only that way.
+// (LOOM_WORKER_ID, unique to the worker and its attempt), set by the first member alone; a rank
+// on a host with no survivor is reached only that way.
 void Communicator::Impl::report_left_out(const std::vector<int>& members) const {
   const std::string& dir = config_.left_out_dir;
+  const bool names_in_store = members.front() == rank_;
   for (int r = 0; r < size_; ++r) {
     if (std::binary_search(members.begin(), members.end(), r)) continue;
     const auto i = static_cast<std::size_t>(r);
-    if (const std::string& worker = topology_.worker_id_of_rank[i]; worker != "-") {
+    if (const std::string& worker = topology_.worker_id_of_rank[i];
+        names_in_store && worker != "-") {
       try {
         launcher_store_->set(store::keys::launcher_left_out(worker), Bytes{1});
       } catch (const Error& e) {

@@ -52,11 +52,10 @@ struct Topology {
   Topology of_ranks(const std::vector<int>& ranks) const;
 };
 
-// Publishes this rank's host id, pid, launcher's name for it (`worker_id`, empty: none), cores,
-// RDMA port
-// (`rdma`, one word, "-" for none), whether it reads peers' memory and what its probe measured
-// (store::keys::topology), and reads every rank's. Rank 0 adds the tuning table at `tuning_from`
-// (its entries for this machine).
+// Publishes this rank's host id, pid, the launcher's name for it (`worker_id`, empty: none),
+// cores, RDMA port (`rdma`, one word, "-" for none), whether it reads peers' memory and what its
+// probe measured (store::keys::topology), and reads every rank's. Rank 0 adds the tuning table
+// at `tuning_from` (its entries for this machine).
 Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
                            const std::string& worker_id, const std::string& rdma = "-",
                            const algorithms::MachineRates& rates = {},
