@@ -4,7 +4,8 @@
 # assigned at the rendezvous (nodes of different sizes), refused combinations, and a restart
 # count agreed by every node: a node that joins after a failure restart starts at the job's
 # count, not at its own 0; the agent hosting the store killed, another at its address takes it
-# over.
+# over; a signal while waiting at the rendezvous (for a round to close, for an endpoint that does
+# not answer, at the exit barrier) ends loomrun at once with 128 + the signal.
 set -u
 loomrun=$1
 dir=$(mktemp -d)
@@ -143,4 +144,42 @@ grep -q "this node (127.0.0.2) took it over on port $port" "$dir/agentC.log" ||
   fail "C did not take the store over when the host's machine was lost"
 [ "$(tail -n 1 "$dir/seen.C")" = "1 1" ] || fail "C did not go on alone after one restart: $(cat "$dir/seen.C")"
 echo "the host's machine lost: C took the store over and finished $((SECONDS - start)) s after the kill"
-echo "loomrun rendezvous: torchrun options, ranks assigned, restart count agreed by every node, the store's host lost"
+# stopped_waiting SIGNAL CODE LOG PID: PID, signalled while waiting at the rendezvous, exits with
+# CODE within 5 s and says where it was (before, it waited out join_timeout, 600 s by default).
+stopped_waiting() {
+  local sig=$1 code=$2 log=$3 pid=$4 rc=0
+  kill "-$sig" "$pid"
+  wait_for 5 "! kill -0 $pid 2>/dev/null" || fail "SIG$sig at the rendezvous did not stop loomrun within 5 s ($log)"
+  wait "$pid" || rc=$?
+  [ "$rc" = "$code" ] || fail "SIG$sig at the rendezvous: exit code $rc, not $code ($log)"
+  grep -q "got signal .*stopped while waiting for" "$dir/$log" || fail "SIG$sig: no message in $log"
+}
+# The first node, alone, waits for the round to close.
+port=$(free_port)
+"$loomrun" --nnodes 2 --rdzv-endpoint "127.0.0.1:$port" --rdzv-id alone true > "$dir/alone.log" 2>&1 &
+pids=($!)
+wait_for 10 "grep -q 'Starting elastic_operator' '$dir/alone.log'" || fail "the lone node did not start"
+sleep 0.5
+stopped_waiting TERM 143 alone.log "${pids[0]}"
+# A node whose endpoint does not answer (nothing listens there).
+"$loomrun" --nnodes 2 --rdzv-endpoint "127.0.0.2:$(free_port)" --rdzv-id nobody true > "$dir/nobody.log" 2>&1 &
+pids=($!)
+sleep 1
+stopped_waiting INT 130 nobody.log "${pids[0]}"
+# At the exit barrier: A's worker has finished, B's still runs.
+port=$(free_port)
+pids=()
+for n in A B; do
+  "$loomrun" --nnodes 2 --rdzv-endpoint "127.0.0.1:$port" --rdzv-id barrier --grace 1 \
+    sh -c '[ "$GROUP_RANK" = 0 ] || exec sleep 600' > "$dir/barrier$n.log" 2>&1 &
+  pids+=($!)
+  [ "$n" = A ] && wait_for 10 "grep -q 'Starting elastic_operator' '$dir/barrierA.log'"
+done
+wait_for 30 "grep -q 'Rendezvous complete' '$dir/barrierB.log'" || fail "the exit-barrier pair did not meet"
+sleep 1
+stopped_waiting HUP 129 barrierA.log "${pids[0]}"
+grep -q "exit barrier" "$dir/barrierA.log" || fail "A was not at the exit barrier: $(tail -2 "$dir/barrierA.log")"
+kill "${pids[1]}"; wait "${pids[1]}"
+pids=()
+
+echo "loomrun rendezvous: torchrun options, ranks assigned, restart count agreed by every node, the store's host lost, signals while waiting"

@@ -74,7 +74,8 @@ namespace {
       "TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, ...) and\n"
       "Loom's (NODE_RANK, LOOM_RESTART_COUNT). When a worker fails the others are stopped; once\n"
       "restarts are spent loomrun exits with the failing worker's code. SIGINT, SIGTERM and\n"
-      "SIGHUP stop the workers; if loomrun itself is killed, its workers are killed too.\n"
+      "SIGHUP stop the workers (and end a wait at the rendezvous); if loomrun itself is killed,\n"
+      "its workers are killed too.\n"
       "torchrun's -m, --run-path, --start-method, --log-dir, --redirects, --tee,\n"
       "--local-ranks-filter and the like are refused, each with its reason.\n");
   std::exit(code);

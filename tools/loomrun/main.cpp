@@ -74,6 +74,14 @@ int run_static(const Args& args, const std::vector<std::string>& base_env) {
   }
 }
 
+// Told to stop (SIGINT, SIGTERM, SIGHUP) outside the workers' run: leaves as a stopped run does.
+int stopped_at_rendezvous(const RendezvousStopped& e) {
+  const int sig = received_signal();
+  std::fprintf(stderr, "loomrun: got signal %d; %s at the rendezvous; exiting with code %d\n", sig,
+               e.what(), 128 + sig);
+  return 128 + sig;
+}
+
 int run_dynamic(const Args& args, const std::vector<std::string>& base_env) {
   RendezvousConfig config;
   config.run_id = args.standalone ? "standalone-" + random_hex(8) : args.rdzv_id;
@@ -89,9 +97,12 @@ int run_dynamic(const Args& args, const std::vector<std::string>& base_env) {
   config.read_timeout = args.read_timeout;
   config.exit_barrier_timeout = args.exit_barrier_timeout;
   config.poll_interval = std::min(args.monitor_interval, std::chrono::milliseconds(100));
+  config.stop_requested = [] { return received_signal() != 0; };
   std::unique_ptr<Rendezvous> rdzv;
   try {
     rdzv = std::make_unique<Rendezvous>(config);
+  } catch (const RendezvousStopped& e) {
+    return stopped_at_rendezvous(e);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "loomrun: %s\n", e.what());
     return 1;
@@ -103,6 +114,8 @@ int run_dynamic(const Args& args, const std::vector<std::string>& base_env) {
     Round round;
     try {
       round = rdzv->next_round(args.max_restarts);
+    } catch (const RendezvousStopped& e) {
+      return stopped_at_rendezvous(e);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "loomrun: %s; exiting with code %d\n", e.what(), exit_code);
       return exit_code;
@@ -167,7 +180,11 @@ int run_dynamic(const Args& args, const std::vector<std::string>& base_env) {
       continue;
     }
     if (outcome.code == 0) {
-      rdzv->finish(round);
+      try {
+        rdzv->finish(round);
+      } catch (const RendezvousStopped& e) {
+        return stopped_at_rendezvous(e);
+      }
       return 0;
     }
     if (!rdzv->record_failure(

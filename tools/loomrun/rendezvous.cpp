@@ -133,6 +133,11 @@ void Rendezvous::require_store_reachable() const {
   }
 }
 
+void Rendezvous::stop_if_requested(const char* waiting_for) const {
+  if (config_.stop_requested && config_.stop_requested())
+    throw RendezvousStopped(fmt::format("stopped while waiting for {}", waiting_for));
+}
+
 template <typename F>
 auto Rendezvous::guarded(F&& f) -> decltype(f(std::declval<loom::Store&>())) {
   if (!store_) throw StoreLost{};
@@ -160,9 +165,23 @@ bool Rendezvous::try_host(const std::string& addr, int port) {
 bool Rendezvous::try_join(const std::string& addr, int port, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   try {
-    auto store = std::make_shared<loom::TcpStore>(addr, static_cast<std::uint16_t>(port), timeout);
+    // Connecting in tries of a second at most, so that a stop is seen between them.
+    std::shared_ptr<loom::TcpStore> store;
+    while (!store) {
+      stop_if_requested("the rendezvous store to answer");
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      try {
+        store =
+            std::make_shared<loom::TcpStore>(addr, static_cast<std::uint16_t>(port),
+                                             std::clamp<std::chrono::milliseconds>(left, 1ms, 1s));
+      } catch (const loom::Error&) {
+        if (Clock::now() >= deadline) throw;
+      }
+    }
     // A store taken over is usable once its new host has written what it knows.
     while (!exists(*store, keys::rendezvous_seeded(config_.run_id))) {
+      stop_if_requested("the rendezvous store to be ready");
       if (Clock::now() > deadline) return false;
       std::this_thread::sleep_for(config_.poll_interval);
     }
@@ -211,6 +230,7 @@ void Rendezvous::take_over() {
   store_.reset();
   const int port = store_port_;
   while (!successors_.empty()) {
+    stop_if_requested("a node to take the lost rendezvous store over");
     const std::string next = successors_.front();
     successors_.erase(successors_.begin());
     // At the lost host's address (or this node's own, where hosting failed) another agent serves
@@ -253,6 +273,7 @@ std::string Rendezvous::info_line() const {
 Round Rendezvous::next_round(int max_restarts) {
   const auto deadline = Clock::now() + config_.join_timeout;
   for (;;) {
+    stop_if_requested("a round to take this node in");
     if (Clock::now() > deadline)
       throw RendezvousError(fmt::format(
           "rendezvous: no round of run '{}' took this node in within join_timeout ({} s; "
@@ -306,6 +327,7 @@ std::optional<Round> Rendezvous::join_round(std::int64_t round, int max_restarts
             "rendezvous: round {} of run '{}' has no restart count: no node of the previous "
             "round is left",
             round, run));
+      stop_if_requested("the round's restart count");
       std::this_thread::sleep_for(config_.poll_interval);
     }
   };
@@ -346,6 +368,7 @@ std::optional<Round> Rendezvous::join_round(std::int64_t round, int max_restarts
           "joined)",
           round, run, count, config_.min_nodes, config_.max_nodes));
     }
+    stop_if_requested("the round to close");
     std::this_thread::sleep_for(config_.poll_interval);
   }
   if (arrival >= closed) {  // too late for this round: wait for the next
@@ -520,6 +543,7 @@ void Rendezvous::finish(const Round& round) {
       const bool all_done =
           std::all_of(present.begin(), present.end() - 1, [](bool b) { return b; });
       if (all_done || present.back() || Clock::now() > deadline) break;
+      stop_if_requested("the other nodes to finish (the exit barrier)");
       guarded([&](loom::Store& s) {
         s.add(keys::rendezvous_heartbeat(run, round.number, round.group_rank), 1);
       });
@@ -532,8 +556,10 @@ void Rendezvous::finish(const Round& round) {
     while (server_ && Clock::now() < until && guarded([&](loom::Store& s) {
                                                 return s.add(
                                                     keys::rendezvous_left(run, round.number), 0);
-                                              }) < n)
+                                              }) < n) {
+      stop_if_requested("the other nodes to see the end");
       std::this_thread::sleep_for(config_.poll_interval);
+    }
   } catch (const StoreLost&) {
   }
 }

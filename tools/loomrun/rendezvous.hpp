@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,9 @@ struct RendezvousConfig {
       keep_alive_timeout{30000}, read_timeout{30000}, exit_barrier_timeout{300000};
   std::chrono::milliseconds poll_interval{100};
   std::string secret;
+  // Whether loomrun was told to stop (SIGINT, SIGTERM, SIGHUP): every wait checks it, so that a
+  // node waiting for others that never come leaves when asked, not at join_timeout.
+  std::function<bool()> stop_requested;
 };
 
 struct Member {
@@ -58,6 +62,11 @@ class RendezvousError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+// loomrun was told to stop while it waited at the rendezvous (RendezvousConfig::stop_requested).
+class RendezvousStopped : public RendezvousError {
+ public:
+  using RendezvousError::RendezvousError;
+};
 
 class Rendezvous {
  public:
@@ -80,6 +89,7 @@ class Rendezvous {
   bool record_failure(const Round& round, const std::string& why);
   // This node's workers finished: waits (bounded) for the others to finish too, keeping up its
   // heartbeat and the store it may host.
+  // Every wait here raises RendezvousStopped once stop_requested says so.
   void finish(const Round& round);
 
   const std::string& local_addr() const { return local_addr_; }
@@ -92,6 +102,8 @@ class Rendezvous {
   template <typename F>
   auto guarded(F&& f) -> decltype(f(std::declval<loom::Store&>()));
   void require_store_reachable() const;
+  // Raises RendezvousStopped, naming what this node was waiting for, when it was told to stop.
+  void stop_if_requested(const char* waiting_for) const;
   void connect_initial();
   void take_over();
   bool try_host(const std::string& addr, int port);
