@@ -333,6 +333,8 @@ class LOOM_API Communicator {
   // as failed), else after `timeout` with those that joined by then. A rank that joins after the
   // members were fixed without it gets PeerError. It works on a healthy communicator as well (every
   // rank joins). The store must still answer: a job whose store died with its host cannot shrink.
+  // Where loomrun sets LOOM_MIN_NODES (--nnodes MIN), survivors on fewer of its nodes get
+  // PeerError: a part cut off from the rest does not go on as a job of its own.
   Communicator shrink(std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
   // Waits for pending work, closes connections. Later calls raise InvalidArgument.

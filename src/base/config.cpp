@@ -141,6 +141,7 @@ Config Config::resolve(const Options& options, int world_size) {
   if (auto id = env_string("LOOM_WORKER_ID");
       id && id->find_first_of(" \t\n") == std::string::npos && id->size() < 128)
     c.worker_id = *id;
+  if (auto n = env_int("LOOM_MIN_NODES", 0, 1 << 20)) c.min_nodes = static_cast<int>(*n);
   c.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (auto n = env_int("LOOM_CUDA_IPC", 0, 1)) c.cuda_ipc = *n == 1;
   if (auto n = env_int("LOOM_CUDA_DIRECT", 0, 1)) c.cuda_direct = *n == 1;

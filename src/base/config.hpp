@@ -42,8 +42,14 @@ struct Config {
   // TORCHELASTIC_RESTART_COUNT); -1 outside a restarting launcher.
   int restart_count = -1;
   // What loomrun calls this worker (LOOM_WORKER_ID: one word, unique to the worker and its
-  // attempt); empty where no loomrun started it.
+  // attempt, whose part before the first '-' names its loomrun, so its node); empty where no
+  // loomrun started it.
   std::string worker_id;
+  // The fewest of the launcher's nodes a job may run on (LOOM_MIN_NODES, set by loomrun's
+  // dynamic launches to --nnodes MIN; 0: no bound): a shrink whose survivors run under fewer
+  // fails, so that a part of the job cut off from the rest never goes on as a job of its own
+  // beside the rest, which loomrun restarts elsewhere.
+  int min_nodes = 0;
   // Device buffers of ranks on one host move through CUDA IPC (LOOM_CUDA_IPC=0: staged through
   // the host's shared memory instead). Must be the same on every rank.
   bool cuda_ipc = true;

@@ -83,6 +83,28 @@ void Communicator::Impl::report_left_out(const std::vector<int>& members) const 
   }
 }
 
+// The launcher's nodes among the members: a worker's name starts with its loomrun's word. On a
+// network cut, the part that can reach the store shrinks to itself while loomrun restarts the
+// rest on a store taken over; below the job's minimum that part must not go on too. Every member
+// decides alike: from the same members and the topology every rank exchanged at init.
+void Communicator::Impl::require_enough_nodes(const std::vector<int>& members) const {
+  if (config_.min_nodes <= 1) return;
+  std::vector<std::string> nodes;
+  for (int r : members) {
+    const std::string& worker = topology_.worker_id_of_rank[static_cast<std::size_t>(r)];
+    if (worker == "-") return;  // not every rank was started by loomrun: no count to trust
+    nodes.push_back(worker.substr(0, worker.find('-')));
+  }
+  std::sort(nodes.begin(), nodes.end());
+  const auto count = std::unique(nodes.begin(), nodes.end()) - nodes.begin();
+  if (count < config_.min_nodes)
+    throw PeerError(fmt::format("shrink: {}: the survivors (ranks {}) run on {} of the launcher's "
+                                "nodes, fewer than the job's minimum of {} (LOOM_MIN_NODES, "
+                                "--nnodes MIN:MAX): cut off from the rest, they do not go on",
+                                who(rank_), fmt::join(members, ","), count, config_.min_nodes),
+                    -1);
+}
+
 std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0)
     throw InvalidArgument(fmt::format("shrink: {}: the timeout must be positive", who(rank_)));
@@ -132,6 +154,7 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
                                 "(ranks {}; {} ms allowed)",
                                 who(rank_), fmt::join(members, ","), timeout.count()),
                     -1);
+  require_enough_nodes(members);
   base::log().info("shrink: {} goes on as rank {} of {} (ranks {} here)", who(rank_),
                    me - members.begin(), members.size(), fmt::join(members, ","));
   report_left_out(members);

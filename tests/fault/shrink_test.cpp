@@ -167,5 +167,44 @@ TEST(ShrinkMembership, OnAHealthyCommunicatorEveryRankGoesOnAndBothWork) {
   });
 }
 
+TEST(ShrinkMembership, SurvivorsOnFewerLauncherNodesThanTheMinimumDoNotGoOn) {
+  // Ranks 0 and 1 as if on one loomrun's node, 2 and 3 on another's, in a job of --nnodes 2:N.
+  // Both nodes' shrink goes on; node A's ranks alone (node B's cut off: they never join) are
+  // refused on each of them, and the communicator they shrank still works for all four.
+  testing::run_ranks_raw(4, [&](RankContext& ctx) {
+    const std::string node = ctx.rank < 2 ? "nodea" : "nodeb";
+    ::setenv("LOOM_WORKER_ID", (node + "-0-" + std::to_string(ctx.rank)).c_str(), 1);
+    ::setenv("LOOM_MIN_NODES", "2", 1);
+    Options o;
+    o.timeout = 60s;
+    Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+    Communicator both = comm.shrink(30s);
+    EXPECT_EQ(both.size(), 4);
+    EXPECT_EQ(sum_of_ranks_plus_one(both, ctx.rank + 1), 10);
+    if (ctx.rank >= 2) {
+      ctx.store->get("refused", 60s);  // node B stays away from the second shrink
+      EXPECT_EQ(sum_of_ranks_plus_one(both, ctx.rank + 1), 10);
+      both.destroy();
+      return;
+    }
+    try {
+      both.shrink(1s);
+      ADD_FAILURE() << "the ranks of one node went on below the minimum of two nodes";
+    } catch (const PeerError& e) {
+      EXPECT_NE(std::string(e.what()).find("run on 1 of the launcher's nodes, fewer than the "
+                                           "job's minimum of 2"),
+                std::string::npos)
+          << e.what();
+    }
+    ctx.store->add("refused-count", 1);
+    if (ctx.rank == 0) {
+      while (ctx.store->add("refused-count", 0) < 2) std::this_thread::sleep_for(10ms);
+      ctx.store->set("refused", Bytes{1});
+    }
+    EXPECT_EQ(sum_of_ranks_plus_one(both, ctx.rank + 1), 10);  // the refused shrink damaged nothing
+    both.destroy();
+  });
+}
+
 }  // namespace
 }  // namespace loom

@@ -9,7 +9,9 @@
 #   - the same with node 1 killed, the node hosting the rendezvous store: node 2 takes it over;
 #   - --on-failure shrink: a node killed, the other two nodes' workers go on without a restart;
 #   - --on-failure shrink: a worker frozen (SIGSTOP) on a node where no other worker runs: the
-#     others shrink past it, its node's loomrun stops it, and every node exits 0.
+#     others shrink past it, its node's loomrun stops it, and every node exits 0;
+#   - --on-failure shrink: the node hosting the workers' store cut off from the network: the
+#     other two go on, and its worker does not go on alone (below --nnodes MIN).
 # Needs root (namespaces); exits 77 (CTest: skipped) with the reason where not permitted.
 set -u
 build=$1
@@ -159,4 +161,28 @@ grep -q "rank .* was left out by the others' shrink" "$dir/node$victim.log" ||
   fail "frozen: node $victim's loomrun did not stop its left-out worker"
 grep -q "going on with 2 of 3 ranks" "$dir"/node*.log || fail "frozen: the survivors did not shrink"
 echo "--nnodes 2:3 --on-failure shrink, the worker on node $victim frozen: its loomrun stopped it, all exited 0"
+# --on-failure shrink, a network cut: the node hosting the workers' store is cut off from the
+# switch (its packets vanish, no error on either side). Its worker, alone with the store, would
+# shrink to a job of its own beside the other two nodes, which take the rendezvous over and
+# restart from the snapshot: two jobs writing one snapshot. Below --nnodes MIN (2) the shrink is
+# refused; the cut node's loomrun waits for a round of 2 until it is told to stop.
+rm -f "$dir"/node*.log
+export LOOM_HEARTBEAT_TIMEOUT=3
+for i in 1 2 3; do start "$i" 2:3 cut --on-failure shrink $(train_args cut 98304); done
+unset LOOM_HEARTBEAT_TIMEOUT
+wait_for 90 '[ -n "$(ls "$dir"/snap-cut/snapshot-cut-*.loom 2>/dev/null)" ]' || fail "cut: no snapshot"
+victim=$(grep -l "^  group_rank=0$" "$dir"/node*.log | head -1 | sed 's/.*node\([0-9]\)\.log/\1/')
+[ -n "$victim" ] || fail "cut: no node hosts the workers' store"
+"$cluster" cut "$victim"
+for i in 1 2 3; do [ "$i" = "$victim" ] || finishes "$i" "cut"; done
+grep -q "summary: .*(2 rank(s) x batch" "$dir"/node*.log || fail "cut: the other two did not finish at 2 ranks"
+wait_for 30 'grep -q "fewer than the job.s minimum of 2" "$dir/node$victim.log"' ||
+  fail "cut: node $victim's worker did not refuse to go on alone"
+! grep -q "going on with 1 of 3" "$dir/node$victim.log" || fail "cut: node $victim's worker went on alone"
+kill -TERM "${pid[$victim]}"
+wait_for 10 '! kill -0 "${pid[$victim]}" 2>/dev/null' || fail "cut: node $victim's loomrun did not stop on SIGTERM"
+code=0; wait "${pid[$victim]}" || code=$?
+[ "$code" = 143 ] || fail "cut: node $victim's loomrun exited with code $code on SIGTERM, not 143"
+"$cluster" mend "$victim"
+echo "--nnodes 2:3 --on-failure shrink, node $victim (the workers' store) cut off: the other 2 finished, it did not go on alone"
 echo "elastic: all passed"

@@ -11,6 +11,9 @@
 #                                                  directory, with the caller's environment
 #   cluster.sh kill I                              SIGKILL everything running on node I, as if it
 #                                                  lost power (its address stays, refusing)
+#   cluster.sh cut I                               cut node I off the switch: its packets vanish,
+#                                                  with no error on either side (a network split)
+#   cluster.sh mend I                              join node I to the switch again
 #   cluster.sh addr I                              node I's address
 #   cluster.sh pids I                              the processes running on node I, one per line
 #   cluster.sh hosts                               the node names, one per line
@@ -110,6 +113,16 @@ kill_node() {
   return 0
 }
 
+# Node I's end stays up (no carrier change, no error): the switch just no longer forwards it.
+cut_node() {
+  [ -e "/run/netns/$(node_ns "$1")" ] || die "cut: no node $1"
+  ip -n "$switch" link set "v$1" nomaster
+}
+mend_node() {
+  [ -e "/run/netns/$(node_ns "$1")" ] || die "mend: no node $1"
+  ip -n "$switch" link set "v$1" master br0
+}
+
 down() {
   local n; n=$(count)
   for i in $(seq 1 8); do
@@ -153,8 +166,10 @@ case "$cmd" in
   addr) node_addr "$1" ;;
   pids) [ $# -ge 1 ] || die "usage: cluster.sh pids I"; ip netns pids "$(node_ns "$1")" ;;
   kill) [ $# -ge 1 ] || die "usage: cluster.sh kill I"; kill_node "$1" ;;
+  cut) [ $# -ge 1 ] || die "usage: cluster.sh cut I"; cut_node "$1" ;;
+  mend) [ $# -ge 1 ] || die "usage: cluster.sh mend I"; mend_node "$1" ;;
   hosts) for i in $(seq 1 "$(count)"); do node_host "$i"; done ;;
   down) down ;;
   status) status ;;
-  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -46,6 +46,7 @@ constexpr std::string_view kPerWorker[] = {"RANK=",
                                            "LOOM_ON_FAILURE=",
                                            "LOOM_LEFT_OUT_DIR=",
                                            "LOOM_WORKER_ID=",
+                                           "LOOM_MIN_NODES=",
                                            "TORCHELASTIC_"};
 
 }  // namespace
@@ -172,6 +173,8 @@ std::vector<WorkerSpec> worker_specs(const Args& args, const Placement& place,
     set("LOOM_RESTART_COUNT", place.restart_count);
     set("LOOM_ON_FAILURE", args.shrink_on_failure ? "shrink" : "exit");
     set("LOOM_WORKER_ID", worker_id(place, spec.rank));
+    // A job of MIN:MAX nodes may not shrink below MIN (a static launch gives no bound).
+    if (args.dynamic) set("LOOM_MIN_NODES", args.min_nodes);
     specs.push_back(std::move(spec));
   }
   return specs;
