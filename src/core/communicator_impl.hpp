@@ -96,9 +96,9 @@ class LOOM_INTERNAL Communicator::Impl {
   // shrink.cpp: tells the launcher of the ranks that shrink left out: of those on this host that
   // still run, in its folder; of every one it named (the first member alone), in the store.
   void report_left_out(const std::vector<int>& members) const;
-  // Raises PeerError when the members run on fewer of the launcher's nodes than
-  // Config::min_nodes (shrink.cpp).
-  void require_enough_nodes(const std::vector<int>& members) const;
+  // Raises PeerError when the members run on fewer of the launcher's nodes than `min_nodes`
+  // (shrink.cpp).
+  void require_enough_nodes(const std::vector<int>& members, int min_nodes) const;
 
   // transport_setup.cpp
   void build_transports();

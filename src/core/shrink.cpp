@@ -19,15 +19,27 @@
 namespace loom {
 namespace {
 
-Bytes encode(const std::vector<int>& members) {
-  const std::string text = fmt::format("{}", fmt::join(members, ","));
+// The decision, as the rank that made it first wrote it: the job's fewest nodes by its
+// Config::min_nodes, then the members ("2:0,1,3"), so that every member judges by one minimum.
+struct Decision {
+  int min_nodes = 0;
+  std::vector<int> members;
+};
+
+Bytes encode(const Decision& d) {
+  const std::string text = fmt::format("{}:{}", d.min_nodes, fmt::join(d.members, ","));
   return Bytes(text.begin(), text.end());
 }
 
-std::vector<int> decode(const Bytes& bytes, int size) {
-  std::vector<int> members;
+Decision decode(const Bytes& bytes, int size) {
+  Decision d;
+  std::vector<int>& members = d.members;
   const char* p = reinterpret_cast<const char*>(bytes.data());
   const char* end = p + bytes.size();
+  auto [colon, mc] = std::from_chars(p, end, d.min_nodes);
+  if (mc != std::errc() || colon == end || *colon != ':' || d.min_nodes < 0)
+    throw StoreError("shrink: the members recorded in the store are malformed");
+  p = colon + 1;
   while (p < end) {
     int r = -1;
     auto [next, ec] = std::from_chars(p, end, r);
@@ -36,7 +48,7 @@ std::vector<int> decode(const Bytes& bytes, int size) {
     members.push_back(r);
     p = next == end ? end : next + 1;
   }
-  return members;
+  return d;
 }
 
 }  // namespace
@@ -86,9 +98,11 @@ void Communicator::Impl::report_left_out(const std::vector<int>& members) const 
 // The launcher's nodes among the members: a worker's name starts with its loomrun's word. On a
 // network cut, the part that can reach the store shrinks to itself while loomrun restarts the
 // rest on a store taken over; below the job's minimum that part must not go on too. Every member
-// decides alike: from the same members and the topology every rank exchanged at init.
-void Communicator::Impl::require_enough_nodes(const std::vector<int>& members) const {
-  if (config_.min_nodes <= 1) return;
+// decides alike: from the members and the minimum that the first to decide recorded, and the
+// topology every rank exchanged at init.
+void Communicator::Impl::require_enough_nodes(const std::vector<int>& members,
+                                              int min_nodes) const {
+  if (min_nodes <= 1) return;
   std::vector<std::string> nodes;
   for (int r : members) {
     const std::string& worker = topology_.worker_id_of_rank[static_cast<std::size_t>(r)];
@@ -97,11 +111,11 @@ void Communicator::Impl::require_enough_nodes(const std::vector<int>& members) c
   }
   std::sort(nodes.begin(), nodes.end());
   const auto count = std::unique(nodes.begin(), nodes.end()) - nodes.begin();
-  if (count < config_.min_nodes)
+  if (count < min_nodes)
     throw PeerError(fmt::format("shrink: {}: the survivors (ranks {}) run on {} of the launcher's "
                                 "nodes, fewer than the job's minimum of {} (LOOM_MIN_NODES, "
                                 "--nnodes MIN:MAX): cut off from the rest, they do not go on",
-                                who(rank_), fmt::join(members, ","), count, config_.min_nodes),
+                                who(rank_), fmt::join(members, ","), count, min_nodes),
                     -1);
 }
 
@@ -145,8 +159,9 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
-  const std::vector<int> members =
-      decode(store_->compare_set(members_key, {}, encode(present)), size_);
+  const Decision decision = decode(
+      store_->compare_set(members_key, {}, encode(Decision{config_.min_nodes, present})), size_);
+  const std::vector<int>& members = decision.members;
 
   const auto me = std::find(members.begin(), members.end(), rank_);
   if (me == members.end())
@@ -154,7 +169,7 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
                                 "(ranks {}; {} ms allowed)",
                                 who(rank_), fmt::join(members, ","), timeout.count()),
                     -1);
-  require_enough_nodes(members);
+  require_enough_nodes(members, decision.min_nodes);
   base::log().info("shrink: {} goes on as rank {} of {} (ranks {} here)", who(rank_),
                    me - members.begin(), members.size(), fmt::join(members, ","));
   report_left_out(members);

@@ -165,7 +165,9 @@ bool Rendezvous::try_host(const std::string& addr, int port) {
 bool Rendezvous::try_join(const std::string& addr, int port, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   try {
-    // Connecting in tries of a second at most, so that a stop is seen between them.
+    // Connecting in tries of a second at most, so that a stop is seen between them; a request
+    // to a host that went silent gives up after read_timeout (torchrun's meaning of it), not the
+    // client's minute.
     std::shared_ptr<loom::TcpStore> store;
     while (!store) {
       stop_if_requested("the rendezvous store to answer");
@@ -174,7 +176,8 @@ bool Rendezvous::try_join(const std::string& addr, int port, std::chrono::millis
       try {
         store =
             std::make_shared<loom::TcpStore>(addr, static_cast<std::uint16_t>(port),
-                                             std::clamp<std::chrono::milliseconds>(left, 1ms, 1s));
+                                             std::clamp<std::chrono::milliseconds>(left, 1ms, 1s),
+                                             std::nullopt, config_.read_timeout);
       } catch (const loom::Error&) {
         if (Clock::now() >= deadline) throw;
       }
