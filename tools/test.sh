@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test command: dependencies, configure, build, then every CTest label except `slow`.
 #   tools/test.sh                          release build in build/
-#   tools/test.sh --sanitize address,undefined   ASan+UBSan build in build-asan/
+#   tools/test.sh --sanitize address,undefined   ASan+UBSan build in build-asan/; where the CUDA
+#                                          runtime's headers are, it also runs the gpu label on
+#                                          the emulated runtime (as --cuda-emulated, under ASan)
 #   tools/test.sh --sanitize thread        TSan build in build-tsan/ (unit and threaded tests)
 #   tools/test.sh --slow                   also the exhaustive sweeps
 #   tools/test.sh --cuda-emulated          the GPU paths on the emulated CUDA runtime
@@ -11,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-sanitize="" labels_exclude="slow" ctest_extra=() cuda_emulated=0
+sanitize="" labels_exclude="slow" ctest_extra=() cuda_emulated=0 gpu_label_too=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --sanitize) sanitize=$2; shift 2 ;;
@@ -41,6 +43,7 @@ case "$sanitize" in
     # health monitor, the store server and clients, DDP's overlapped buckets.
     ctest_filter=(-L "unit|multiproc|fault" -R "^(StoreServer|StoreAuth|Stores|Async|Config|Init|Fault|Lifecycle|BadInput|Monitors|Auth|Ddp|FrozenRank|FileStoreFile|TcpConnect|SecretFile|HandshakeAdmission)[./]")
     targets=(--target unit_tests multiproc_tests fault_tests ddp_multiproc_tests init_tests)
+    cuda=OFF  # none of these tests runs a GPU path, so there are no kernels to compile
     export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
     ;;
   *)
@@ -49,6 +52,12 @@ case "$sanitize" in
     # What those labels run: the test executables and the tools their scripts start.
     targets=(--target unit_tests transport_unit_tests init_tests ddp_unit_tests multiproc_tests
              ddp_multiproc_tests fault_tests store_probe loom loomrun loom-perf loom-tune loom-train)
+    # The GPU paths on the emulated runtime in the same build: they are checked under ASan, and
+    # CI compiles the library once less than with a separate --cuda-emulated build.
+    if [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime_api.h" ]; then
+      cuda=EMULATED gpu_label_too=1
+      targets+=(gpu_tests)
+    fi
     export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
     ;;
 esac
@@ -70,17 +79,32 @@ status=0
 # A tuning table that loom-tune left under this user's cache would steer the algorithm choices
 # the tests check: they read none unless they name one.
 export LOOM_TUNE_FILE=off
-ctest --test-dir "$build" --output-on-failure --no-tests=error -j 2 -LE "$labels_exclude" "${ctest_filter[@]}" \
-  "${ctest_extra[@]}" || status=$?
-if [ "$status" != 0 ] && [ -f "$build/Testing/Temporary/LastTest.log" ]; then
-  # A failed test's output scrolls far above the summary: repeat the end of each one here.
-  awk '/^[0-9]+\/[0-9]+ Testing: / { name = $3; n = 0; inside = 0; next }
-       /^Output:$/ { inside = 1; getline; next }
-       /^<end of output>$/ { inside = 0; next }
-       inside { lines[n++] = $0 }
-       /^Test Failed\./ {
-         print "==== the end of the output of failed test " name " ===="
-         for (i = (n > 40 ? n - 40 : 0); i < n; i++) print lines[i]
-       }' "$build/Testing/Temporary/LastTest.log"
+# Runs ctest (first argument: what no test selected is, error or ignore); where a test failed,
+# repeats the end of its output after the summary (it scrolls far above it otherwise).
+run_ctest() {
+  local rc=0 no_tests=$1
+  shift
+  ctest --test-dir "$build" --output-on-failure --no-tests="$no_tests" -j 2 -LE "$labels_exclude" "$@" || rc=$?
+  if [ "$rc" != 0 ] && [ -f "$build/Testing/Temporary/LastTest.log" ]; then
+    awk '/^[0-9]+\/[0-9]+ Testing: / { name = $3; n = 0; inside = 0; next }
+         /^Output:$/ { inside = 1; getline; next }
+         /^<end of output>$/ { inside = 0; next }
+         inside { lines[n++] = $0 }
+         /^Test Failed\./ {
+           print "==== the end of the output of failed test " name " ===="
+           for (i = (n > 40 ? n - 40 : 0); i < n; i++) print lines[i]
+         }' "$build/Testing/Temporary/LastTest.log"
+  fi
+  return "$rc"
+}
+if [ "$gpu_label_too" = 1 ]; then
+  # The host tests see no emulated GPU, as on a machine without one; then the gpu label sees one.
+  # A filter after -- may select the tests of one pass only.
+  no_tests=error
+  [ "${#ctest_extra[@]}" -gt 0 ] && no_tests=ignore
+  LOOM_EMULATED_GPUS=0 run_ctest "$no_tests" "${ctest_filter[@]}" "${ctest_extra[@]}" || status=$?
+  run_ctest "$no_tests" -L gpu "${ctest_extra[@]}" || status=$?
+else
+  run_ctest error "${ctest_filter[@]}" "${ctest_extra[@]}" || status=$?
 fi
 exit "$status"
