@@ -309,6 +309,12 @@ class LOOM_API Communicator {
   // parent's transport, interface, secret, key space and tuning table: setting those is an
   // InvalidArgument. Every rank passes the same options.
   std::optional<Communicator> split(int color, int key, const Options& options);
+  // Collective over the ranks listed alone (MPI_Comm_create_group): they form a communicator,
+  // ranked in the order listed; the other ranks do not call it. Every member passes the same
+  // list; the child is as split()'s (its own key space, connections, monitor), with `options`
+  // as split() takes them. A list that does not name this rank, names a rank twice or one
+  // outside [0, size()) is an InvalidArgument.
+  Communicator create_group(std::span<const int> ranks, const Options& options = {});
 
   // Host memory that every rank of this host maps (MPI_Win_allocate_shared; ncclMemAlloc with
   // ncclCommRegister). Collective: every rank calls it, in the same place of its sequence of
@@ -336,6 +342,16 @@ class LOOM_API Communicator {
   // Where loomrun sets LOOM_MIN_NODES (--nnodes MIN), survivors on fewer of its nodes get
   // PeerError: a part cut off from the rest does not go on as a job of its own.
   Communicator shrink(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  // The same where the survivors know who goes (ncclCommShrink's exclude list, torch's
+  // shrink_group): the ranks in `exclude` are neither waited for nor members, whether they failed
+  // or not; every other rank calls it with the same list. A list naming this rank or a rank
+  // outside [0, size()) is an InvalidArgument, raised before anything is exchanged.
+  Communicator shrink(std::span<const int> exclude,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+  // The time a later call may wait for its peers (LOOM_TIMEOUT; Options::timeout): calls already
+  // running keep theirs. Raises InvalidArgument unless positive.
+  void set_timeout(std::chrono::milliseconds timeout);
 
   // Waits for pending work, closes connections. Later calls raise InvalidArgument.
   void destroy();

@@ -49,6 +49,7 @@ class Engine {
         halt_(halt),
         callers_waiting_(callers_waiting),
         selector_(std::move(selector)),
+        timeout_ms_(config.timeout.count()),
         spin_budget_(config.spin_us) {}
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -102,7 +103,15 @@ class Engine {
   // call in turn, restarts the deadline whenever one moves, and flushes at its end.
   void begin_batch(bool background);
   void enter(const Collective& call, std::size_t slice_bytes);
-  void restart_deadline() { deadline_ = base::Deadline::from_first_wait(config_.timeout); }
+  void restart_deadline() { deadline_ = base::Deadline::from_first_wait(timeout()); }
+  // How long a call waits for its peers: the config's, until set_timeout() (from any thread)
+  // changes it for the calls that start after.
+  std::chrono::milliseconds timeout() const {
+    return std::chrono::milliseconds(timeout_ms_.load(std::memory_order_relaxed));
+  }
+  void set_timeout(std::chrono::milliseconds timeout) {
+    timeout_ms_.store(timeout.count(), std::memory_order_relaxed);
+  }
   // Waits until every connection used has handed its queued slots over.
   void flush();
   // How much one slot carries in this call (chosen by selection.cpp; 0: a whole slot). Both
@@ -177,6 +186,7 @@ class Engine {
   const base::Halt& halt_;
   const std::atomic<int>& callers_waiting_;
   std::shared_ptr<const Selector> selector_;
+  std::atomic<std::chrono::milliseconds::rep> timeout_ms_;
   const Collective* call_ = nullptr;
   bool background_ = false;
   std::size_t slice_bytes_ = 0;

@@ -77,7 +77,7 @@ void Waiter::check(int peer, const char* what) const {
       if (c->peer() == peer) via = c->describe();
     throw TimeoutError(fmt::format("{}: rank {} timed out: {} s timeout waiting for {} rank {}{}{}",
                                    engine_.call().describe(), engine_.rank(),
-                                   engine_.config().timeout.count() / 1000.0, what, peer,
+                                   engine_.timeout().count() / 1000.0, what, peer,
                                    via.empty() ? "" : " over ", via));
   }
 }

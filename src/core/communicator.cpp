@@ -7,6 +7,7 @@
 #include <random>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/logging.hpp"
 #include "base/trace_internal.hpp"
@@ -149,6 +150,50 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::split(int color, int key
                                 token);
 }
 
+std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
+    const std::vector<int>& members, const base::Config& child_config) {
+  std::vector<bool> seen(static_cast<std::size_t>(size_), false);
+  for (int r : members) {
+    if (r < 0 || r >= size_ || seen[static_cast<std::size_t>(r)])
+      throw InvalidArgument(
+          fmt::format("create_group: {}: rank {} is {} (ranks {})", who(rank_), r,
+                      r < 0 || r >= size_ ? "outside the communicator" : "listed twice",
+                      fmt::join(members, ",")));
+    seen[static_cast<std::size_t>(r)] = true;
+  }
+  const auto me = std::find(members.begin(), members.end(), rank_);
+  if (me == members.end())
+    throw InvalidArgument(
+        fmt::format("create_group: {}: not one of the ranks listed ({}): only "
+                    "the members call it",
+                    who(rank_), fmt::join(members, ",")));
+  std::uint64_t n = 0;
+  {
+    std::lock_guard lock(mu_);
+    n = groups_made_[members]++;
+  }
+  const std::string list = fmt::format("{}", fmt::join(members, ","));
+  const std::uint64_t digest = std::hash<std::string>{}(list);
+  // Every member derives the same token: no store round trip, and no two communicators share one.
+  const std::uint64_t token =
+      std::hash<std::string>{}(fmt::format("{:x}/group/{}/{}", token_, list, n)) | 1;
+  auto store = std::make_shared<PrefixStore>(store::keys::group_space(digest, n), store_);
+  return std::make_shared<Impl>(*this, child_config, std::move(store), members,
+                                static_cast<int>(me - members.begin()), token);
+}
+
+void Communicator::Impl::set_timeout(std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0)
+    throw InvalidArgument(fmt::format("set_timeout: {}: the timeout must be positive, not {} ms",
+                                      who(rank_), timeout.count()));
+  std::lock_guard lock(mu_);
+  if (destroyed_)
+    throw InvalidArgument(
+        fmt::format("set_timeout: {}: the communicator was destroyed", who(rank_)));
+  config_.timeout = timeout;
+  engine_->set_timeout(timeout);  // reset only under the lock, after destroyed_ is set
+}
+
 // "rank 3", or "rank 1 (rank 3 of the parent)" in a communicator made by split().
 std::string Communicator::Impl::who(int rank) const {
   if (parent_ranks_.empty() || rank < 0 || rank >= size_) return fmt::format("rank {}", rank);
@@ -264,6 +309,18 @@ std::optional<Communicator> Communicator::split(int color, int key, const Option
   return Communicator(std::move(child));
 }
 
+Communicator Communicator::create_group(std::span<const int> ranks, const Options& options) {
+  LOOM_REQUIRE_IMPL("create_group");
+  base::Config config;
+  try {
+    config = impl_->config().for_child(options);
+    algorithms::Selector::check_rules(config.algorithm);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("create_group: rank {}: {}", impl_->rank(), e.what()));
+  }
+  return Communicator(impl_->create_group(std::vector<int>(ranks.begin(), ranks.end()), config));
+}
+
 void* Communicator::alloc(std::size_t bytes) {
   LOOM_REQUIRE_IMPL("alloc");
   return impl_->alloc(bytes);
@@ -276,7 +333,17 @@ void Communicator::free(void* p) {
 
 Communicator Communicator::shrink(std::chrono::milliseconds timeout) {
   LOOM_REQUIRE_IMPL("shrink");
-  return Communicator(impl_->shrink(timeout));
+  return Communicator(impl_->shrink(timeout, {}));
+}
+
+Communicator Communicator::shrink(std::span<const int> exclude, std::chrono::milliseconds timeout) {
+  LOOM_REQUIRE_IMPL("shrink");
+  return Communicator(impl_->shrink(timeout, std::vector<int>(exclude.begin(), exclude.end())));
+}
+
+void Communicator::set_timeout(std::chrono::milliseconds timeout) {
+  LOOM_REQUIRE_IMPL("set_timeout");
+  impl_->set_timeout(timeout);
 }
 
 void Communicator::destroy() {

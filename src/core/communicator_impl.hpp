@@ -68,6 +68,9 @@ class LOOM_INTERNAL Communicator::Impl {
                ReduceOp op = ReduceOp::sum);
 
   void abort();
+  // Communicator::set_timeout: the calls that start after, and the children split or shrunk
+  // from here after, wait this long.
+  void set_timeout(std::chrono::milliseconds timeout);
   // Waits for the running and queued calls, then closes everything; idempotent.
   void shutdown();
   // Communicator::alloc and free (windows.cpp).
@@ -75,8 +78,12 @@ class LOOM_INTERNAL Communicator::Impl {
   void free(void* p);
   // Communicator::split: the child this rank joins, or null for a negative color.
   std::shared_ptr<Impl> split(int color, int key, const base::Config& child_config);
+  // Communicator::create_group: the members' child, made by the members alone.
+  std::shared_ptr<Impl> create_group(const std::vector<int>& members,
+                                     const base::Config& child_config);
   // Communicator::shrink (shrink.cpp): the survivors' communicator.
-  std::shared_ptr<Impl> shrink(std::chrono::milliseconds timeout);
+  // The ranks in `exclude` are neither waited for nor members.
+  std::shared_ptr<Impl> shrink(std::chrono::milliseconds timeout, const std::vector<int>& exclude);
   // Which rank hosts the store (-1: none, a launcher does) and where it is, for the failure
   // path and the monitor to name a store that stopped answering.
   void set_store_host(int rank, std::string where);
@@ -157,7 +164,9 @@ class LOOM_INTERNAL Communicator::Impl {
   std::uint64_t token_ = 0;        // the job token: names this communicator's connections
   std::vector<int> parent_ranks_;  // by rank, its rank in the parent (split() only)
   std::uint64_t splits_ = 0;       // split() calls so far: each gets a key space of its own
-  std::uint64_t shrinks_ = 0;      // shrink() calls so far: likewise
+  // create_group() calls so far, by member list (each member counts alike: all of them call).
+  std::map<std::vector<int>, std::uint64_t> groups_made_;
+  std::uint64_t shrinks_ = 0;  // shrink() calls so far: likewise
   std::string listen_address_;
   std::string transport_summary_;
   std::unique_ptr<transport::TransportTable> transport_;

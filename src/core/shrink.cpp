@@ -119,9 +119,20 @@ void Communicator::Impl::require_enough_nodes(const std::vector<int>& members,
                     -1);
 }
 
-std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::milliseconds timeout) {
+std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::milliseconds timeout,
+                                                               const std::vector<int>& exclude) {
   if (timeout.count() <= 0)
     throw InvalidArgument(fmt::format("shrink: {}: the timeout must be positive", who(rank_)));
+  // Ranks neither waited for nor members: those the caller names.
+  std::vector<bool> excluded(static_cast<std::size_t>(size_), false);
+  for (int r : exclude) {
+    if (r < 0 || r >= size_ || r == rank_)
+      throw InvalidArgument(fmt::format("shrink: {}: cannot exclude rank {} ({})", who(rank_), r,
+                                        r == rank_ ? "this rank itself: an excluded rank does "
+                                                     "not call shrink"
+                                                   : fmt::format("outside [0, {})", size_)));
+    excluded[static_cast<std::size_t>(r)] = true;
+  }
   const std::uint64_t round = shrinks_++;  // the same on every survivor: shrinks are collective
   int known_failed = -1;
   if (auto record = halt_.record(); record && record->failed >= 0 && record->failed < size_)
@@ -149,6 +160,7 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
     present.clear();
     bool all_expected = true;
     for (int r = 0; r < size_; ++r) {
+      if (excluded[static_cast<std::size_t>(r)]) continue;
       if (seen[static_cast<std::size_t>(r)])
         present.push_back(r);
       else if (r != known_failed && !gone(r))

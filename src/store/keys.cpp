@@ -102,6 +102,9 @@ std::string split_request(std::uint64_t split, int rank) {
 std::string split_space(std::uint64_t split, int color) {
   return key(Space::split, "space", split, color);
 }
+std::string group_space(std::uint64_t digest, std::uint64_t n) {
+  return key(Space::split, "group", digest, n);
+}
 std::string shrink_joined(std::uint64_t round, int rank) {
   return key(Space::shrink, "joined", round, rank);
 }

@@ -57,6 +57,9 @@ std::string ib_ready(int from, int to);
 // key space of one child.
 std::string split_request(std::uint64_t split, int rank);
 std::string split_space(std::uint64_t split, int color);
+// The key space of the n-th communicator made by create_group() from the members whose list
+// has `digest`.
+std::string group_space(std::uint64_t digest, std::uint64_t n);
 // Shrinking after a failure: rank `rank` joined shrink number `round`; the members admitted
 // (the first proposal stands); the key space of the survivors' communicator.
 std::string shrink_joined(std::uint64_t round, int rank);

@@ -167,6 +167,22 @@ TEST(ShrinkMembership, OnAHealthyCommunicatorEveryRankGoesOnAndBothWork) {
   });
 }
 
+TEST(ShrinkMembership, RanksExcludedAreNotWaitedForEvenWhenTheyLive) {
+  testing::run_ranks(4, [](Communicator& comm) {
+    const std::vector<int> exclude{1, 3};
+    if (comm.rank() == 1 || comm.rank() == 3) return;  // alive, but not calling shrink
+    EXPECT_THROW(comm.shrink(std::vector<int>{comm.rank()}), InvalidArgument);
+    EXPECT_THROW(comm.shrink(std::vector<int>{4}), InvalidArgument);
+    const auto started = std::chrono::steady_clock::now();
+    Communicator survivors = comm.shrink(exclude, 30s);
+    EXPECT_LT(std::chrono::steady_clock::now() - started, 10s);
+    ASSERT_EQ(survivors.size(), 2);
+    EXPECT_EQ(survivors.rank(), comm.rank() / 2);
+    EXPECT_EQ(sum_of_ranks_plus_one(survivors, comm.rank() + 1), 4);  // 1 + 3
+    survivors.destroy();
+  });
+}
+
 TEST(ShrinkMembership, SurvivorsOnFewerLauncherNodesThanTheMinimumDoNotGoOn) {
   // Ranks 0 and 1 as if on one loomrun's node, 2 and 3 on another's, in a job of --nnodes 2:N.
   // Both nodes' shrink goes on; node A's ranks alone (node B's cut off: they never join) are

@@ -2,6 +2,8 @@
 // and child interleaved; a child that fails while its parent works on; a parent destroyed first.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "../support/ranks.hpp"
@@ -122,6 +124,46 @@ TEST(SplitLifetime, AChildOutlivesItsParent) {
     comm.destroy();
     EXPECT_EQ(sum_over(*child, 2), 6);
     EXPECT_THROW(comm.barrier(), InvalidArgument);
+  });
+}
+
+// create_group: the members alone make the child, ranked in the order listed; the other ranks
+// do not call it, and groups of the same members made one after another are each their own.
+TEST(CreateGroup, TheMembersAloneInTheirOrderAndAgain) {
+  run_ranks(4, [](Communicator& comm) {
+    const int r = comm.rank();
+    if (r == 1) {  // in no group: it goes on with the parent only
+      EXPECT_EQ(sum_over(comm, 1), 4);
+      return;
+    }
+    const std::vector<int> members{3, 0, 2};
+    Communicator child = comm.create_group(members);
+    EXPECT_EQ(child.size(), 3);
+    EXPECT_EQ(child.rank(), r == 3 ? 0 : r == 0 ? 1 : 2);
+    EXPECT_EQ(sum_over(child, r), 5);
+    Communicator again = comm.create_group(members);
+    EXPECT_EQ(sum_over(again, 1), 3);
+    EXPECT_EQ(sum_over(child, 1), 3);
+    // Refused before anything else: a list without this rank, a rank twice, one outside.
+    EXPECT_THROW(comm.create_group(std::vector<int>{1}), InvalidArgument);
+    EXPECT_THROW(comm.create_group(std::vector<int>{r, r}), InvalidArgument);
+    EXPECT_THROW(comm.create_group(std::vector<int>{r, 4}), InvalidArgument);
+    EXPECT_EQ(sum_over(comm, 1), 4);
+  });
+}
+
+// set_timeout: a later call waits the new time, not the one the communicator was made with.
+TEST(SetTimeout, ALaterCallWaitsTheNewTime) {
+  run_ranks(2, [](Communicator& comm) {
+    EXPECT_THROW(comm.set_timeout(std::chrono::milliseconds(0)), InvalidArgument);
+    comm.set_timeout(std::chrono::milliseconds(500));
+    if (comm.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_THROW(sum_over(comm, 1), TimeoutError);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   });
 }
 
