@@ -1,11 +1,13 @@
 """Loom as a torch.distributed backend.
 
-    import loom_torch  # registers the backend "loom"
+    import loom_torch  # registers the backend "loom" (an installed wheel registers it by itself)
     torch.distributed.init_process_group("loom")
 
 Every collective of torch.distributed on CPU tensors (and CUDA tensors with PyTorch 2.2+ and a
 libloom built with CUDA) runs on a loom.Communicator that bootstraps on PyTorch's store, with
-PyTorch's timeout as Loom's. Under loomrun, env:// rendezvouses on loomrun's store.
+PyTorch's timeout as Loom's. Under loomrun, env:// rendezvouses on loomrun's store. With PyTorch
+2.15, split_group, shrink_group, abort, coalescing and allocate_tensor map onto Loom's own
+split, shrink, abort, batches and shared windows (docs/pytorch.md).
 """
 import inspect
 
@@ -21,17 +23,44 @@ from ._C import (  # noqa: F401  Loom's errors, all subclasses of LoomError (a R
     LoomStore,
     LoomTimeoutError,
     PeerError,
+    ProcessGroupLoom,
     StoreError,
 )
 
 BACKEND = "loom"
+# PyTorch 2.15's Backend API: options, split, shrink, coalescing, allocate_tensor.
+BACKEND_API = hasattr(_C, "Options")
+if BACKEND_API:
+    from ._C import Options  # noqa: F401
+
+
+def _create_backend(dist_options, backend_options=None):
+    """The creator PyTorch calls (extended API): a new group, or a split of the default group
+    where PyTorch splits one (a group bound to a device)."""
+    if backend_options is not None and not isinstance(backend_options, Options):
+        raise TypeError(f"loom: pg_options must be a loom_torch.Options, not "
+                        f"{type(backend_options).__name__}")
+    ranks = list(dist_options.global_ranks_in_group)
+    parent = getattr(dist_options, "split_from", None)
+    if isinstance(parent, ProcessGroupLoom) and ranks:
+        backend = parent._split(ranks, backend_options)
+    else:
+        backend = _C._create_process_group(dist_options.store, dist_options.group_rank,
+                                           dist_options.group_size, dist_options.timeout,
+                                           backend_options)
+    backend.options.global_ranks_in_group = ranks
+    backend.options.group_name = dist_options.group_id
+    return backend
 
 
 def _register():
     if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}):
         return
     parameters = inspect.signature(dist.Backend.register_backend).parameters
-    if "devices" in parameters:  # PyTorch 2.x: a Backend behind torch's ProcessGroup
+    if BACKEND_API:
+        dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True,
+                                      devices=["cpu", "cuda"])
+    elif "devices" in parameters:  # PyTorch 2.x: a Backend behind torch's ProcessGroup
         dist.Backend.register_backend(BACKEND, _C._create_process_group, devices=["cpu", "cuda"])
     else:
         dist.Backend.register_backend(BACKEND, _C._create_process_group)
@@ -55,5 +84,11 @@ def describe(group=None):
     return _C._describe(_backend_of(group))
 
 
-_register()
-_rendezvous.install()
+def register():
+    """Registers the backend (what `import loom_torch` does; the wheel's entry point for
+    torch.distributed.backends calls it, so that init_process_group("loom") needs no import)."""
+    _register()
+    _rendezvous.install()
+
+
+register()

@@ -41,6 +41,8 @@ void Executor::submit(std::shared_ptr<Op> op) {
 
 bool Executor::wait(const std::shared_ptr<Op>& op, std::chrono::milliseconds timeout) {
   if (op->done.load(std::memory_order_acquire)) return true;
+  if (auto batch = op->batch.lock()) return wait(batch, timeout);  // members finish first
+  if (op->batched) return true;  // its batch has not ended: it completes with the batch
   const bool timed = timeout.count() > 0;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::unique_lock lock(mu_);
@@ -128,6 +130,10 @@ void Executor::complete(const std::shared_ptr<Op>& op) {
 
 void Executor::finish(const std::shared_ptr<Op>& op, std::exception_ptr error) {
   op->error = error;
+  if (error && op->on_error) op->on_error(error);
+  op->on_error = nullptr;
+  for (const auto& member : op->members) finish(member, error);
+  op->members.clear();
   // Outside the lock and with the next operation free to run: the future's callbacks may issue
   // and wait for operations of this process group.
   if (op->finish) op->finish(op->error);

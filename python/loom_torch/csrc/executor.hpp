@@ -26,8 +26,15 @@ struct Op {
   // call is done (the copy back), on whichever thread completes it.
   std::function<loom::Work()> issue;
   loom::Work issued;
-  std::function<void()> body;                       // the communication and its copies
-  std::function<void(std::exception_ptr)> finish;   // completes the future (after body)
+  std::function<void()> body;                        // the communication and its copies
+  std::function<void(std::exception_ptr)> finish;    // completes the future (after body)
+  std::function<void(std::exception_ptr)> on_error;  // told of a failure, before finish
+  // A batch (coalescing): its body runs its members' calls; they finish with it, before it.
+  std::vector<std::shared_ptr<Op>> members;
+  std::weak_ptr<Op> batch;  // a member's batch: waiting for the member waits for it
+  // Kept for a batch not ended yet: a wait returns at once (the batch's Work is the one to wait
+  // for, as with NCCL's groups), where it would wait for ever.
+  bool batched = false;
   std::chrono::steady_clock::time_point submitted;  // for the worker's grace period
   std::atomic<bool> done{false};
   std::exception_ptr error;

@@ -77,6 +77,78 @@ ProcessGroupLoom& loom_group(const c10::intrusive_ptr<BackendBase>& group) {
   return *loom;
 }
 
+// The backend's own Python class (a torch Backend), and its options (PyTorch 2.15).
+void bind_group(py::module_& m) {
+  py::class_<ProcessGroupLoom, BackendBase, c10::intrusive_ptr<ProcessGroupLoom>>(
+      m, "ProcessGroupLoom", "The loom backend of a torch.distributed process group.")
+#if LOOM_TORCH_BACKEND_API
+      .def(
+          "_split",
+          [](ProcessGroupLoom& self, const std::vector<int>& ranks, const py::object& options) {
+            c10::intrusive_ptr<c10d::Backend::Options> opts;
+            if (!options.is_none()) opts = options.cast<c10::intrusive_ptr<LoomOptions>>();
+            py::gil_scoped_release release;
+            return self.split({}, ranks, opts);
+          },
+          py::arg("ranks"), py::arg("options") = py::none(),
+          "Collective: the ranks listed (of this group) form a child group, in that order.")
+      .def(
+          "perform_nocolor_split", [](ProcessGroupLoom&, const py::object&) {},
+          py::arg("device") = py::none(),
+          "Nothing: a rank outside a new group takes no part in making it (create_group).")
+#endif
+      .def(
+          "_pool",
+          [](ProcessGroupLoom& self) {
+            py::gil_scoped_release release;
+            const auto pool = self.pool();
+            return std::make_pair(pool->capacity(), pool->in_use());
+          },
+          "(capacity, bytes in use) of the shared window allocate_tensor takes from.")
+      .def(
+          "_in_window",
+          [](ProcessGroupLoom& self, const at::Tensor& t) {
+            return self.pool()->holds(t.data_ptr());
+          },
+          py::arg("tensor"), "Whether the tensor's memory lies in the group's shared window.");
+#if LOOM_TORCH_BACKEND_API
+  py::class_<LoomOptions, c10d::Backend::Options, c10::intrusive_ptr<LoomOptions>>(
+      m, "Options",
+      "Options of a loom group (pg_options): unset fields take the LOOM_* environment.")
+      .def(py::init([](std::chrono::milliseconds timeout, std::optional<std::string> algorithm,
+                       std::optional<std::size_t> buffer_bytes, std::optional<int> slots,
+                       std::optional<int> sockets_per_peer, std::optional<std::string> transport) {
+             auto o = c10::make_intrusive<LoomOptions>(timeout);
+             o->algorithm = std::move(algorithm);
+             o->buffer_bytes = buffer_bytes;
+             o->slots = slots;
+             o->sockets_per_peer = sockets_per_peer;
+             o->transport = std::move(transport);
+             return o;
+           }),
+           py::arg("timeout") = kBackendDefaultTimeout, py::arg("algorithm") = py::none(),
+           py::arg("buffer_bytes") = py::none(), py::arg("slots") = py::none(),
+           py::arg("sockets_per_peer") = py::none(), py::arg("transport") = py::none())
+      .def_readwrite("algorithm", &LoomOptions::algorithm)
+      .def_readwrite("buffer_bytes", &LoomOptions::buffer_bytes)
+      .def_readwrite("slots", &LoomOptions::slots)
+      .def_readwrite("sockets_per_peer", &LoomOptions::sockets_per_peer)
+      .def_readwrite("transport", &LoomOptions::transport);
+  // What Backend.mem_allocator returns: a c10::Allocator over the group's window.
+  py::class_<WindowAllocator, std::shared_ptr<WindowAllocator>>(
+      m, "WindowAllocator", "An allocator of host memory in a loom group's shared window.")
+      .def(
+          "bytes",
+          [](WindowAllocator& self, std::size_t n) {
+            c10::Storage storage(c10::Storage::use_byte_size_t(), n, self.allocate(n), nullptr,
+                                 false);
+            return at::empty({0}, at::kByte)
+                .set_(std::move(storage), 0, {static_cast<long>(n)}, {1});
+          },
+          py::arg("n"), "A uint8 tensor of n bytes from this allocator.");
+#endif
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -87,17 +159,34 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "_create_process_group",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-         std::chrono::milliseconds timeout) -> c10::intrusive_ptr<BackendBase> {
-        return c10::make_intrusive<ProcessGroupLoom>(store, rank, size, timeout);
+         std::chrono::milliseconds timeout, const py::object& options) {
+        loom::Options settings;
+#if LOOM_TORCH_BACKEND_API
+        c10::intrusive_ptr<LoomOptions> given;
+        if (!options.is_none()) {
+          given = c10::make_intrusive<LoomOptions>(options.cast<const LoomOptions&>());
+          given->timeout = timeout;
+          settings = given->loom();
+        }
+#else
+        if (!options.is_none()) throw py::type_error("loom: options need PyTorch 2.15 or later");
+#endif
+        py::gil_scoped_release release;
+        auto group = c10::make_intrusive<ProcessGroupLoom>(store, rank, size, timeout, settings);
+#if LOOM_TORCH_BACKEND_API
+        if (given) group->set_options(given);
+#endif
+        return group;
       },
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
-      py::call_guard<py::gil_scoped_release>(),
-      "The loom backend for a group: joins through `store` with `timeout` as Loom's timeout.");
+      py::arg("options") = py::none(),
+      "The loom backend for a group: joins through `store` with `timeout` as Loom's timeout, "
+      "and the settings `options` (a loom_torch.Options) sets.");
   m.def(
       "_describe",
       [](const c10::intrusive_ptr<BackendBase>& group) { return loom_group(group).describe(); },
       py::arg("group"), "Host, transport and settings of a loom group's communicator.");
-
+  bind_group(m);
   m.def("_cuda_supported", &cuda::supported);
 
   py::class_<LoomBackedStore, c10d::Store, c10::intrusive_ptr<LoomBackedStore>>(

@@ -1,5 +1,8 @@
 // The "loom" backend of torch.distributed: each collective becomes one call of a
-// loom::Communicator, queued in issue order on the group's Executor.
+// loom::Communicator, queued in issue order on the group's Executor. With PyTorch 2.15 the
+// Backend API maps onto Loom's own features: split() onto Communicator::split, shrink() onto
+// Communicator::shrink, abort() and shutdown() onto abort() and destroy(), coalescing onto one
+// batch of Loom calls, allocateTensor() onto the communicator's shared windows.
 #pragma once
 
 #include <loom/loom.hpp>
@@ -8,22 +11,29 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "executor.hpp"
+#include "group_health.hpp"
+#include "options.hpp"
 #include "tensors.hpp"
 #include "torch_compat.hpp"
+#include "window_pool.hpp"
 
 namespace loom_torch {
 
 class ProcessGroupLoom : public BackendBase {
  public:
   // Joins the group through `store` (PyTorch's, for this group) with PyTorch's timeout as
-  // Loom's; every other setting comes from the LOOM_* environment.
+  // Loom's; every other setting comes from `options` where set, else the LOOM_* environment.
   ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                   std::chrono::milliseconds timeout);
+                   std::chrono::milliseconds timeout, const loom::Options& options);
+  // A group over a communicator made already (a split or a shrink of another group's).
+  ProcessGroupLoom(std::shared_ptr<loom::Communicator> comm, std::chrono::milliseconds timeout);
   ~ProcessGroupLoom() override;
 
   const std::string getBackendName() const override { return "loom"; }
@@ -84,6 +94,88 @@ class ProcessGroupLoom : public BackendBase {
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts) override;
 #endif
+#if LOOM_TORCH_BACKEND_API
+  // The *_single names of PyTorch 2.15 (its older names forward to them and back).
+  c10::intrusive_ptr<c10d::Work> all_gather_single(at::Tensor& output, at::Tensor& input,
+                                                   const c10d::AllgatherOptions& opts) override {
+    return _allgather_base(output, input, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override {
+    return _reduce_scatter_base(output, input, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> all_to_all_single(at::Tensor& output, at::Tensor& input,
+                                                   std::vector<int64_t>& output_splits,
+                                                   std::vector<int64_t>& input_splits,
+                                                   const c10d::AllToAllOptions& opts) override {
+    return alltoall_base(output, input, output_splits, input_splits, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> all_gather_single_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override {
+    return allgather_into_tensor_coalesced(outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override {
+    return reduce_scatter_tensor_coalesced(outputs, inputs, opts);
+  }
+  // Rank `root` receives every rank's input, one after another, in one flat output.
+  c10::intrusive_ptr<c10d::Work> gather_single(at::Tensor& output, at::Tensor& input,
+                                               const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather_into_tensor(at::Tensor& output, at::Tensor& input,
+                                                    const c10d::GatherOptions& opts) override {
+    return gather_single(output, input, opts);
+  }
+
+  c10::intrusive_ptr<Options> getBackendOptions() override {
+    return options_;
+  }
+  // The options the group was made with (the communicator has their settings already).
+  void set_options(c10::intrusive_ptr<LoomOptions> options) {
+    options_ = std::move(options);
+  }
+  bool supportsSplitting() const override {
+    return true;
+  }
+  bool supportsShrinking() const override {
+    return true;
+  }
+  bool supportsCoalescing() const override {
+    return true;
+  }
+  // PyTorch passes the device's index alone: the host's device has none (-1), an accelerator's
+  // has one, and the windows are host memory.
+  bool supportsTensorAlloc(c10::DeviceIndex index) override {
+    return index < 0;
+  }
+  bool supportsAbortHooks() const override {
+    return true;
+  }
+
+  // Collective over the ranks listed (Loom's create_group): they form a child, ordered as
+  // listed, on this group's hosts and settings; a rank not listed gets null at once.
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+  // The ranks not excluded go on (Loom's shrink with an exclude list); SHRINK_ABORT aborts this
+  // group first, cutting its running calls short.
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude,
+                                           int shrink_flags,
+                                           const c10::intrusive_ptr<Options>& opts) override;
+  void abort() override;
+  void shutdown() override;
+  void registerAbortHook(int64_t hook_id, c10d::AbortHook hook) override;
+  void unregisterAbortHook(int64_t hook_id) override;
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  c10d::ErrorType getError() override;
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+  std::shared_ptr<c10::Allocator> getMemAllocator() override;
+  at::Tensor allocateTensor(long size, at::TensorOptions options) override;
+#endif
+  // The pool allocateTensor() takes from, made (collectively) on first use.
+  std::shared_ptr<WindowPool> pool();
 
  private:
   using Body = std::function<void(loom::Communicator&, loom::CudaStream)>;
@@ -92,6 +184,11 @@ class ProcessGroupLoom : public BackendBase {
                                          const at::Tensor& device_of,
                                          const std::vector<at::Tensor>& inputs,
                                          std::vector<at::Tensor> outputs, Body body);
+  // Queues a LoomWork's operation, or keeps it for the batch while coalescing.
+  void submit(const std::shared_ptr<Op>& op);
+  // Runs `body` on the communicator in this group's turn (after what was issued before) and
+  // waits for it: the group's own collective steps (split, the pool's window).
+  void run_in_turn(const std::function<void(loom::Communicator&)>& body);
   // A send or receive on a host tensor, issued to Loom asynchronously in its turn.
   c10::intrusive_ptr<c10d::Work> issue_point_to_point(const Where& where, c10d::OpType type,
                                                       const char* title, const at::Tensor& t,
@@ -104,6 +201,15 @@ class ProcessGroupLoom : public BackendBase {
   std::chrono::milliseconds timeout_;  // PyTorch's, for this group
   std::shared_ptr<Executor> executor_;
   std::atomic<uint64_t> sequence_{0};  // collectives issued (point-to-point excluded)
+  std::shared_ptr<GroupHealth> health_ = std::make_shared<GroupHealth>();
+  std::mutex mu_;  // the batch
+  bool coalescing_ = false;
+  std::vector<std::shared_ptr<Op>> batch_;  // operations issued while coalescing
+  std::mutex pool_mu_;
+  std::shared_ptr<WindowPool> pool_;
+#if LOOM_TORCH_BACKEND_API
+  c10::intrusive_ptr<LoomOptions> options_;
+#endif
 };
 
 }  // namespace loom_torch

@@ -1,5 +1,6 @@
 #include "tensors.hpp"
 
+#include <numeric>
 #include <optional>
 
 #include "cuda_stream.hpp"
@@ -156,6 +157,66 @@ void check_root(int root, const Where& where) {
   if (root < 0 || root >= where.size)
     refuse(where,
            "root " + std::to_string(root) + " is outside [0, " + std::to_string(where.size) + ")");
+}
+
+void check_list(const std::vector<at::Tensor>& list, const at::Tensor& like, const Where& where,
+                const char* what) {
+  if (static_cast<int>(list.size()) != where.size)
+    refuse(where, std::string(what) + " needs " + std::to_string(where.size) +
+                      " tensors (one per rank), got " + std::to_string(list.size()));
+  for (const at::Tensor& t : list) {
+    check_tensor(t, where, what);
+    check_same_type(like, t, where, what);
+  }
+}
+
+void check_peer(int peer, const Where& where) {
+  if (peer < 0 || peer >= where.size || peer == where.rank)
+    refuse(where, "peer " + std::to_string(peer) + " is outside [0, " + std::to_string(where.size) +
+                      ") or this rank itself");
+}
+
+std::vector<std::int64_t> splits_of(const std::vector<std::int64_t>& splits, const at::Tensor& t,
+                                    const Where& where, const char* what) {
+  const std::int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+  if (splits.empty()) {
+    if (rows % where.size != 0)
+      refuse(where, std::string(what) + " has " + std::to_string(rows) +
+                        " rows, which do not split evenly over " + std::to_string(where.size) +
+                        " ranks");
+    return std::vector<std::int64_t>(static_cast<std::size_t>(where.size), rows / where.size);
+  }
+  if (static_cast<int>(splits.size()) != where.size)
+    refuse(where, std::string(what) + " split sizes need " + std::to_string(where.size) +
+                      " entries, got " + std::to_string(splits.size()));
+  std::int64_t sum = 0;
+  for (std::int64_t s : splits) {
+    if (s < 0) refuse(where, std::string(what) + " split sizes must not be negative");
+    sum += s;
+  }
+  if (sum != rows)
+    refuse(where, std::string(what) + " split sizes add up to " + std::to_string(sum) +
+                      " rows, but the tensor has " + std::to_string(rows));
+  return splits;
+}
+
+std::vector<std::size_t> offsets_of(const std::vector<std::size_t>& counts) {
+  std::vector<std::size_t> offsets(counts.size(), 0);
+  if (!counts.empty())
+    std::exclusive_scan(counts.begin(), counts.end(), offsets.begin(), std::size_t{0});
+  return offsets;
+}
+
+std::int64_t total_of(const std::vector<at::Tensor>& ts) {
+  std::int64_t total = 0;
+  for (const at::Tensor& t : ts) total += t.numel();
+  return total;
+}
+
+std::vector<at::Tensor> joined(const std::vector<std::vector<at::Tensor>>& lists) {
+  std::vector<at::Tensor> all;
+  for (const auto& list : lists) all.insert(all.end(), list.begin(), list.end());
+  return all;
 }
 
 at::Tensor dense(const at::Tensor& t) {

@@ -51,6 +51,19 @@ const at::Tensor& single(const std::vector<at::Tensor>& ts, const Where& where, 
 void check_same_type(const at::Tensor& a, const at::Tensor& b, const Where& where,
                      const char* what);
 void check_root(int root, const Where& where);
+// A list of `size` tensors of like's type and device (one per rank); `what` names it in errors.
+void check_list(const std::vector<at::Tensor>& list, const at::Tensor& like, const Where& where,
+                const char* what);
+// A peer of a send or receive: another rank of the group.
+void check_peer(int peer, const Where& where);
+// Rows per rank of an all-to-all: the splits given, or dim 0 divided evenly.
+std::vector<std::int64_t> splits_of(const std::vector<std::int64_t>& splits, const at::Tensor& t,
+                                    const Where& where, const char* what);
+
+// Element offsets of blocks of the given sizes, laid one after another.
+std::vector<std::size_t> offsets_of(const std::vector<std::size_t>& counts);
+std::int64_t total_of(const std::vector<at::Tensor>& ts);
+std::vector<at::Tensor> joined(const std::vector<std::vector<at::Tensor>>& lists);
 
 // A contiguous tensor with t's values: t itself when it is contiguous, else a copy.
 at::Tensor dense(const at::Tensor& t);

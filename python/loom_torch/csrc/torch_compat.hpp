@@ -26,3 +26,7 @@ using BackendBase = c10d::ProcessGroup;
 
 // c10d::Store::clone(), which PyTorch 2.5 added, pure virtual.
 #define LOOM_TORCH_STORE_CLONE LOOM_TORCH_AT_LEAST(2, 5)
+// The Backend API of PyTorch 2.15 (built and tested with it): options, split and shrink, abort
+// and shutdown, timeouts and errors, coalescing, the *_single calls, tensors from the backend's
+// memory. Older 2.x releases get the collectives without these.
+#define LOOM_TORCH_BACKEND_API LOOM_TORCH_AT_LEAST(2, 15)
