@@ -25,6 +25,7 @@
 
 #include <fmt/format.h>
 
+#include "algorithms/algorithm_table.hpp"
 #include "algorithms/selection.hpp"
 #include "base/config.hpp"
 #include "bench/compare/per_op.hpp"
@@ -169,9 +170,9 @@ struct Candidate {
 std::vector<Candidate> candidates_of(Kind k, std::size_t slot_bytes) {
   std::vector<Candidate> out{Candidate{}};
   for (const auto& a : loom::algorithms::algorithm_table()) {
-    // "direct" needs shared windows, which the table's rules never choose for.
-    if (a.collective != k || a.name == "direct") continue;
-    if (!loom::algorithms::takes_any_slice(a)) {
+    // The in-place rows need shared windows, which the table's rules never choose for.
+    if (a.collective != k || a.traits.needs_windows) continue;
+    if (!a.traits.any_slice) {
       out.push_back(Candidate{std::string(a.name), 0});
       continue;
     }
