@@ -40,7 +40,8 @@ PROGRAM_NEEDS = {
     "tools/loom-tune": {
         "algorithms/algorithm_table.hpp": "it times every row of the algorithm table, with each "
         "slice a row takes; the table is the library's, not an API",
-        "algorithms/selection.hpp": "it writes rules in the grammar the selector parses",
+        "algorithms/rules.hpp": "it writes rules in the grammar the selector parses, naming "
+        "the operations as rules do",
         "core/tuning_table.hpp": "it writes the tuning table in the format the library reads at "
         "init: one reader and one writer of the format",
         "base/config.hpp": "its sizes, and the tuning table's place, are read as the library "
@@ -57,6 +58,12 @@ PROGRAM_NEEDS = {
         "kernels/cpu/cpu_kernels.hpp": "microbenchmarks of the CPU kernels themselves",
         "kernels/cuda/cuda_kernels.cuh": "microbenchmarks of the CUDA kernels themselves",
     },
+}
+
+# What every program may include besides, and why.
+PROGRAM_SHARED = {
+    "tools/cli/cli.hpp": "the command line every tool shares: one library (CLI11), one help "
+    "layout, one way to refuse bad usage",
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -126,6 +133,8 @@ def check_programs(bad):
                     continue  # the public API
                 elif target.split("/")[0] not in LAYERS and target.split("/")[0] not in PROGRAM_ROOTS:
                     continue  # a header of another project
+                if target in PROGRAM_SHARED:
+                    continue
                 if target in needs:
                     used.add((program, target))
                 else:
