@@ -9,7 +9,7 @@ set -euo pipefail
 packages=(cmake ninja-build g++ clang-format pkg-config
           libasio-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev
           libibverbs-dev librdmacm-dev libgloo-dev libopenmpi-dev openmpi-bin iperf3 python3 iproute2
-          libopenblas-dev zlib1g-dev libssl-dev clang libclang-rt-14-dev
+          libopenblas-dev zlib1g-dev libssl-dev clang libclang-rt-14-dev libcli11-dev
           slurmctld slurmd slurm-client munge)
 [[ " $* " == *" --torch "* ]] && packages+=(python3-torch libtorch-dev python3-dev pybind11-dev libopenblas0-pthread
                                           python3-pip)

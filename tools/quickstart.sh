@@ -21,5 +21,5 @@ Next:
   cmake --build build --target loom-train && build/tools/loomrun --nproc-per-node 2 build/tools/loom-train
                                       train an MLP data-parallel (DDP), with a step time report
   tools/test.sh                       the whole test suite
-  README.md                           the API, environment variables and running across machines
+  docs/api.md, docs/launching.md      the API and its settings; running across machines
 NEXT

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: dependencies, configure, build, then every CTest label except `slow`.
+# The test command: dependencies, the size rule (tools/check_sizes.py), configure, build, then every
+# CTest label except `slow`.
 #   tools/test.sh                          release build in build/
 #   tools/test.sh --sanitize address,undefined   ASan+UBSan build in build-asan/; where the CUDA
 #                                          runtime's headers are, it also runs the gpu label on
@@ -27,6 +28,11 @@ done
 # Where PyTorch is already there the build includes loom_torch and its tests, which need more
 # than PyTorch itself (expecttest, from PyPI): install those too.
 if /usr/bin/python3 -c "import torch" 2>/dev/null; then tools/deps.sh --torch; else tools/deps.sh; fi
+
+# The size rule needs no build: no source file over 600 lines, no function over 120. A breach
+# fails the run, after the build and the tests have run too.
+sizes=0
+python3 tools/check_sizes.py || sizes=$?
 
 build=build type=Release ctest_filter=() targets=() cuda=AUTO
 if [ "$cuda_emulated" = 1 ]; then
@@ -107,4 +113,5 @@ if [ "$gpu_label_too" = 1 ]; then
 else
   run_ctest error "${ctest_filter[@]}" "${ctest_extra[@]}" || status=$?
 fi
+[ "$sizes" = 0 ] || { echo "tools/check_sizes.py failed (above, before the build)"; status=1; }
 exit "$status"

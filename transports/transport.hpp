@@ -166,8 +166,6 @@ class Transport {
   }
   // After a failure: tell every connected peer, so that none of them waits for this rank.
   virtual void abort() = 0;
-  // Whether every peer is reached through shared memory.
-  virtual bool all_shared_memory() const { return false; }
   // Lets peers that are connecting to this rank progress for up to `timeout_ms` (TCP: accepts
   // and moves their handshakes), while this rank waits for a connection of another transport.
   // Else a rank waiting as a segment's opener, whose creator dials a third rank that dials this

@@ -18,9 +18,6 @@ class TransportTable final : public Transport {
                  std::vector<bool> shm_peers)
       : tcp_(std::move(tcp)), shm_(std::move(shm)), shm_peers_(std::move(shm_peers)) {
     if (shm_) shm_->set_connect_wait(serve_tcp());
-    int shared = 0;
-    for (bool b : shm_peers_) shared += b;
-    all_shared_memory_ = shared > 0 && shared + 1 == static_cast<int>(shm_peers_.size());
   }
   TransportKind kind_to(int peer) const override { return route(peer).kind_to(peer); }
   // RDMA for the peers on other hosts that it reaches (both ends have a port).
@@ -31,7 +28,6 @@ class TransportTable final : public Transport {
   Connection& connect(int peer, const base::Deadline& deadline, const base::Halt& halt) override {
     return route(peer).connect(peer, deadline, halt);
   }
-  bool all_shared_memory() const override { return all_shared_memory_; }
   // Device-memory connections for the peers shared memory reaches (CUDA IPC), when available.
   void set_device_transport(std::unique_ptr<Transport> device) {
     device_ = std::move(device);
@@ -71,7 +67,6 @@ class TransportTable final : public Transport {
   std::unique_ptr<Transport> rdma_;
   std::vector<bool> shm_peers_;
   std::vector<bool> rdma_peers_;
-  bool all_shared_memory_;
 };
 
 }  // namespace loom::transport

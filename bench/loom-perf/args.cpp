@@ -3,58 +3,16 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <utility>
+
+#include "tools/cli/cli.hpp"
 
 namespace perf {
 namespace {
 
-[[noreturn]] void usage(int code) {
-  std::fprintf(
-      code ? stderr : stdout,
-      "usage: loom-perf [options]   (one process per rank, e.g. loomrun --nproc-per-node 4 "
-      "loom-perf)\n"
-      "  -o OP      allreduce | reducescatter | allgather | broadcast | reduce | gather | scatter\n"
-      "             | alltoall (default allreduce)\n"
-      "  -d TYPE    f32 f64 f16 bf16 i8 u8 i32 u32 i64 u64 (or float32, bfloat16, int32, ...)\n"
-      "  -r REDOP   sum | prod | min | max | avg (default sum)\n"
-      "  -b SIZE    smallest size in bytes, K/M/G suffixes (default 8)\n"
-      "  -e SIZE    largest size (default 64M)\n"
-      "  -f FACTOR  multiply the size by FACTOR each step (default 2)\n"
-      "  -i BYTES   add BYTES each step instead\n"
-      "  -n ITERS   timed iterations per size (default 20)\n"
-      "  -w ITERS   warm-up iterations per size (default 5)\n"
-      "  --iter-bytes BYTES  fewer calls for larger sizes: each size runs BYTES / size timed\n"
-      "             calls (at least 1, at most -n) and a tenth of that warm-up (at least 1,\n"
-      "             at most -w), so one launch can sweep 64 KiB to 256 MiB\n"
-      "  --rounds R  (per-op timing) each size's calls in R turns: the sweep runs R times over\n"
-      "             its sizes, each time a share of every size's timed calls after at least one\n"
-      "             warm-up; a size's figure is over all its calls. A spell of a slower host then\n"
-      "             falls on every size alike instead of on the sizes it happens to overlap\n"
-      "             (default 1: each size once, all its calls together)\n"
-      "  -R ROOT    root of broadcast, reduce, gather and scatter (default 0)\n"
-      "  --per-op   (default) every rank times each call, without barriers; a call's time is its\n"
-      "             slowest rank's; time(us) is the median over the calls\n"
-      "  --mean     a barrier, then time(us) is the slowest rank's mean over the calls\n"
-      "  --inplace  run in place (not alltoall)\n"
-      "  --fresh-inputs  before every call (untimed), rewrite each cache line of the input,\n"
-      "             as a training step writes its gradients (per-op timing, host memory)\n"
-      "  --page-offset N  host buffers start N bytes (0-4095) past a page boundary; by default\n"
-      "             where malloc puts them (16 bytes past one for mapped allocations)\n"
-      "  --device D host (default) or cuda: buffers in the memory of the local rank's GPU\n"
-      "             (LOCAL_RANK modulo the visible GPUs), calls ordered on a CUDA stream;\n"
-      "             or shared: host memory from Communicator::alloc, which the ranks of a\n"
-      "             host read in place\n"
-      "  -c, --check  verify results: count wrong elements (#wrong)\n"
-      "  --csv      print CSV rows instead of the table\n"
-      "  --json F   also write the rows to F as JSON\n"
-      "size is the whole buffer: for allgather the output, for reducescatter the input, for\n"
-      "gather the root's output, for scatter the root's input, for alltoall each rank's input.\n");
-  std::exit(code);
-}
-
-[[noreturn]] void refuse(const char* what, const std::string& value) {
-  std::fprintf(stderr, "loom-perf: %s '%s'\n", what, value.c_str());
-  usage(2);
+[[noreturn]] void bad(const std::string& why) {
+  loom::cli::bad("loom-perf", why);
 }
 
 std::size_t parse_size(const std::string& s) {
@@ -67,14 +25,16 @@ std::size_t parse_size(const std::string& s) {
     mul = 1u << 20, ++end;
   else if (*end == 'G' || *end == 'g')
     mul = 1u << 30, ++end;
-  if (end == s.c_str() || *end != '\0' || v < 0) {
-    std::fprintf(stderr, "loom-perf: '%s' is not a size\n", s.c_str());
-    std::exit(2);
-  }
+  if (end == s.c_str() || *end != '\0' || v < 0) bad("'" + s + "' is not a size");
   return static_cast<std::size_t>(v * static_cast<double>(mul));
 }
 
-Op parse_op(const std::string& name) {
+// "loom-perf: <what> '<value>'" and the help, exit code 2.
+[[noreturn]] void refuse(const CLI::App& app, const char* what, const std::string& value) {
+  loom::cli::refuse(app, std::string(what) + " '" + value + "'");
+}
+
+Op parse_op(const CLI::App& app, const std::string& name) {
   static const std::pair<const char*, Op> ops[] = {
       {"allreduce", Op::allreduce}, {"reducescatter", Op::reducescatter},
       {"allgather", Op::allgather}, {"broadcast", Op::broadcast},
@@ -82,7 +42,112 @@ Op parse_op(const std::string& name) {
       {"scatter", Op::scatter},     {"alltoall", Op::alltoall}};
   for (auto& [n, op] : ops)
     if (name == n) return op;
-  refuse("unknown op", name);
+  refuse(app, "unknown op", name);
+}
+
+constexpr const char* kFooter =
+    "size is the whole buffer: for allgather the output, for reducescatter the input, for\n"
+    "gather the root's output, for scatter the root's input, for alltoall each rank's input.";
+
+// The operation, its element type and reduction, and the sweep of sizes.
+void declare_sweep(CLI::App& app, Args& a) {
+  using loom::cli::option;
+  option(app, "-o,--op", "OP",
+         "allreduce | reducescatter | allgather | broadcast | reduce | gather | scatter\n"
+         "| alltoall (default allreduce)",
+         [&](const std::string& v) { a.op = parse_op(app, a.op_name = v); });
+  option(app, "-d,--dtype", "TYPE",
+         "f32 f64 f16 bf16 i8 u8 i32 u32 i64 u64 (or float32, bfloat16, int32, ...)",
+         [&](const std::string& v) {
+           const auto t = loom::parse_data_type(v);
+           if (!t) refuse(app, "unknown data type", v);
+           a.dtype = *t;
+         });
+  option(app, "-r,--redop", "REDOP", "sum | prod | min | max | avg (default sum)",
+         [&](const std::string& v) {
+           const auto op = loom::parse_reduce_op(v);
+           if (!op) refuse(app, "unknown reduction", v);
+           a.redop = *op;
+         });
+  option(app, "-b,--minbytes", "SIZE", "smallest size in bytes, K/M/G suffixes (default 8)",
+         [&](const std::string& v) { a.min_bytes = parse_size(v); });
+  option(app, "-e,--maxbytes", "SIZE", "largest size (default 64M)",
+         [&](const std::string& v) { a.max_bytes = parse_size(v); });
+  option(app, "-f,--stepfactor", "FACTOR", "multiply the size by FACTOR each step (default 2)",
+         [&](const std::string& v) { a.factor = std::atof(v.c_str()); });
+  option(app, "-i,--stepbytes", "BYTES", "add BYTES each step instead",
+         [&](const std::string& v) { a.increment = parse_size(v); });
+  option(app, "-R,--root", "ROOT", "root of broadcast, reduce, gather and scatter (default 0)",
+         [&](const std::string& v) { a.root = std::atoi(v.c_str()); });
+}
+
+// How each size is timed.
+void declare_timing(CLI::App& app, Args& a) {
+  using loom::cli::option;
+  option(app, "-n,--iters", "ITERS", "timed iterations per size (default 20)",
+         [&](const std::string& v) { a.iters = std::max(1, std::atoi(v.c_str())); });
+  option(app, "-w,--warmup_iters", "ITERS", "warm-up iterations per size (default 5)",
+         [&](const std::string& v) { a.warmup = std::max(0, std::atoi(v.c_str())); });
+  option(app, "--iter-bytes", "BYTES",
+         "fewer calls for larger sizes: each size runs BYTES / size timed\n"
+         "calls (at least 1, at most -n) and a tenth of that warm-up (at least 1,\n"
+         "at most -w), so one launch can sweep 64 KiB to 256 MiB",
+         [&](const std::string& v) { a.iter_bytes = parse_size(v); });
+  option(app, "--rounds", "R",
+         "(per-op timing) each size's calls in R turns: the sweep runs R times over\n"
+         "its sizes, each time a share of every size's timed calls after at least one\n"
+         "warm-up; a size's figure is over all its calls. A spell of a slower host then\n"
+         "falls on every size alike instead of on the sizes it happens to overlap\n"
+         "(default 1: each size once, all its calls together)",
+         [&](const std::string& v) {
+           a.rounds = std::atoi(v.c_str());
+           if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos ||
+               a.rounds < 1 || a.rounds > 1000)
+             refuse(app, "--rounds is 1-1000, not", v);
+         });
+  // The last of the two given wins.
+  app.add_flag_callback(
+         "--per-op", [&] { a.timing = Timing::per_op; },
+         "(default) every rank times each call, without barriers; a call's time is its\n"
+         "slowest rank's; time(us) is the median over the calls")
+      ->trigger_on_parse();
+  app.add_flag_callback(
+         "--mean", [&] { a.timing = Timing::mean; },
+         "a barrier, then time(us) is the slowest rank's mean over the calls")
+      ->trigger_on_parse();
+}
+
+// Where the buffers are, and what is reported.
+void declare_buffers(CLI::App& app, Args& a) {
+  using loom::cli::option;
+  app.add_flag("--inplace", a.in_place, "run in place (not alltoall)");
+  app.add_flag("--fresh-inputs", a.fresh_inputs,
+               "before every call (untimed), rewrite each cache line of the input,\n"
+               "as a training step writes its gradients (per-op timing, host memory)");
+  option(app, "--page-offset", "N",
+         "host buffers start N bytes (0-4095) past a page boundary; by default\n"
+         "where malloc puts them (16 bytes past one for mapped allocations)",
+         [&](const std::string& v) {
+           a.page_offset = std::atoi(v.c_str());
+           if (v.empty() || v.size() > 4 ||
+               v.find_first_not_of("0123456789") != std::string::npos || a.page_offset > 4095)
+             refuse(app, "--page-offset is 0-4095, not", v);
+         });
+  option(app, "--device", "D",
+         "host (default) or cuda: buffers in the memory of the local rank's GPU\n"
+         "(LOCAL_RANK modulo the visible GPUs), calls ordered on a CUDA stream;\n"
+         "or shared: host memory from Communicator::alloc, which the ranks of a\n"
+         "host read in place",
+         [&](const std::string& d) {
+           if (d != "host" && d != "cuda" && d != "shared")
+             bad("--device is host, cuda or shared, not '" + d + "'");
+           a.cuda = d == "cuda";
+           a.shared = d == "shared";
+         });
+  app.add_flag("-c,--check", a.check, "verify results: count wrong elements (#wrong)");
+  app.add_flag("--csv", a.csv, "print CSV rows instead of the table");
+  option(app, "--json", "F", "also write the rows to F as JSON",
+         [&](const std::string& v) { a.json = v; });
 }
 
 }  // namespace
@@ -104,106 +169,25 @@ double bus_factor(Op op, int ranks) {
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string f = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "loom-perf: %s needs a value\n", f.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (f == "-h" || f == "--help")
-      usage(0);
-    else if (f == "-o" || f == "--op") {
-      a.op_name = next();
-      a.op = parse_op(a.op_name);
-    } else if (f == "-d" || f == "--dtype") {
-      std::string d = next();
-      auto t = loom::parse_data_type(d);
-      if (!t) refuse("unknown data type", d);
-      a.dtype = *t;
-    } else if (f == "-r" || f == "--redop") {
-      std::string r = next();
-      auto op = loom::parse_reduce_op(r);
-      if (!op) refuse("unknown reduction", r);
-      a.redop = *op;
-    } else if (f == "-b" || f == "--minbytes")
-      a.min_bytes = parse_size(next());
-    else if (f == "-e" || f == "--maxbytes")
-      a.max_bytes = parse_size(next());
-    else if (f == "-f" || f == "--stepfactor")
-      a.factor = std::atof(next().c_str());
-    else if (f == "-i" || f == "--stepbytes")
-      a.increment = parse_size(next());
-    else if (f == "-n" || f == "--iters")
-      a.iters = std::max(1, std::atoi(next().c_str()));
-    else if (f == "-w" || f == "--warmup_iters")
-      a.warmup = std::max(0, std::atoi(next().c_str()));
-    else if (f == "--iter-bytes")
-      a.iter_bytes = parse_size(next());
-    else if (f == "--rounds") {
-      const std::string v = next();
-      a.rounds = std::atoi(v.c_str());
-      if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || a.rounds < 1 ||
-          a.rounds > 1000)
-        refuse("--rounds is 1-1000, not", v);
-    } else if (f == "-R" || f == "--root")
-      a.root = std::atoi(next().c_str());
-    else if (f == "--per-op")
-      a.timing = Timing::per_op;
-    else if (f == "--mean")
-      a.timing = Timing::mean;
-    else if (f == "-c" || f == "--check")
-      a.check = true;
-    else if (f == "--inplace")
-      a.in_place = true;
-    else if (f == "--fresh-inputs")
-      a.fresh_inputs = true;
-    else if (f == "--page-offset") {
-      const std::string v = next();
-      a.page_offset = std::atoi(v.c_str());
-      if (v.empty() || v.size() > 4 || v.find_first_not_of("0123456789") != std::string::npos ||
-          a.page_offset > 4095)
-        refuse("--page-offset is 0-4095, not", v);
-    } else if (f == "--device") {
-      const std::string d = next();
-      if (d != "host" && d != "cuda" && d != "shared") {
-        std::fprintf(stderr, "loom-perf: --device is host, cuda or shared, not '%s'\n", d.c_str());
-        std::exit(2);
-      }
-      a.cuda = d == "cuda";
-      a.shared = d == "shared";
-    } else if (f == "--csv")
-      a.csv = true;
-    else if (f == "--json")
-      a.json = next();
-    else
-      refuse("unknown option", f);
-  }
-  if (a.increment == 0 && a.factor <= 1.0) {
-    std::fprintf(stderr, "loom-perf: -f must be above 1 (or use -i)\n");
-    std::exit(2);
-  }
-  if (a.fresh_inputs && (a.cuda || a.timing != Timing::per_op)) {
-    std::fprintf(stderr,
-                 "loom-perf: --fresh-inputs needs host buffers and per-op timing (its rewrite "
-                 "is outside each call's time)\n");
-    std::exit(2);
-  }
-  if (a.page_offset >= 0 && (a.cuda || a.shared)) {
-    std::fprintf(stderr, "loom-perf: --page-offset places host buffers, not --device %s ones\n",
-                 a.cuda ? "cuda" : "shared");
-    std::exit(2);
-  }
-  if (a.rounds > 1 && a.timing != Timing::per_op) {
-    std::fprintf(stderr, "loom-perf: --rounds needs per-op timing (--mean times calls together)\n");
-    std::exit(2);
-  }
-  if (a.in_place && a.op == Op::alltoall) {
-    std::fprintf(stderr, "loom-perf: alltoall has no in-place form (--inplace)\n");
-    std::exit(2);
-  }
+  CLI::App app("", "loom-perf");
+  loom::cli::set_up(app,
+                    "usage: loom-perf [options]   (one process per rank, e.g. loomrun "
+                    "--nproc-per-node 4 loom-perf)",
+                    kFooter);
+  declare_sweep(app, a);
+  declare_timing(app, a);
+  declare_buffers(app, a);
+  loom::cli::parse(app, argc, argv);
+  if (a.increment == 0 && a.factor <= 1.0) bad("-f must be above 1 (or use -i)");
+  if (a.fresh_inputs && (a.cuda || a.timing != Timing::per_op))
+    bad("--fresh-inputs needs host buffers and per-op timing (its rewrite is outside each "
+        "call's time)");
+  if (a.page_offset >= 0 && (a.cuda || a.shared))
+    bad(std::string("--page-offset places host buffers, not --device ") +
+        (a.cuda ? "cuda" : "shared") + " ones");
+  if (a.rounds > 1 && a.timing != Timing::per_op)
+    bad("--rounds needs per-op timing (--mean times calls together)");
+  if (a.in_place && a.op == Op::alltoall) bad("alltoall has no in-place form (--inplace)");
   return a;
 }
 

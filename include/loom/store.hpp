@@ -95,7 +95,8 @@ class LOOM_API TcpStore : public Store {
 // rank can host a server. Uses an advisory lock on `<path>.lock`; waits poll the file. An
 // operation waits at most `timeout` for the lock (get and wait: their own timeout), then raises
 // TimeoutError naming the file. Both files must be this user's and not writable by others; they
-// are not authenticated otherwise (see the README). The log is compacted as it grows.
+// are not authenticated otherwise (docs/failures.md, "The stores"). The log is compacted as it
+// grows.
 class LOOM_API FileStore : public Store {
  public:
   explicit FileStore(std::string path,

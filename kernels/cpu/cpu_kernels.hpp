@@ -30,7 +30,8 @@ void convert(void* dst, DataType to, const void* src, DataType from, std::size_t
 
 // Outputs of at least this many bytes that alias no input are written with non-temporal stores:
 // cached, they would only evict the inputs (measured in bench/kernels). Slices of the engine are
-// smaller, so this applies to large direct calls only. Settable for benchmarks and tests.
+// smaller, so this applies only to large calls made outside the engine. Settable for benchmarks and
+// tests.
 inline constexpr std::size_t kDefaultStreamBytes = std::size_t{8} << 20;
 void set_stream_threshold(std::size_t bytes);
 std::size_t stream_threshold();

@@ -1,4 +1,4 @@
-// The algorithms, one per file; selection.cpp chooses among them per call.
+// The algorithms, one per file; the selector (selection.hpp) chooses among them per call.
 #pragma once
 
 #include <deque>

@@ -1,7 +1,5 @@
 // Pipelined broadcast: the root's data flows down the ring as a chain, slot by slot, so every
 // link is busy at once and the time is one buffer's transfer plus a slot per hop.
-#include <cstring>
-
 #include "algorithms/algorithms.hpp"
 #include "algorithms/primitives.hpp"
 

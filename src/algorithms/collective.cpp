@@ -9,36 +9,8 @@ static_assert((kRootMask & (kRootMask + 1)) == 0 && kRootMask < (1u << 20));
 }  // namespace
 
 std::string_view to_string(Kind kind) {
-  switch (kind) {
-    case Kind::all_reduce:
-      return "all_reduce";
-    case Kind::reduce_scatter:
-      return "reduce_scatter";
-    case Kind::all_gather:
-      return "all_gather";
-    case Kind::broadcast:
-      return "broadcast";
-    case Kind::reduce:
-      return "reduce";
-    case Kind::barrier:
-      return "barrier";
-    case Kind::send:
-      return "send";
-    case Kind::recv:
-      return "recv";
-    case Kind::gather:
-      return "gather";
-    case Kind::scatter:
-      return "scatter";
-    case Kind::all_to_all:
-      return "all_to_all";
-    case Kind::all_to_all_v:
-      return "all_to_all_v";
-    case Kind::all_gather_v:
-      return "all_gather_v";
-    case Kind::reduce_scatter_v:
-      return "reduce_scatter_v";
-  }
+  for (const KindNames& k : kKindNames)
+    if (k.kind == kind) return k.name;
   return "?";
 }
 

@@ -1,9 +1,12 @@
 // One call as the engine sees it.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "loom/loom.hpp"
@@ -17,11 +20,35 @@ inline constexpr int kMaxWorldSize = 1 << 20;
 
 // The public Operation: its values, from 1, go into every tag.
 using Kind = Operation;
-inline constexpr Kind kAllKinds[] = {
-    Kind::all_reduce,   Kind::reduce_scatter,  Kind::all_gather, Kind::broadcast,
-    Kind::reduce,       Kind::barrier,         Kind::send,       Kind::recv,
-    Kind::gather,       Kind::scatter,         Kind::all_to_all, Kind::all_to_all_v,
-    Kind::all_gather_v, Kind::reduce_scatter_v};
+// Each operation once, with its names: in messages (to_string) and in LOOM_ALGO rules
+// (rule_name, rules.hpp).
+struct KindNames {
+  Kind kind;
+  std::string_view name;
+  std::string_view rule;
+};
+inline constexpr KindNames kKindNames[] = {
+    {Kind::all_reduce, "all_reduce", "allreduce"},
+    {Kind::reduce_scatter, "reduce_scatter", "reducescatter"},
+    {Kind::all_gather, "all_gather", "allgather"},
+    {Kind::broadcast, "broadcast", "broadcast"},
+    {Kind::reduce, "reduce", "reduce"},
+    {Kind::barrier, "barrier", "barrier"},
+    {Kind::send, "send", "send"},
+    {Kind::recv, "recv", "recv"},
+    {Kind::gather, "gather", "gather"},
+    {Kind::scatter, "scatter", "scatter"},
+    {Kind::all_to_all, "all_to_all", "alltoall"},
+    {Kind::all_to_all_v, "all_to_all_v", "alltoallv"},
+    {Kind::all_gather_v, "all_gather_v", "allgatherv"},
+    {Kind::reduce_scatter_v, "reduce_scatter_v", "reducescatterv"},
+};
+inline constexpr auto kAllKinds = [] {
+  std::array<Kind, std::size(kKindNames)> kinds{};
+  for (std::size_t i = 0; i < kinds.size(); ++i) kinds[i] = kKindNames[i].kind;
+  return kinds;
+}();
+// "?" for a value that is no operation.
 std::string_view to_string(Kind kind);
 inline bool is_point_to_point(Kind kind) {
   return kind == Kind::send || kind == Kind::recv;

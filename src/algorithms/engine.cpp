@@ -55,7 +55,7 @@ void Engine::run(const Collective& call, bool background, DataPath* device_path,
   // The direct path leaves the GPU to order itself: the host waits for none of its work.
   const bool direct = peer_memory_ && direct_device_call(*this, call);
   try {
-    if (!direct) select_and_run(*this, call);
+    if (!direct) dispatch_.run(*this, call);
     flush();
   } catch (...) {
     // The caller's buffers are free once the call ends, failed or not: nothing queued may still

@@ -5,11 +5,11 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 #include "algorithms/collective.hpp"
 #include "algorithms/data_path.hpp"
+#include "algorithms/dispatch.hpp"
 #include "algorithms/peer_memory.hpp"
 #include "algorithms/selection.hpp"
 #include "algorithms/spin_budget.hpp"
@@ -114,35 +114,18 @@ class Engine {
   }
   // Waits until every connection used has handed its queued slots over.
   void flush();
-  // How much one slot carries in this call (chosen by selection.cpp; 0: a whole slot). Both
-  // ends of every connection compute the same value from the same call.
+  // How this call is cut, as its dispatch chose (dispatch.hpp), reset at every call; both ends
+  // of every connection compute the same from the same call. How much one slot carries (0: a
+  // whole slot), which an algorithm of several phases sets per phase:
   std::size_t slice_bytes() const { return slice_bytes_; }
   void set_slice_bytes(std::size_t bytes) { slice_bytes_ = bytes; }
-  // How many slices a round of the ring all-reduce carries per block (chosen by selection.cpp;
-  // 0: half the FIFO's slots). Reset with the slice at every call.
+  // ... and how many slices a round of the ring all-reduce carries per block (0: half the
+  // FIFO's slots).
   std::size_t round_slices() const { return round_slices_; }
-  void set_round_slices(std::size_t slices) { round_slices_ = slices; }
-  // The last decision, kept by selection.cpp for the next call of the same kind and size.
-  struct Plan {
-    Kind kind = Kind::barrier;
-    std::size_t bytes = 0;
-    bool device = false;
-    bool windows = false;
-    const Algorithm* algorithm = nullptr;  // none yet
-    std::size_t slice = 0;
-    std::size_t round_slices = 0;
-    double predicted_us = 0;
-  };
-  Plan& plan() { return plan_; }
-  // The model against this rank's clock, per call class (collective, algorithm, power-of-two
-  // size class), kept only while DEBUG logging is on (selection.cpp logs it).
-  struct ClassTimes {
-    std::uint64_t calls = 0;
-    double predicted_us = 0;  // sums
-    double measured_us = 0;
-    double fastest_us = 0;
-  };
-  std::unordered_map<std::uint32_t, ClassTimes>& class_times() { return class_times_; }
+  void set_slicing(std::size_t slice_bytes, std::size_t round_slices) {
+    slice_bytes_ = slice_bytes;
+    round_slices_ = round_slices;
+  }
   // How long this rank's waits spin before they sleep, learned across calls (waiter.hpp).
   SpinBudget& spin_budget() const { return spin_budget_; }
   // Whether a single-copy all-to-all failed to read a peer's memory on some rank of this
@@ -154,13 +137,9 @@ class Engine {
     return selector_->inputs().beyond_cache(static_cast<double>(bytes), config_.local_world_size);
   }
   // Whether the ring passes stream their copies out of the slots (Primitives::stream_outputs):
-  // beyond the cache, and where ranks outnumber the cores from half of it on. Ranks taking turns
-  // at a core pass its caches to each other at every switch: over shared memory on 2 cores (Zen 4,
-  // 32 MiB L3), half the cache made the all-reduce 1.08-1.21x faster at 4 ranks and 2 MiB,
-  // 1.12-1.14x at 3 ranks and 3 MiB and at 8 ranks and 1 MiB, the all-gather 1.19-1.22x at 4 ranks
-  // and 4 MiB and at 8 ranks and 2 MiB (one launch alternating the two call by call); over TCP no
-  // difference (0.99-1.03x). 2 ranks (a core each) ran 0.80-1.05x at 4-6 MiB, and the pairwise
-  // all-to-all and the direct calls in the shared windows 0.95-1.01x: they keep the whole cache.
+  // beyond the cache, and where ranks outnumber the cores from half of it on, since ranks taking
+  // turns at a core pass its caches to each other at every switch (docs/tuning.md, "Streaming
+  // the ring's outputs").
   bool ring_outputs_beyond_cache(std::size_t bytes) const {
     return beyond_cache(selector_->inputs().oversubscribed() ? 2 * bytes : bytes);
   }
@@ -191,8 +170,7 @@ class Engine {
   bool background_ = false;
   std::size_t slice_bytes_ = 0;
   std::size_t round_slices_ = 0;
-  Plan plan_;
-  std::unordered_map<std::uint32_t, ClassTimes> class_times_;
+  Dispatcher dispatch_;
   bool single_copy_refused_ = false;
   mutable SpinBudget spin_budget_;
   std::vector<transport::Connection*> by_peer_;         // connections made so far, by rank

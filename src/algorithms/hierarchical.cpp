@@ -6,7 +6,8 @@
 //   3. all-gather inside each host.
 // A host's link carries 2(H-1)/H of the buffer each way, against 2(n-1)/n for a flat ring over
 // all n = HL ranks, and the latency is 2(H-1) network hops instead of 2(n-1).
-// Needs the same number of ranks on every host; selection.cpp runs the ring otherwise.
+// Needs the same number of ranks on every host; the table (algorithm_table.cpp) refuses it
+// otherwise.
 #include "algorithms/ring_passes.hpp"
 #include "algorithms/selection.hpp"
 

@@ -19,7 +19,7 @@ void point_to_point(Engine& engine, const Collective& call) {
 
 void PointToPointBatch::add(const Collective& call, std::function<void()> done) {
   Op& op = ops_.emplace_back(Op{call, std::move(done)});
-  // Both ends choose the slice from the same call, as select_and_run does.
+  // Both ends choose the slice from the same call, as a dispatched call does.
   op.slice_bytes = engine_.selector().choose(call.kind, call.bytes(), false).slice;
 }
 

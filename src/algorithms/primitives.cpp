@@ -25,14 +25,15 @@ Primitives::Primitives(Engine& engine, transport::Connection* recv_from,
 }
 
 Primitives& Primitives::use_caller_memory(bool on) {
-  send_direct_ = on && device_ == nullptr && send_to_ != nullptr && send_to_->moves_caller_memory();
-  recv_direct_ =
+  send_from_caller_ =
+      on && device_ == nullptr && send_to_ != nullptr && send_to_->moves_caller_memory();
+  recv_into_caller_ =
       on && device_ == nullptr && recv_from_ != nullptr && recv_from_->moves_caller_memory();
   return *this;
 }
 
 void Primitives::post_from(std::byte* slot, const std::byte* src, std::size_t bytes) {
-  if (send_direct_ && !send_inline_) {
+  if (send_from_caller_ && !send_inline_) {
     send_to_->post_send_from(src, bytes, engine_.call().tag());
     return;
   }
@@ -43,7 +44,7 @@ void Primitives::post_from(std::byte* slot, const std::byte* src, std::size_t by
 
 std::size_t Primitives::steer(std::byte* dst, std::size_t count, std::size_t received,
                               std::size_t steered) {
-  if (!recv_direct_) return steered;
+  if (!recv_into_caller_) return steered;
   const std::size_t slices = (count + slice_elems_ - 1) / slice_elems_;
   for (; steered < slices; ++steered) {
     const std::size_t off = steered * slice_elems_;
@@ -200,7 +201,7 @@ void Primitives::recv_reduce_copy(const void* local, void* dst, std::size_t coun
     const std::size_t n = std::min(slice_elems_, count - off);
     auto slot = wait_recv(n * elem_);
     std::byte* out = send ? wait_send(n * elem_) : nullptr;
-    if (send && send_direct_ && !send_inline_) {  // host memory only: nothing to complete
+    if (send && send_from_caller_ && !send_inline_) {  // host memory only: nothing to complete
       // The transport sends the result from dst: one write pass instead of two.
       reduce_copy(d + off * elem_, nullptr, l + off * elem_, slot.data, n, c.dtype, c.op, divisor);
       release();
@@ -231,7 +232,7 @@ void Primitives::recv_copy_send(void* dst, std::size_t count) {
     const std::size_t bytes = std::min(slice_elems_, count - off) * elem_;
     auto slot = wait_recv(bytes);
     std::byte* out = wait_send(bytes);
-    if (send_direct_ && !send_inline_) {              // host memory only: nothing to complete
+    if (send_from_caller_ && !send_inline_) {         // host memory only: nothing to complete
       copy_out(d + off * elem_, slot, bytes, false);  // forwarded from where it lands
       release();
       post_from(out, d + off * elem_, bytes);

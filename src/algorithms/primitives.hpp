@@ -60,7 +60,7 @@ class Primitives {
   std::size_t send_some(const void* src, std::size_t count, std::size_t done);
   std::size_t recv_some(void* dst, std::size_t count, std::size_t done);
   // One message of `bytes` (at most a slot) between host memory: control messages of the
-  // direct algorithms, whatever the call's buffers are.
+  // in-place algorithms (direct.cpp), whatever the call's buffers are.
   void send_message(const void* src, std::size_t bytes);
   void recv_message(void* dst, std::size_t bytes);
 
@@ -95,8 +95,8 @@ class Primitives {
       copy(dst, slot.data, bytes);
   }
 
-  // The data path: the host's (HostDataPath is final, so its calls are direct and inline on the
-  // latency path), or the GPU path of a call on device buffers.
+  // The data path: the host's (HostDataPath is final, so its calls are devirtualised and inline
+  // on the latency path), or the GPU path of a call on device buffers.
   void copy(void* dst, const void* src, std::size_t bytes) {
     if (device_)
       device_->copy(dst, src, bytes);
@@ -135,8 +135,10 @@ class Primitives {
   std::size_t recv_inline_max_;
   bool streaming_ = false;
   bool streaming_out_ = false;
-  bool send_direct_ = false;  // use_caller_memory, where send_to_ (recv_from_) can
-  bool recv_direct_ = false;
+  // use_caller_memory, where send_to_ (recv_from_) can: the transport moves the caller's
+  // memory itself (post_send_from, steer_recv).
+  bool send_from_caller_ = false;
+  bool recv_into_caller_ = false;
   bool send_inline_ = false;  // the channel of the message being sent / received
   bool recv_inline_ = false;
 };

@@ -1,10 +1,7 @@
 // Pipelined reduce: a chain along the ring that starts after the root and ends at it; each rank
 // adds its data to the partial result as it streams past.
-#include <cstring>
-
 #include "algorithms/algorithms.hpp"
 #include "algorithms/primitives.hpp"
-#include "kernels/cpu/cpu_kernels.hpp"
 
 namespace loom::algorithms {
 

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "../support/ranks.hpp"
+#include "../support/transports.hpp"
 
 namespace loom {
 namespace {
@@ -82,7 +83,7 @@ TEST_P(BeforeConnecting, ARankKilledRightAfterJoiningMakesEverySurvivorFailWithi
       opts);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, BeforeConnecting, ::testing::Values("tcp", "shm"),
+INSTANTIATE_TEST_SUITE_P(Transports, BeforeConnecting, loom::testing::transports(),
                          [](const auto& info) { return std::string(info.param); });
 
 // One rank calls, the other never does: the caller is stuck setting up the connection (dialing,

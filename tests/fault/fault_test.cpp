@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../support/ranks.hpp"
+#include "../support/transports.hpp"
 #include "base/auth.hpp"
 #include "base/socket_io.hpp"
 #include "base/tcp_connect.hpp"
@@ -75,7 +76,7 @@ TEST(Fault, PeerThatStopsCallingMakesOthersTimeOutNamingIt) {
 }
 
 TEST(Fault, DeadPeerRaisesPeerErrorOnSurvivorsOnEveryTransport) {
-  for (const char* transport : {"tcp", "shm"}) {
+  for (const char* transport : loom::testing::kTransports) {
     SCOPED_TRACE(transport);
     run_ranks_raw(3, [transport](RankContext& ctx) {
       Options o;
@@ -100,7 +101,7 @@ TEST(Fault, DeadPeerRaisesPeerErrorOnSurvivorsOnEveryTransport) {
 }
 
 TEST(Fault, DifferentCountsRaiseCollectiveMismatch) {
-  for (const char* transport : {"tcp", "shm"}) {
+  for (const char* transport : loom::testing::kTransports) {
     SCOPED_TRACE(transport);
     testing::RunOptions opts;
     opts.options.transport = transport;
@@ -126,7 +127,7 @@ TEST(Fault, SmallAgainstLargeCountIsAMismatchNotAHang) {
   // Over shared memory the small call travels through the inline channel and the large one
   // through the slots: the rank that receives the other kind must still see a mismatch. The
   // large call's rank may instead see its peer close the connection after that peer failed.
-  for (const char* transport : {"tcp", "shm"}) {
+  for (const char* transport : loom::testing::kTransports) {
     SCOPED_TRACE(transport);
     testing::RunOptions opts;
     opts.options.transport = transport;
@@ -153,7 +154,7 @@ TEST(Fault, SmallAgainstLargeCountIsAMismatchNotAHang) {
 }
 
 TEST(Fault, AbortFromAnotherThreadEndsAWaitingCallAtOnce) {
-  for (const char* transport : {"tcp", "shm"}) {
+  for (const char* transport : loom::testing::kTransports) {
     SCOPED_TRACE(transport);
     testing::RunOptions opts;
     opts.options.transport = transport;
@@ -338,7 +339,7 @@ INSTANTIATE_TEST_SUITE_P(
                                        "called all_reduce(f32 x 1024, sum) as collective #2"},
                           MismatchCase{"skip", "barrier() as collective #2",
                                        "called all_reduce(f32 x 1024, sum) as collective #2"}),
-        ::testing::Values("tcp", "shm")),
+        loom::testing::transports()),
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + "_" + std::get<1>(info.param);
     });

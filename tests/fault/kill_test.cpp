@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "../support/ranks.hpp"
+#include "../support/transports.hpp"
 
 namespace loom {
 namespace {
@@ -114,7 +115,7 @@ TEST_P(KillTrials, SurvivorsRaisePeerErrorNamingTheDeadRankWithinFiveSeconds) {
 INSTANTIATE_TEST_SUITE_P(Cases, KillTrials,
                          ::testing::Combine(::testing::Values(2, 4, 8),
                                             ::testing::Values("all_reduce", "broadcast", "barrier"),
-                                            ::testing::Values("tcp", "shm")),
+                                            loom::testing::transports()),
                          [](const auto& info) {
                            return fmt::format("{}_{}_world{}", std::get<1>(info.param),
                                               std::get<2>(info.param), std::get<0>(info.param));

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "../support/ranks.hpp"
+#include "../support/transports.hpp"
 
 namespace loom {
 namespace {
@@ -16,7 +17,7 @@ using testing::RankContext;
 using testing::run_ranks_raw;
 
 TEST(Lifecycle, AbortThenDestroyFromAWatchdogWhileACallWaitsEndsTheCallCleanly) {
-  for (const char* transport : {"tcp", "shm"}) {
+  for (const char* transport : loom::testing::kTransports) {
     SCOPED_TRACE(transport);
     run_ranks_raw(2, [transport](RankContext& ctx) {
       Options o;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../support/ranks.hpp"
+#include "../support/transports.hpp"
 
 namespace loom {
 namespace {
@@ -99,7 +100,7 @@ TEST_P(Shrink, SurvivorsOfAKilledRankGoOnRenumberedInTheirOrder) {
       opts);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Shrink, ::testing::Values("tcp", "shm"));
+INSTANTIATE_TEST_SUITE_P(Transports, Shrink, loom::testing::transports());
 
 TEST(ShrinkMembership, ARankJoiningAfterTheTimeoutIsLeftOutAndTold) {
   constexpr int kVictim = 2, kLate = 3;

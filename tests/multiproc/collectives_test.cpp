@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../support/ranks.hpp"
+#include "../support/transports.hpp"
 #include "verify/patterns.hpp"
 
 namespace loom {
@@ -160,7 +161,7 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives,
                                             ::testing::Values("", "ring,allgather:ring",
                                                               "recursive_doubling,allgather:bruck",
                                                               "halving_doubling", "one_shot"),
-                                            ::testing::Values("tcp", "shm", "auto")),
+                                            loom::testing::transports_and_auto()),
                          [](const auto& info) {
                            // "ring,allgather:ring" names the test ring_allgather_ring.
                            std::string algo = std::get<1>(info.param);
@@ -257,7 +258,7 @@ TEST(CollectiveEdgeCases, AFirstCallOverMixedTransportsConnectsWithoutACycleOfWa
 }
 
 TEST(CollectiveEdgeCases, SixteenMebiElementAllReduceIsExactOnEveryTransport) {
-  for (const char* transport : {"tcp", "shm"})
+  for (const char* transport : loom::testing::kTransports)
     for (int world : {2, 4}) {
       testing::RunOptions o;
       o.options.transport = transport;

@@ -17,6 +17,7 @@
 
 #include "../support/kill_trial.hpp"
 #include "../support/ranks.hpp"
+#include "../support/transports.hpp"
 #include "verify/patterns.hpp"
 
 namespace loom {
@@ -247,7 +248,7 @@ TEST_P(MoreCollectives, LargeBlocksPipelineThroughTheSlots) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, MoreCollectives,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
                                             ::testing::Values("", "linear", "binomial"),
-                                            ::testing::Values("tcp", "shm", "auto")),
+                                            loom::testing::transports_and_auto()),
                          [](const auto& info) {
                            const std::string& algo = std::get<1>(info.param);
                            return std::get<2>(info.param) + "_world" +

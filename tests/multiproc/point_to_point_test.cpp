@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../support/ranks.hpp"
+#include "../support/transports.hpp"
 
 namespace loom {
 namespace {
@@ -170,7 +171,7 @@ TEST_P(PointToPointSideBySide, APeerDyingDuringABatchFailsItsReceives) {
       opts);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, PointToPointSideBySide, ::testing::Values("tcp", "shm"),
+INSTANTIATE_TEST_SUITE_P(Transports, PointToPointSideBySide, loom::testing::transports(),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../support/ranks.hpp"
+#include "../support/transports.hpp"
 
 namespace loom {
 namespace {
@@ -59,7 +60,7 @@ TEST_P(Split, ColorsGroupRanksOrderedByKeyAndCallsInterleave) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Split,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
-                                            ::testing::Values("tcp", "shm")),
+                                            loom::testing::transports()),
                          [](const auto& info) {
                            return std::get<1>(info.param) + "_world" +
                                   std::to_string(std::get<0>(info.param));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../support/ranks.hpp"
+#include "../support/transports.hpp"
 #include "base/config.hpp"
 #include "base/deadline.hpp"
 #include "base/halt.hpp"
@@ -220,7 +221,7 @@ TEST_P(TransportContract, ASleeperWakesWhenThePeerPosts) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, TransportContract, ::testing::Values("tcp", "shm"),
+INSTANTIATE_TEST_SUITE_P(Transports, TransportContract, loom::testing::transports(),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -6,15 +6,15 @@
 #   cuda_kernel_check.sh NVCC SOURCE_DIR
 set -euo pipefail
 nvcc=$1 src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib.sh"
+tmp=$dir
 flags=(-std=c++20 -O3 -arch=sm_90 -I"$src/include")
 
 "$nvcc" "${flags[@]}" -Xptxas -v -c "$src/kernels/cuda/reduce.cu" -o "$tmp/reduce.o" 2>"$tmp/ptxas.txt"
 kernels=$(grep -c "spill stores" "$tmp/ptxas.txt")
 spilling=$(grep "spill stores" "$tmp/ptxas.txt" | grep -vc "0 bytes spill stores, 0 bytes spill loads" || true)
-[ "$kernels" -ge 50 ] || { echo "FAIL: ptxas reported $kernels kernels, expected 50 or more"; exit 1; }
-[ "$spilling" -eq 0 ] || { echo "FAIL: $spilling kernel(s) spill registers"; grep -B1 "spill" "$tmp/ptxas.txt" | grep -v " 0 bytes spill"; exit 1; }
+[ "$kernels" -ge 50 ] || fail "ptxas reported $kernels kernels, expected 50 or more"
+[ "$spilling" -eq 0 ] || { grep -B1 "spill" "$tmp/ptxas.txt" | grep -v " 0 bytes spill"; fail "$spilling kernel(s) spill registers"; }
 
 "$nvcc" "${flags[@]}" --ptx "$src/kernels/cuda/reduce.cu" -o "$tmp/reduce.ptx"
 awk '

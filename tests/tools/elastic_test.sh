@@ -20,25 +20,10 @@ cluster=$root/tools/cluster/cluster.sh
 loomrun=$build/tools/loomrun perf=$build/bench/loom-perf train=$build/tools/loom-train
 export LOOM_CLUSTER=e$(( $$ % 100000 ))
 export LOOM_SECRET=elastic-test-$$ LOOM_TIMEOUT=60
-dir=$(mktemp -d)
-cleanup() { "$cluster" down >/dev/null 2>&1; rm -rf "$dir"; }
-trap cleanup EXIT
-skip() { echo "SKIPPED: $*"; exit 77; }
-fail() { echo "FAIL: $*"; for f in "$dir"/node*.log; do [ -e "$f" ] && { echo "--- $f"; tail -40 "$f"; }; done; exit 1; }
-
-[ "$(id -u)" = 0 ] || skip "the test bed needs root (network namespaces)"
-command -v ip >/dev/null && command -v nsenter >/dev/null || skip "iproute2 or nsenter missing"
-ip netns add "${LOOM_CLUSTER}-probe" 2>/dev/null || skip "ip netns add is not permitted here"
-ip netns del "${LOOM_CLUSTER}-probe"
-
-# wait_for SECONDS CONDITION: polls the condition every 50 ms until it holds or time runs out.
-wait_for() {
-  local deadline=$((SECONDS + $1))
-  until eval "$2"; do
-    [ "$SECONDS" -lt "$deadline" ] || return 1
-    sleep 0.05
-  done
-}
+source "$(dirname "$0")/lib.sh"
+cleanup() { "$cluster" down >/dev/null 2>&1; }
+on_failure() { show_logs 40 "$dir"/node*.log; }
+need_test_bed
 # start I NNODES RUN-ID ARGS...: loomrun on node I in the background, its pid in pid[I].
 declare -A pid
 start() {

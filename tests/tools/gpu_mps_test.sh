@@ -5,12 +5,11 @@
 #   gpu_mps_test.sh GPU_TESTS
 set -u
 gpu_tests=$1
-[ -e /dev/nvidia0 ] || { echo "skip: no NVIDIA GPU (/dev/nvidia0 absent)"; exit 77; }
-command -v nvidia-cuda-mps-control >/dev/null || { echo "skip: nvidia-cuda-mps-control not found"; exit 77; }
-dir=$(mktemp -d)
+source "$(dirname "$0")/lib.sh"
+[ -e /dev/nvidia0 ] || skip "no NVIDIA GPU (/dev/nvidia0 absent)"
+command -v nvidia-cuda-mps-control >/dev/null || skip "nvidia-cuda-mps-control not found"
 export CUDA_MPS_PIPE_DIRECTORY=$dir/pipe CUDA_MPS_LOG_DIRECTORY=$dir/log
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-stop() { echo quit | nvidia-cuda-mps-control >/dev/null 2>&1; rm -rf "$dir"; }
-trap stop EXIT
-nvidia-cuda-mps-control -d || { echo "skip: the MPS daemon did not start"; exit 77; }
+cleanup() { echo quit | nvidia-cuda-mps-control >/dev/null 2>&1; }
+nvidia-cuda-mps-control -d || skip "the MPS daemon did not start"
 "$gpu_tests"

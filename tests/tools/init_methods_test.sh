@@ -2,10 +2,9 @@
 # init() without loomrun: env:// with rank 0 hosting the store, and file://.
 set -u
 perf=$1
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-source "$(dirname "$0")/free_port.sh"
+source "$(dirname "$0")/lib.sh"
 port=$(free_port)
+on_failure() { show_logs +1 "$dir/out1"; }
 
 run_pair() {
   local pids=()
@@ -19,7 +18,7 @@ run_pair() {
   [ $rc = 0 ] && grep -q "out of bounds values : 0 OK" "$dir/out0"
 }
 
-run_pair MASTER_ADDR=127.0.0.1 MASTER_PORT=$port || { echo "FAIL: env:// init"; cat "$dir/out1"; exit 1; }
-run_pair LOOM_INIT_METHOD=tcp://127.0.0.1:$((port + 1)) || { echo "FAIL: tcp:// init"; cat "$dir/out1"; exit 1; }
-run_pair LOOM_INIT_METHOD=file://$dir/store || { echo "FAIL: file:// init"; cat "$dir/out1"; exit 1; }
+run_pair MASTER_ADDR=127.0.0.1 MASTER_PORT=$port || fail "env:// init"
+run_pair LOOM_INIT_METHOD=tcp://127.0.0.1:$((port + 1)) || fail "tcp:// init"
+run_pair LOOM_INIT_METHOD=file://$dir/store || fail "file:// init"
 echo "init methods: all passed"

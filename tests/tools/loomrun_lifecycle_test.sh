@@ -4,24 +4,14 @@
 # midway (the workers already started are stopped). They do not inherit its ignored SIGPIPE.
 set -u
 loomrun=$1
-dir=$(mktemp -d)
+source "$(dirname "$0")/lib.sh"
 marker="$dir/worker"
 # Workers are found by the marker in their command line; any left over are ended by pid.
 leftovers() { pgrep -f -- "$marker" | grep -vx "${launcher:-0}"; }
 cleanup() {
   for pid in $(leftovers); do kill -KILL "$pid" 2>/dev/null; done
-  rm -rf "$dir"
 }
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; [ -f "$dir/log" ] && cat "$dir/log"; exit 1; }
-# wait_for SECONDS CONDITION: polls the condition every 50 ms until it holds or time runs out.
-wait_for() {
-  local deadline=$((SECONDS + $1))
-  until eval "$2"; do
-    [ "$SECONDS" -lt "$deadline" ] || return 1
-    sleep 0.05
-  done
-}
+on_failure() { show_logs +1 "$dir/log"; }
 # Each worker becomes a sleep whose argv[0] carries the marker.
 cat > "$marker.sh" <<WORKER
 exec -a "$marker" sleep 600

@@ -8,17 +8,11 @@
 # not answer, at the exit barrier) ends loomrun at once with 128 + the signal.
 set -u
 loomrun=$1
-dir=$(mktemp -d)
+source "$(dirname "$0")/lib.sh"
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$dir"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do [ -e "$f" ] && { echo "--- $f"; tail -20 "$f"; }; done; exit 1; }
-source "$(dirname "$0")/free_port.sh"
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; }
+on_failure() { show_logs 20 "$dir"/*.log; }
 export LOOM_SECRET=rendezvous-test-$$
-wait_for() {  # SECONDS CONDITION
-  local deadline=$((SECONDS + $1))
-  until eval "$2"; do [ "$SECONDS" -lt "$deadline" ] || return 1; sleep 0.05; done
-}
 
 # --standalone with torchrun's spellings and a PET_* default.
 out=$(PET_NPROC_PER_NODE=3 "$loomrun" --standalone --no-prefix \

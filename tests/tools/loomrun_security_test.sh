@@ -4,10 +4,7 @@
 # an abort record, and the job runs to its end.
 set -u
 loomrun=$1 probe=$2 perf=$3
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-source "$(dirname "$0")/free_port.sh"
+source "$(dirname "$0")/lib.sh"
 unset LOOM_SECRET LOOM_SECRET_FILE
 
 # Two nodes, no secret: refused, saying how to go on, and no worker runs.

@@ -2,7 +2,7 @@
 # loomrun: environment of each worker, rank prefixes, the first failure's exit code, restarts.
 set -u
 loomrun=$1
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib.sh"
 
 out=$("$loomrun" --nproc-per-node 3 sh -c 'echo "r=$RANK w=$WORLD_SIZE l=$LOCAL_RANK lw=$LOCAL_WORLD_SIZE m=$MASTER_ADDR:$MASTER_PORT"' 2>&1) \
   || fail "a clean run exited $?"
@@ -25,8 +25,6 @@ code=$?
 
 "$loomrun" --nnodes 2 --node-rank 2 true >/dev/null 2>&1 && fail "node rank outside nnodes accepted"
 # --max-restarts: a worker that always exits 3 runs 1 + 2 times, then loomrun exits 3.
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
 "$loomrun" --nproc-per-node 2 --max-restarts 2 --grace 1 sh -c \
   'echo "$LOOM_RESTART_COUNT" >> '"$dir"'/starts.$RANK
    if [ "$RANK" = 1 ]; then  # fail once rank 0 has started too

@@ -11,16 +11,10 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cluster=$root/tools/cluster/cluster.sh
 export LOOM_CLUSTER=m$(( $$ % 100000 ))
 export LOOM_SECRET=multinode-test-$$ LOOM_TIMEOUT=120 LOOM_DEBUG=INFO
-dir=$(mktemp -d)
-cleanup() { "$cluster" down >/dev/null 2>&1; rm -rf "$dir"; }
-trap cleanup EXIT
-skip() { echo "SKIPPED: $*"; exit 77; }
-fail() { echo "FAIL: $*"; for f in "$dir"/node*.log; do [ -e "$f" ] && { echo "--- $f"; tail -40 "$f"; }; done; exit 1; }
-
-[ "$(id -u)" = 0 ] || skip "the test bed needs root (network namespaces)"
-command -v ip >/dev/null && command -v nsenter >/dev/null || skip "iproute2 or nsenter missing"
-ip netns add "${LOOM_CLUSTER}-probe" 2>/dev/null || skip "ip netns add is not permitted here"
-ip netns del "${LOOM_CLUSTER}-probe"
+source "$(dirname "$0")/lib.sh"
+cleanup() { "$cluster" down >/dev/null 2>&1; }
+on_failure() { show_logs 40 "$dir"/node*.log; }
+need_test_bed
 
 # Checks the logs of the last run: each rank's transport line names exactly its node's other rank for shm.
 check_transports() {

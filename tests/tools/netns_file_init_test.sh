@@ -5,26 +5,8 @@
 # Needs root and `ip netns`; exits 77 (CTest: skipped) with the reason where not permitted.
 set -u
 perf=$1
-tag=loomf$$
-ns_a=$tag-a ns_b=$tag-b
-dir=$(mktemp -d)
-cleanup() {
-  ip netns del "$ns_a" 2>/dev/null
-  ip netns del "$ns_b" 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-skip() { echo "SKIPPED: $*"; exit 77; }
-
-[ "$(id -u)" = 0 ] || skip "network namespaces need root"
-command -v ip >/dev/null || skip "ip (iproute2) is not installed"
-ip netns add "$ns_a" 2>/dev/null || skip "ip netns add is not permitted here"
-ip netns add "$ns_b" || skip "ip netns add is not permitted here"
-ip link add "$tag"a type veth peer name "$tag"b || skip "cannot create a veth pair"
-ip link set "$tag"a netns "$ns_a" && ip link set "$tag"b netns "$ns_b" || exit 1
-ip -n "$ns_a" addr add 10.213.78.1/24 dev "$tag"a && ip -n "$ns_b" addr add 10.213.78.2/24 dev "$tag"b
-for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
-ip -n "$ns_a" link set "$tag"a up && ip -n "$ns_b" link set "$tag"b up || exit 1
+source "$(dirname "$0")/lib.sh"
+netns_pair loomf$$ 10.213.78
 
 common=(-u MASTER_ADDR -u MASTER_PORT -u LOCAL_WORLD_SIZE -u LOOM_SOCKET_IFNAME
         LOOM_INIT_METHOD=file://$dir/store WORLD_SIZE=2 LOOM_DEBUG=INFO LOOM_TIMEOUT=30)
@@ -35,9 +17,9 @@ pid1=$!
 rc=0
 wait $pid0 || rc=1
 wait $pid1 || rc=1
-show() { echo "--- rank 0"; cat "$dir/out0"; echo "--- rank 1"; cat "$dir/out1"; }
-[ $rc = 0 ] || { show; echo "FAIL: a rank failed"; exit 1; }
-grep -q "out of bounds values : 0 OK" "$dir/out0" || { show; echo "FAIL: wrong results"; exit 1; }
-grep -q "tcp at 10.213.78.1:" "$dir/out0" || { show; echo "FAIL: rank 0 does not listen on its veth"; exit 1; }
-grep -q "tcp at 10.213.78.2:" "$dir/out1" || { show; echo "FAIL: rank 1 does not listen on its veth"; exit 1; }
+on_failure() { show_logs +1 "$dir/out0" "$dir/out1"; }
+[ $rc = 0 ] || fail "a rank failed"
+grep -q "out of bounds values : 0 OK" "$dir/out0" || fail "wrong results"
+grep -q "tcp at 10.213.78.1:" "$dir/out0" || fail "rank 0 does not listen on its veth"
+grep -q "tcp at 10.213.78.2:" "$dir/out1" || fail "rank 1 does not listen on its veth"
 echo "file:// init across two network namespaces: each rank listens on its veth, 0 wrong"

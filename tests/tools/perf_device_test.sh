@@ -6,7 +6,9 @@
 #   perf_device_test.sh LOOMRUN LOOM_PERF [EMULATED]
 set -euo pipefail
 loomrun=$1 perf=$2 emulated=${3:-OFF}
-fail() { echo "FAIL: $*"; echo "$out"; exit 1; }
+source "$(dirname "$0")/lib.sh"
+out=""
+on_failure() { echo "$out"; }
 if [ -e /dev/nvidia0 ] || [ "$emulated" = ON ]; then
   for paths in "1 1" "1 0" "0 1"; do
     set -- $paths

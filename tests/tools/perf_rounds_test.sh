@@ -3,9 +3,8 @@
 # calls, in order, and its checked call is exact, in place and out of place.
 set -u
 loomrun=$1 perf=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; cat "$dir/out" 2>/dev/null; exit 1; }
+source "$(dirname "$0")/lib.sh"
+on_failure() { show_logs +1 "$dir/out"; }
 
 for op in allreduce allgather; do
   for place in "" --inplace; do

@@ -5,19 +5,10 @@
 # code 0 well within LOOM_TIMEOUT (a restart that waited for a dead attempt's keys would not).
 set -u
 loomrun=$1 perf=$2 train=$3
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; [ -f "$dir/log" ] && tail -30 "$dir/log"; exit 1; }
+source "$(dirname "$0")/lib.sh"
+on_failure() { show_logs 30 "$dir/log"; }
 export LOOM_TIMEOUT=120
 bound=60
-# wait_for SECONDS CONDITION: polls the condition every 10 ms until it holds or time runs out.
-wait_for() {
-  local deadline=$((SECONDS + $1))
-  until eval "$2"; do
-    [ "$SECONDS" -lt "$deadline" ] || return 1
-    sleep 0.01
-  done
-}
 # The pid of the launcher's worker of rank $2.
 worker_of() {
   for pid in $(pgrep -P "$1"); do
@@ -62,7 +53,7 @@ WORKER
 started=$SECONDS
 "$loomrun" --nproc-per-node 2 --max-restarts 1 --grace 1 sh "$dir/mid_collective.sh" > "$dir/log" 2>&1 &
 launcher=$!
-wait_for 30 'grep -Eq "^\[0\] +8 " "$dir/log"' || fail "mid-collective: rank 0 finished no size"
+wait_for 30 'grep -Eq "^\[0\] +8 " "$dir/log"' 0.01 || fail "mid-collective: rank 0 finished no size"
 victim=$(worker_of "$launcher" 1)
 [ -n "$victim" ] || fail "mid-collective: no rank 1 to kill"
 kill -KILL "$victim"
@@ -81,10 +72,10 @@ started=$SECONDS
   --snapshot "$dir/snap" --save-every 5 --save-params "$dir/resumed.bin" > "$dir/log" 2>&1 &
 launcher=$!
 temp_file() { ls "$dir/snap"/.snapshot-*.tmp.* 2>/dev/null | head -1; }
-wait_for 30 '[ -n "$(ls "$dir/snap"/snapshot-*.loom 2>/dev/null)" ]' || fail "during a save: no first snapshot"
+wait_for 30 '[ -n "$(ls "$dir/snap"/snapshot-*.loom 2>/dev/null)" ]' 0.01 || fail "during a save: no first snapshot"
 writer=""
 for _ in $(seq 20); do
-  wait_for 30 '[ -n "$(temp_file)" ]' || fail "during a save: no snapshot was being written"
+  wait_for 30 '[ -n "$(temp_file)" ]' 0.01 || fail "during a save: no snapshot was being written"
   writer=$(worker_of "$launcher" 0)
   kill -STOP "$writer"
   [ -n "$(temp_file)" ] && break  # stopped mid-save

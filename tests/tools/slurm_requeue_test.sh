@@ -4,9 +4,8 @@
 # run's snapshot, which the job id names.
 set -u
 root=$1 train=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; cat "$dir/log"; exit 1; }
+source "$(dirname "$0")/lib.sh"
+on_failure() { show_logs +1 "$dir/log"; }
 mkdir "$dir/bin"
 cat > "$dir/bin/srun" <<'STUB'
 #!/bin/sh

@@ -10,26 +10,13 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cluster=$root/tools/cluster/cluster.sh slurm=$root/tools/cluster/slurm.sh
 export LOOM_CLUSTER=s$(( $$ % 100000 ))
 export LOOM_SECRET=slurm-test-$$ LOOM_TIMEOUT=120 LOOM_DEBUG=INFO
-dir=$(mktemp -d)
+source "$(dirname "$0")/lib.sh"
 cleanup() {
   timeout 60 "$slurm" down >/dev/null 2>&1
   timeout 60 "$cluster" down >/dev/null 2>&1
-  rm -rf "$dir"
 }
-trap cleanup EXIT
-skip() { echo "SKIPPED: $*"; exit 77; }
-fail() {
-  echo "FAIL: $*"
-  for f in "$dir"/*.log /run/loom-cluster/$LOOM_CLUSTER/slurm/*.log; do [ -e "$f" ] && { echo "--- $f"; tail -30 "$f"; }; done
-  exit 1
-}
-
-[ "$(id -u)" = 0 ] || skip "the test bed needs root (network namespaces)"
-for b in slurmctld slurmd srun sbatch munged; do
-  command -v "$b" >/dev/null || skip "$b is not installed (tools/deps.sh installs Slurm)"
-done
-ip netns add "${LOOM_CLUSTER}-probe" 2>/dev/null || skip "ip netns add is not permitted here"
-ip netns del "${LOOM_CLUSTER}-probe"
+on_failure() { show_logs 30 "$dir"/*.log /run/loom-cluster/"$LOOM_CLUSTER"/slurm/*.log; }
+need_test_bed slurmctld slurmd srun sbatch munged
 
 timeout 60 "$cluster" up 2 >/dev/null || fail "cluster up"
 timeout 120 "$slurm" up > "$dir/up.log" 2>&1 || fail "slurm up: $(cat "$dir/up.log")"

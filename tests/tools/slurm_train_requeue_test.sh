@@ -10,26 +10,14 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cluster=$root/tools/cluster/cluster.sh slurm=$root/tools/cluster/slurm.sh
 export LOOM_CLUSTER=q$(( $$ % 100000 ))
 export LOOM_SECRET=requeue-test-$$ LOOM_TIMEOUT=60
-dir=$(mktemp -d)
+source "$(dirname "$0")/lib.sh"
 chmod 755 "$dir"
 cleanup() {
   timeout 60 "$slurm" down >/dev/null 2>&1
   timeout 60 "$cluster" down >/dev/null 2>&1
-  rm -rf "$dir"
 }
-trap cleanup EXIT
-skip() { echo "SKIPPED: $*"; exit 77; }
-fail() {
-  echo "FAIL: $*"
-  for f in "$dir"/*.log; do [ -e "$f" ] && { echo "--- $f"; tail -30 "$f"; }; done
-  exit 1
-}
-[ "$(id -u)" = 0 ] || skip "the test bed needs root (network namespaces)"
-for b in slurmctld slurmd srun sbatch scontrol munged; do
-  command -v "$b" >/dev/null || skip "$b is not installed (tools/deps.sh installs Slurm)"
-done
-ip netns add "${LOOM_CLUSTER}-probe" 2>/dev/null || skip "ip netns add is not permitted here"
-ip netns del "${LOOM_CLUSTER}-probe"
+on_failure() { show_logs 30 "$dir"/*.log; }
+need_test_bed slurmctld slurmd srun sbatch scontrol munged
 
 timeout 60 "$cluster" up 2 >/dev/null || fail "cluster up"
 timeout 120 "$slurm" up > "$dir/up.log" 2>&1 || fail "slurm up"
@@ -37,26 +25,21 @@ export SLURM_CONF
 SLURM_CONF=$("$slurm" conf)
 on1() { "$cluster" exec 1 "$@"; }
 state() { on1 scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
-# wait_for SECONDS CONDITION
-wait_for() {
-  local deadline=$((SECONDS + $1))
-  until eval "$2"; do [ "$SECONDS" -lt "$deadline" ] || return 1; sleep 0.2; done
-}
 
 submitted=$(LOOM_TRAIN=$build/tools/loom-train SNAPSHOT_DIR=$dir/snap SAVE_EVERY=10 on1 sbatch \
   --parsable -N 2 --ntasks-per-node=1 --open-mode=append -o "$dir/job.log" \
   "$root/tools/slurm/train.sbatch" --layers 32,512,512,4 --samples 16384 --batch-size 16 \
   --epochs 1 --calibrate-steps 0) || fail "sbatch: $submitted"
 job=${submitted%%;*}
-wait_for 120 '[ -n "$(ls "$dir"/snap/snapshot-slurm-"$job"-*.loom 2>/dev/null)" ]' ||
+wait_for 120 '[ -n "$(ls "$dir"/snap/snapshot-slurm-"$job"-*.loom 2>/dev/null)" ]' 0.2 ||
   fail "job $job wrote no snapshot (state $(state))"
 on1 scontrol requeue "$job" || fail "scontrol requeue $job"
 # Slurm makes a requeued batch job eligible again only two minutes later (its EligibleTime, and
 # up to a scheduling interval more: 183 s of this test's 190): nothing here needs the wait, so
 # the job is made eligible at once.
-wait_for 60 '[ "$(state)" = PENDING ]' || fail "job $job was not pending after the requeue (state $(state))"
+wait_for 60 '[ "$(state)" = PENDING ]' 0.2 || fail "job $job was not pending after the requeue (state $(state))"
 on1 scontrol update JobId="$job" StartTime=now || fail "scontrol update $job StartTime=now"
-wait_for 300 '[ "$(state)" = COMPLETED ] || [ "$(state)" = FAILED ]' || fail "job $job did not end (state $(state))"
+wait_for 300 '[ "$(state)" = COMPLETED ] || [ "$(state)" = FAILED ]' 0.2 || fail "job $job did not end (state $(state))"
 [ "$(state)" = COMPLETED ] || fail "job $job ended $(state)"
 on1 scontrol show job "$job" | grep -q "Restarts=1" || fail "job $job was not requeued once"
 grep -q "resumed at epoch 1, step [1-9]" "$dir/job.log" || fail "the requeued job did not resume from its snapshot"

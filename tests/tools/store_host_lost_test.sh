@@ -5,12 +5,10 @@
 # its error names init, its rank and the store.
 set -u
 perf=$1
-dir=$(mktemp -d)
+source "$(dirname "$0")/lib.sh"
 host_pid=""
-cleanup() { [ -n "$host_pid" ] && kill -9 "$host_pid" 2>/dev/null; rm -rf "$dir"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do [ -e "$f" ] && { echo "--- $f"; tail -5 "$f"; }; done; exit 1; }
-source "$(dirname "$0")/free_port.sh"
+cleanup() { [ -n "$host_pid" ] && kill -9 "$host_pid" 2>/dev/null; }
+on_failure() { show_logs 5 "$dir"/*.log; }
 export LOOM_SECRET=store-host-test-$$ LOOM_TIMEOUT=5 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1
 
 # lose HOW BOUND: rank 0 hosts, rank 1 joins; once rank 1 is waiting, rank 0 gets signal HOW.

@@ -7,11 +7,8 @@
 # Skips (77) where torchrun is not installed or cannot start here.
 set -u
 loomrun=$1
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-torchrun=$(command -v torchrun) || { echo "SKIPPED: torchrun is not installed (tools/deps.sh --torch)"; exit 77; }
-source "$(dirname "$0")/free_port.sh"
+source "$(dirname "$0")/lib.sh"
+torchrun=$(command -v torchrun) || skip "torchrun is not installed (tools/deps.sh --torch)"
 
 clean_env=(env -i PATH=/usr/bin:/bin HOME="$dir" LOOM_SECRET=env-test)
 worker='env | sort > "$0.$LOCAL_RANK"'
@@ -24,7 +21,7 @@ launch() {
 # (--redirects 2 --tee 2: torch 1.13 on Python 3.11 cannot parse redirects of 0, the default)
 launch "$torchrun" --redirects 2 --tee 2 --log_dir "$dir/torch-logs" --no_python sh -c "$worker" \
   "$dir/torch" > "$dir/torch.log" 2>&1 ||
-  { echo "SKIPPED: torchrun cannot start here: $(tail -1 "$dir/torch.log")"; exit 77; }
+  skip "torchrun cannot start here: $(tail -1 "$dir/torch.log")"
 launch "$loomrun" sh -c "$worker" "$dir/loom" > "$dir/loom.log" 2>&1 || fail "loomrun: $(cat "$dir/loom.log")"
 
 for local in 0 1; do

@@ -5,9 +5,8 @@
 # 0's half. --eval-every holds the last --eval-fraction of the data out of training.
 set -u
 loomrun=$1 train=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; cat "$dir"/*.log; exit 1; }
+source "$(dirname "$0")/lib.sh"
+on_failure() { show_logs +1 "$dir"/*.log; }
 args=(--layers 16,64,4 --samples 320 --epochs 3 --seed 5 --calibrate-steps 0 --eval-every 6
       --eval-fraction 0.2)
 "$train" --no-ddp --batch-size 16 "${args[@]}" > "$dir/one.log" 2>&1 || fail "one process failed"

@@ -4,9 +4,8 @@
 # uninterrupted run's bit for bit. Also: LOOM_TRACE writes one trace per rank.
 set -u
 loomrun=$1 train=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; [ -f "$dir/log" ] && cat "$dir/log"; exit 1; }
+source "$(dirname "$0")/lib.sh"
+on_failure() { show_logs +1 "$dir/log"; }
 export LOOM_RUN_ID=resume-test  # the snapshots' names do not depend on the environment (Slurm)
 common=(--layers 256,1024,1024,10 --samples 8192 --batch-size 32 --epochs 2 --seed 7 --calibrate-steps 0)
 

@@ -6,9 +6,8 @@
 # ranks shrink twice; a frozen rank is left out and stopped by loomrun.
 set -u
 loomrun=$1 train=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; cat "$dir"/*.log; exit 1; }
+source "$(dirname "$0")/lib.sh"
+on_failure() { show_logs +1 "$dir"/*.log; }
 # A wrapper that, for each RANK:SIGNAL:SECONDS[:PATTERN], sends SIGNAL to that rank SECONDS
 # after its start (a wait on time, long enough for a few steps on a loaded machine: a rank's
 # epoch lines are rank 0's only), or after PATTERN appears in $WATCH_LOG (within a minute), then

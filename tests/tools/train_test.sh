@@ -3,7 +3,9 @@
 # hooks and accumulation run, --no-ddp alone, and bad flags refused with exit code 2.
 set -u
 loomrun=$1 train=$2
-fail() { echo "FAIL: $*"; echo "$out"; exit 1; }
+source "$(dirname "$0")/lib.sh"
+out=""
+on_failure() { echo "$out"; }
 small=(--layers 64,128,10 --samples 4096 --calibrate-steps 2)
 
 out=$("$loomrun" --nproc-per-node 2 "$train" "${small[@]}" --epochs 4 2>&1) || fail "training failed"

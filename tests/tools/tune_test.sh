@@ -4,9 +4,8 @@
 # and a later job over the same shape loads the entry (rank 0 logs it).
 set -u
 loomrun=$1 tune=$2 perf=$3
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; [ -f "$dir/log" ] && tail -30 "$dir/log"; exit 1; }
+source "$(dirname "$0")/lib.sh"
+on_failure() { show_logs 30 "$dir/log"; }
 table=$dir/cache/tune.txt
 export LOOM_TIMEOUT=60
 

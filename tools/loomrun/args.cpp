@@ -5,86 +5,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
+#include <vector>
+
+#include "tools/cli/cli.hpp"
 
 namespace loomrun {
 namespace {
 
-[[noreturn]] void usage(int code) {
-  std::fprintf(
-      code ? stderr : stdout, "%s",
-      "usage: loomrun [options] [--] program [args...]\n"
-      "Workers and nodes:\n"
-      "  --nproc-per-node N    workers on this node (default 1)\n"
-      "  --nnodes N|MIN:MAX    nodes in the job; MIN:MAX starts once MIN nodes have joined and\n"
-      "                        keeps going while at least MIN remain (default 1)\n"
-      "Rendezvous (nodes find each other; their ranks are assigned there):\n"
-      "  --rdzv-endpoint HOST[:PORT]  where the rendezvous store is (port default 29400); the\n"
-      "                        node whose address HOST is hosts it, and if that node is lost a\n"
-      "                        surviving node takes it over\n"
-      "  --rdzv-id ID          the job's name, the same on every node (default none)\n"
-      "  --rdzv-backend NAME   loom (c10d is a synonym) for the rendezvous above, or static\n"
-      "                        (default: loom with --rdzv-endpoint or MIN:MAX, else static)\n"
-      "  --rdzv-conf K=V,...   join_timeout (s, default 600), last_call_timeout (s, after MIN\n"
-      "                        nodes joined, default 30), keep_alive_timeout (s, a node silent\n"
-      "                        that long is lost, default 30), read_timeout (s, default 30),\n"
-      "                        exit_barrier_timeout (s, waiting for the others to finish, 300)\n"
-      "  --standalone          one node, a rendezvous on a free local port and a fresh run id\n"
-      "  --local-addr ADDR     the address other nodes reach this one at (default: the one\n"
-      "                        facing the rendezvous endpoint)\n"
-      "Static rendezvous (every node is given its rank):\n"
-      "  --node-rank R         this node's index, 0..nnodes-1 (default 0)\n"
-      "  --master-addr HOST    node 0's address (default 127.0.0.1)\n"
-      "  --master-port PORT    store port on node 0 (default: free port on one node, 29500\n"
-      "                        otherwise)\n"
-      "Failures:\n"
-      "  --max-restarts N      when a worker fails or a node is lost, stop the workers and start\n"
-      "                        them all again (at the new node count), up to N times (default 0)\n"
-      "  --on-failure restart|shrink  restart (default): as above. shrink: a worker's failure or "
-      "a\n"
-      "                        lost node stops nothing; the others go on without it (loom-train\n"
-      "                        --on-failure shrink, Communicator::shrink; workers get\n"
-      "                        LOOM_ON_FAILURE=shrink). A worker the others leave out that\n"
-      "                        still runs (frozen) is stopped by its node's loomrun,\n"
-      "                        --grace seconds after the others named it. The survivors do\n"
-      "                        not go on below --nnodes MIN nodes (LOOM_MIN_NODES).\n"
-      "                        The job succeeds if the last workers to end succeed; if they\n"
-      "                        fail too, the restarts above apply\n"
-      "                        (default: $LOOM_ON_FAILURE, else restart)\n"
-      "  --monitor-interval S  seconds between looks at the rendezvous (default 0.1)\n"
-      "  --grace SECONDS       wait after SIGTERM before SIGKILL when stopping workers (default "
-      "5)\n"
-      "Placement:\n"
-      "  --cpu-bind none|cores  cores: bind each worker to its share of loomrun's CPUs,\n"
-      "                        local ranks in order, in blocks: with more workers than\n"
-      "                        CPUs, consecutive local ranks share one (4 workers on 2\n"
-      "                        CPUs: 0 and 1 on the first, 2 and 3 on the second), so\n"
-      "                        neighbours in the ring wait on each other on one core\n"
-      "                        (default: $LOOM_CPU_BIND, else none)\n"
-      "Output and security:\n"
-      "  --no-prefix           do not prefix output lines with the rank\n"
-      "  --role NAME           the workers' role (ROLE_NAME; default 'default')\n"
-      "  --secret-file PATH    file holding the job secret (else LOOM_SECRET_FILE or "
-      "LOOM_SECRET);\n"
-      "                        required across nodes, made up on one node\n"
-      "  --insecure            across nodes, run without a secret: anyone who can reach the store\n"
-      "                        can read and write it\n"
-      "Dashes and underscores are alike in option names (--nproc_per_node), and torchrun's PET_*\n"
-      "variables (PET_NNODES, PET_RDZV_ENDPOINT, ...) give defaults. Each worker gets torchrun's\n"
-      "variables (RANK, LOCAL_RANK, GROUP_RANK, ROLE_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE,\n"
-      "GROUP_WORLD_SIZE, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT,\n"
-      "TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, ...) and\n"
-      "Loom's (NODE_RANK, LOOM_RESTART_COUNT). When a worker fails the others are stopped; once\n"
-      "restarts are spent loomrun exits with the failing worker's code. SIGINT, SIGTERM and\n"
-      "SIGHUP stop the workers (and end a wait at the rendezvous); if loomrun itself is killed,\n"
-      "its workers are killed too.\n"
-      "torchrun's -m, --run-path, --start-method, --log-dir, --redirects, --tee,\n"
-      "--local-ranks-filter and the like are refused, each with its reason.\n");
-  std::exit(code);
-}
-
 [[noreturn]] void bad(const std::string& message) {
-  std::fprintf(stderr, "loomrun: %s\n", message.c_str());
-  std::exit(2);
+  loom::cli::bad("loomrun", message);
 }
 
 int parse_int(const std::string& flag, const std::string& v, int lo, int hi) {
@@ -111,13 +40,6 @@ double parse_seconds(const std::string& flag, const std::string& v, double lo, d
 
 std::chrono::milliseconds millis(double seconds) {
   return std::chrono::milliseconds(static_cast<long long>(std::llround(seconds * 1000)));
-}
-
-// "--nproc_per_node" and "--nproc-per-node" alike.
-std::string canonical(std::string flag) {
-  for (std::size_t i = 2; i < flag.size(); ++i)
-    if (flag[i] == '_') flag[i] = '-';
-  return flag;
 }
 
 void parse_nnodes(Args& a, const std::string& v) {
@@ -177,27 +99,97 @@ void parse_conf(Args& a, const std::string& v) {
   }
 }
 
-// torchrun's options that take a value, and the PET_* variable of each.
-struct ValueOption {
-  std::string_view flag, env;
+constexpr std::string_view kWorkers = "Workers and nodes";
+constexpr std::string_view kRendezvous =
+    "Rendezvous (nodes find each other; their ranks are assigned there)";
+constexpr std::string_view kStatic = "Static rendezvous (every node is given its rank)";
+constexpr std::string_view kFailures = "Failures";
+constexpr std::string_view kPlacement = "Placement";
+constexpr std::string_view kOutput = "Output and security";
+
+// Every option: its name (torchrun's underscore spelling is taken too), the variable that gives
+// its default, what its value looks like (none: a flag), its part of the help, and its help.
+struct Option {
+  std::string_view flag, env, value, group, help;
 };
-constexpr ValueOption kValueOptions[] = {
-    {"--nproc-per-node", "PET_NPROC_PER_NODE"},
-    {"--nnodes", "PET_NNODES"},
-    {"--node-rank", "PET_NODE_RANK"},
-    {"--master-addr", "PET_MASTER_ADDR"},
-    {"--master-port", "PET_MASTER_PORT"},
-    {"--rdzv-backend", "PET_RDZV_BACKEND"},
-    {"--rdzv-endpoint", "PET_RDZV_ENDPOINT"},
-    {"--rdzv-id", "PET_RDZV_ID"},
-    {"--rdzv-conf", "PET_RDZV_CONF"},
-    {"--max-restarts", "PET_MAX_RESTARTS"},
-    {"--monitor-interval", "PET_MONITOR_INTERVAL"},
-    {"--on-failure", "LOOM_ON_FAILURE"},
-    {"--role", "PET_ROLE"},
-    {"--local-addr", "PET_LOCAL_ADDR"},
-    {"--cpu-bind", "LOOM_CPU_BIND"},
+constexpr Option kOptions[] = {
+    {"--nproc-per-node", "PET_NPROC_PER_NODE", "N", kWorkers, "workers on this node (default 1)"},
+    {"--nnodes", "PET_NNODES", "N|MIN:MAX", kWorkers,
+     "nodes in the job; MIN:MAX starts once MIN nodes have joined and\n"
+     "keeps going while at least MIN remain (default 1)"},
+    {"--rdzv-endpoint", "PET_RDZV_ENDPOINT", "HOST[:PORT]", kRendezvous,
+     "where the rendezvous store is (port default 29400); the node\n"
+     "whose address HOST is hosts it, and if that node is lost a\n"
+     "surviving node takes it over"},
+    {"--rdzv-id", "PET_RDZV_ID", "ID", kRendezvous,
+     "the job's name, the same on every node (default none)"},
+    {"--rdzv-backend", "PET_RDZV_BACKEND", "NAME", kRendezvous,
+     "loom (c10d is a synonym) for the rendezvous above, or static\n"
+     "(default: loom with --rdzv-endpoint or MIN:MAX, else static)"},
+    {"--rdzv-conf", "PET_RDZV_CONF", "K=V,...", kRendezvous,
+     "join_timeout (s, default 600), last_call_timeout (s, after MIN\n"
+     "nodes joined, default 30), keep_alive_timeout (s, a node silent\n"
+     "that long is lost, default 30), read_timeout (s, default 30),\n"
+     "exit_barrier_timeout (s, waiting for the others to finish, 300)"},
+    {"--standalone", "", "", kRendezvous,
+     "one node, a rendezvous on a free local port and a fresh run id"},
+    {"--local-addr", "PET_LOCAL_ADDR", "ADDR", kRendezvous,
+     "the address other nodes reach this one at (default: the one\n"
+     "facing the rendezvous endpoint)"},
+    {"--node-rank", "PET_NODE_RANK", "R", kStatic, "this node's index, 0..nnodes-1 (default 0)"},
+    {"--master-addr", "PET_MASTER_ADDR", "HOST", kStatic, "node 0's address (default 127.0.0.1)"},
+    {"--master-port", "PET_MASTER_PORT", "PORT", kStatic,
+     "store port on node 0 (default: free port on one node, 29500\n"
+     "otherwise)"},
+    {"--max-restarts", "PET_MAX_RESTARTS", "N", kFailures,
+     "when a worker fails or a node is lost, stop the workers and start\n"
+     "them all again (at the new node count), up to N times (default 0)"},
+    {"--on-failure", "LOOM_ON_FAILURE", "restart|shrink", kFailures,
+     "restart (default): as above. shrink: a worker's failure or a\n"
+     "lost node stops nothing; the others go on without it (loom-train\n"
+     "--on-failure shrink, Communicator::shrink; workers get\n"
+     "LOOM_ON_FAILURE=shrink). A worker the others leave out that\n"
+     "still runs (frozen) is stopped by its node's loomrun,\n"
+     "--grace seconds after the others named it. The survivors do\n"
+     "not go on below --nnodes MIN nodes (LOOM_MIN_NODES).\n"
+     "The job succeeds if the last workers to end succeed; if they\n"
+     "fail too, the restarts above apply\n"
+     "(default: $LOOM_ON_FAILURE, else restart)"},
+    {"--monitor-interval", "PET_MONITOR_INTERVAL", "S", kFailures,
+     "seconds between looks at the rendezvous (default 0.1)"},
+    {"--grace", "", "SECONDS", kFailures,
+     "wait after SIGTERM before SIGKILL when stopping workers (default 5)"},
+    {"--cpu-bind", "LOOM_CPU_BIND", "none|cores", kPlacement,
+     "cores: bind each worker to its share of loomrun's CPUs,\n"
+     "local ranks in order, in blocks: with more workers than\n"
+     "CPUs, consecutive local ranks share one (4 workers on 2\n"
+     "CPUs: 0 and 1 on the first, 2 and 3 on the second), so\n"
+     "neighbours in the ring wait on each other on one core\n"
+     "(default: $LOOM_CPU_BIND, else none)"},
+    {"--no-prefix", "", "", kOutput, "do not prefix output lines with the rank"},
+    {"--role", "PET_ROLE", "NAME", kOutput, "the workers' role (ROLE_NAME; default 'default')"},
+    {"--secret-file", "", "PATH", kOutput,
+     "file holding the job secret (else LOOM_SECRET_FILE or LOOM_SECRET);\n"
+     "required across nodes, made up on one node"},
+    {"--insecure", "", "", kOutput,
+     "across nodes, run without a secret: anyone who can reach the store\n"
+     "can read and write it"},
+    // loomrun always runs the program as given.
+    {"--no-python", "", "", "", ""},
 };
+
+constexpr std::string_view kFooter =
+    "Dashes and underscores are alike in option names (--nproc_per_node), and torchrun's PET_*\n"
+    "variables (PET_NNODES, PET_RDZV_ENDPOINT, ...) give defaults. Each worker gets torchrun's\n"
+    "variables (RANK, LOCAL_RANK, GROUP_RANK, ROLE_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE,\n"
+    "GROUP_WORLD_SIZE, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT,\n"
+    "TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, ...) and\n"
+    "Loom's (NODE_RANK, LOOM_RESTART_COUNT). When a worker fails the others are stopped; once\n"
+    "restarts are spent loomrun exits with the failing worker's code. SIGINT, SIGTERM and\n"
+    "SIGHUP stop the workers (and end a wait at the rendezvous); if loomrun itself is killed,\n"
+    "its workers are killed too.\n"
+    "torchrun's -m, --run-path, --start-method, --log-dir, --redirects, --tee,\n"
+    "--local-ranks-filter and the like are refused, each with its reason.";
 
 struct Seen {
   bool backend = false, endpoint = false, node_rank = false, master_port = false;
@@ -249,41 +241,36 @@ void apply(Args& a, Seen& seen, const std::string& flag, const std::string& v) {
     a.grace_s = parse_seconds(flag, v, 0, 3600);
   } else if (flag == "--secret-file") {
     a.secret_file = v;
+  } else if (flag == "--standalone") {
+    a.standalone = true;
+  } else if (flag == "--no-prefix") {
+    a.prefix = false;
+  } else if (flag == "--insecure") {
+    a.insecure = true;
   }
 }
 
 // torchrun's options loomrun does not take, each with the reason it is refused.
-std::string_view unsupported_torchrun_option(const std::string& flag) {
-  struct Refused {
-    std::string_view flag, why;
-  };
-  static constexpr Refused kRefused[] = {
-      {"-m", "loomrun runs programs; run the module with: loomrun ... python -m MODULE"},
-      {"--module", "loomrun runs programs; run the module with: loomrun ... python -m MODULE"},
-      {"--run-path", "loomrun runs programs; run the script with: loomrun ... python SCRIPT"},
-      {"--start-method", "workers are always separate processes started with fork and exec"},
-      {"--log-dir", "worker output goes to loomrun's, each line prefixed with its rank"},
-      {"--logs-specs", "worker output goes to loomrun's, each line prefixed with its rank"},
-      {"-r", "worker output goes to loomrun's, each line prefixed with its rank"},
-      {"--redirects", "worker output goes to loomrun's, each line prefixed with its rank"},
-      {"-t", "worker output goes to loomrun's, each line prefixed with its rank"},
-      {"--tee", "worker output goes to loomrun's, each line prefixed with its rank"},
-      {"--local-ranks-filter", "worker output goes to loomrun's, each line prefixed with its rank"},
-      {"--event-log-handler", "loomrun records no torchelastic events"},
-      {"--numa-binding", "loomrun binds workers to CPUs, not NUMA nodes: --cpu-bind cores"},
-      {"--signals-to-handle", "loomrun always handles SIGINT, SIGTERM and SIGHUP"},
-      {"--virtual-local-rank", "each worker's LOCAL_RANK is its own"},
-  };
-  for (const auto& r : kRefused)
-    if (flag == r.flag) return r.why;
-  return {};
-}
-
-bool takes_value(const std::string& flag) {
-  for (const auto& o : kValueOptions)
-    if (flag == o.flag) return true;
-  return flag == "--grace" || flag == "--secret-file";
-}
+struct Refused {
+  std::string_view flag, why;
+};
+constexpr Refused kRefused[] = {
+    {"-m", "loomrun runs programs; run the module with: loomrun ... python -m MODULE"},
+    {"--module", "loomrun runs programs; run the module with: loomrun ... python -m MODULE"},
+    {"--run-path", "loomrun runs programs; run the script with: loomrun ... python SCRIPT"},
+    {"--start-method", "workers are always separate processes started with fork and exec"},
+    {"--log-dir", "worker output goes to loomrun's, each line prefixed with its rank"},
+    {"--logs-specs", "worker output goes to loomrun's, each line prefixed with its rank"},
+    {"-r", "worker output goes to loomrun's, each line prefixed with its rank"},
+    {"--redirects", "worker output goes to loomrun's, each line prefixed with its rank"},
+    {"-t", "worker output goes to loomrun's, each line prefixed with its rank"},
+    {"--tee", "worker output goes to loomrun's, each line prefixed with its rank"},
+    {"--local-ranks-filter", "worker output goes to loomrun's, each line prefixed with its rank"},
+    {"--event-log-handler", "loomrun records no torchelastic events"},
+    {"--numa-binding", "loomrun binds workers to CPUs, not NUMA nodes: --cpu-bind cores"},
+    {"--signals-to-handle", "loomrun always handles SIGINT, SIGTERM and SIGHUP"},
+    {"--virtual-local-rank", "each worker's LOCAL_RANK is its own"},
+};
 
 bool valid_run_id(const std::string& id) {
   if (id.empty() || id.size() > 64) return false;
@@ -292,61 +279,61 @@ bool valid_run_id(const std::string& id) {
   return true;
 }
 
+// The option's names: "--nproc-per-node" and, where it differs, "--nproc_per_node".
+std::string with_underscores(std::string_view flag) {
+  std::string under(flag);
+  for (std::size_t i = 2; i < under.size(); ++i)
+    if (under[i] == '-') under[i] = '_';
+  return under == flag ? under : std::string(flag) + "," + under;
+}
+
+// Declares every option on `app`, each applied to `a` as it is read.
+void declare(CLI::App& app, Args& a, Seen& seen) {
+  for (const Option& o : kOptions) {
+    const std::string flag(o.flag);
+    CLI::Option* option =
+        o.value.empty()
+            ? app.add_flag_callback(
+                  with_underscores(o.flag), [&a, &seen, flag] { apply(a, seen, flag, ""); },
+                  std::string(o.help))
+            : loom::cli::option(
+                  app, with_underscores(o.flag), std::string(o.value), std::string(o.help),
+                  [&a, &seen, flag](const std::string& v) { apply(a, seen, flag, v); });
+    if (!o.env.empty()) option->envname(std::string(o.env));
+    option->group(std::string(o.group));
+  }
+  // Refused at sight, with or without the value torchrun would take.
+  for (const Refused& r : kRefused)
+    app.add_option(with_underscores(r.flag))
+        ->expected(0, 1)
+        ->trigger_on_parse()
+        ->group("")
+        ->each([flag = std::string(r.flag), why = std::string(r.why)](const std::string&) {
+          bad("torchrun's " + flag + " is not supported: " + why);
+        });
+}
+
 }  // namespace
 
 Args parse(int argc, char** argv) {
   Args a;
   Seen seen;
-  for (const auto& o : kValueOptions)
-    if (const char* v = std::getenv(std::string(o.env).c_str()); v != nullptr && *v != '\0')
-      apply(a, seen, std::string(o.flag), v);
+  CLI::App app("", "loomrun");
+  loom::cli::set_up(app, "usage: loomrun [options] [--] program [args...]", std::string(kFooter));
+  app.prefix_command();  // the program and its arguments are the rest
+  declare(app, a, seen);
   if (const char* v = std::getenv("PET_STANDALONE");
       v != nullptr && *v != '\0' && std::string_view(v) != "0")
     a.standalone = true;
-
-  int i = 1;
-  for (; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--") {
-      ++i;
-      break;
-    }
-    if (arg.rfind("-", 0) != 0) break;
-    std::string flag = arg, inline_value;
-    bool has_inline = false;
-    if (auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      flag = arg.substr(0, eq);
-      inline_value = arg.substr(eq + 1);
-      has_inline = true;
-    }
-    flag = canonical(flag);
-    if (flag == "-h" || flag == "--help") usage(0);
-    if (takes_value(flag)) {
-      if (!has_inline) {
-        if (i + 1 >= argc) bad(flag + " needs a value");
-        inline_value = argv[++i];
-      }
-      apply(a, seen, flag, inline_value);
-    } else if (flag == "--standalone") {
-      a.standalone = true;
-    } else if (flag == "--no-prefix") {
-      a.prefix = false;
-    } else if (flag == "--insecure") {
-      a.insecure = true;
-    } else if (flag == "--no-python") {
-      // loomrun always runs the program as given.
-    } else if (auto why = unsupported_torchrun_option(flag); !why.empty()) {
-      bad("torchrun's " + flag + " is not supported: " + std::string(why));
-    } else {
-      std::fprintf(stderr, "loomrun: unknown option %s\n", arg.c_str());
-      usage(2);
-    }
-  }
-  for (; i < argc; ++i) a.command.push_back(argv[i]);
-  if (a.command.empty()) {
-    std::fprintf(stderr, "loomrun: no program to run\n");
-    usage(2);
-  }
+  loom::cli::parse(app, argc, argv);
+  const std::vector<std::string> rest = app.remaining();
+  auto program = rest.begin();
+  if (program != rest.end() && *program == "--")
+    ++program;
+  else if (program != rest.end() && program->rfind("-", 0) == 0)
+    loom::cli::refuse(app, "unknown option " + *program);
+  a.command.assign(program, rest.end());
+  if (a.command.empty()) loom::cli::refuse(app, "no program to run");
 
   if (a.standalone) {
     // torchrun: a local rendezvous on a free port under a fresh id; given values are ignored.

@@ -82,7 +82,8 @@ class ShmConnection final : public Connection {
   // Where each send slot's next small message starts. Small messages move along the first
   // placement_span_ bytes of their slot from one use to the next, so a line is written again only
   // after the peer's core has read more than its own cache holds: rewriting lines the peer's core
-  // still holds cost up to twice the time at 8-128 KiB, 2 ranks on 2 cores (README).
+  // still holds cost up to twice the time at 8-128 KiB, 2 ranks on 2 cores (docs/design.md, "How it
+  // works, in short").
   std::size_t placement_span_;
   std::uint64_t next_offset_[kMaxSlots] = {};
   std::uint64_t acquired_at_ = 0;      // the place the last try_acquire_send_slot gave

@@ -1,0 +1,116 @@
+#include "algorithms/dispatch.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "algorithms/algorithm_table.hpp"
+#include "algorithms/engine.hpp"
+#include "algorithms/selection.hpp"
+#include "base/logging.hpp"
+
+namespace loom::algorithms {
+
+namespace {
+
+// Sizes by bit width: 0 for 0 bytes, k for 2^(k-1) up to 2^k - 1 bytes.
+constexpr std::size_t kSizeClasses = 65;
+
+std::size_t size_class(std::size_t bytes) {
+  return bytes == 0 ? 0 : static_cast<std::size_t>(64 - __builtin_clzll(bytes));
+}
+std::size_t lowest_bytes(std::size_t size_class) {
+  return size_class == 0 ? 0 : std::size_t{1} << (size_class - 1);
+}
+std::size_t highest_bytes(std::size_t size_class) {
+  return size_class == 0 ? 0 : 2 * lowest_bytes(size_class) - 1;
+}
+
+// Whether this is the process's first choice of `algorithm` for a size of this class: each is
+// logged once, so INFO shows what ran without flooding. A flag per row and size class rather
+// than a locked set, since a loop of calls of changing sizes chooses on every call.
+bool first_of_class(const Algorithm& algorithm, std::size_t bytes) {
+  static const std::unique_ptr<std::atomic<bool>[]> seen(
+      new std::atomic<bool>[algorithm_table().size() * kSizeClasses]());
+  std::atomic<bool>& flag = seen[algorithm.index() * kSizeClasses + size_class(bytes)];
+  return !flag.load(std::memory_order_relaxed) && !flag.exchange(true, std::memory_order_relaxed);
+}
+
+// The choice and what every other row of the operation would have cost.
+void log_choice(const Selector& selector, const Collective& call, const Selector::Choice& c,
+                std::size_t bytes, bool windows) {
+  if (!first_of_class(*c.algorithm, bytes)) return;
+  std::string table;
+  const auto& in = selector.inputs();
+  for (const Algorithm& a : algorithm_table()) {
+    if (a.collective != call.kind) continue;
+    const char* unfit = selector.unfit(a, bytes, call.device >= 0, windows);
+    const double cost = a.cost(in, bytes, call.device >= 0);
+    table += fmt::format("{}{} ", table.empty() ? "" : ", ", a.name);
+    table += cost >= kNever ? "n/a" : fmt::format("{:.1f} us", cost);
+    if (unfit) table += fmt::format(" ({})", unfit);
+  }
+  base::log().info("{}: {}{} in slices of {} KiB{} for {} B over {}; model: {}",
+                   to_string(call.kind), c.algorithm->name,
+                   c.forced  ? " (LOOM_ALGO)"
+                   : c.tuned ? " (tuning table)"
+                             : "",
+                   c.slice >> 10,
+                   c.round_slices != 0 ? fmt::format(", {} a round", c.round_slices) : "", bytes,
+                   transport::to_string(in.bottleneck_kind()), table);
+}
+
+}  // namespace
+
+void Dispatcher::run(Engine& engine, const Collective& call) {
+  const std::size_t bytes = call.bytes();
+  const bool device = call.device >= 0;
+  const bool windows = !device && engine.host_windows() != nullptr;
+  if (plan_.kind != call.kind || plan_.bytes != bytes || plan_.device != device ||
+      plan_.windows != windows || plan_.algorithm == nullptr) {
+    const Selector::Choice choice = engine.selector().choose(call.kind, bytes, device, windows);
+    log_choice(engine.selector(), call, choice, bytes, windows);
+    plan_ = Plan{call.kind,
+                 bytes,
+                 device,
+                 windows,
+                 choice.algorithm,
+                 choice.slice,
+                 choice.round_slices,
+                 choice.predicted_us};
+  }
+  engine.set_slicing(plan_.slice, plan_.round_slices);
+  if (!base::log().should_log(spdlog::level::debug)) {
+    plan_.algorithm->run(engine, call);
+    return;
+  }
+  const auto started = std::chrono::steady_clock::now();
+  plan_.algorithm->run(engine, call);
+  record_time(engine, call,
+              std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started)
+                  .count());
+}
+
+void Dispatcher::record_time(const Engine& engine, const Collective& call, double took_us) {
+  const std::size_t cls = size_class(plan_.bytes);
+  ClassTimes& t = class_times_[plan_.algorithm->index() * kSizeClasses + cls];
+  t.calls += 1;
+  t.predicted_us += plan_.predicted_us;
+  t.measured_us += took_us;
+  t.fastest_us = t.calls == 1 ? took_us : std::min(t.fastest_us, took_us);
+  std::uint64_t power = 1;
+  while (power * 10 <= t.calls) power *= 10;
+  if (t.calls != power) return;
+  const double calls = static_cast<double>(t.calls);
+  base::log().debug(
+      "{} {} of {}-{} B: predicted {:.1f} us, measured {:.1f} us (fastest {:.1f}) on this rank, "
+      "mean of {} call(s); cost model {}",
+      to_string(call.kind), plan_.algorithm->name, lowest_bytes(cls), highest_bytes(cls),
+      t.predicted_us / calls, t.measured_us / calls, t.fastest_us, t.calls,
+      engine.selector().inputs().costs.source);
+}
+
+}  // namespace loom::algorithms

@@ -1,0 +1,50 @@
+// Runs each call with the algorithm its communicator's selector chooses (selection.hpp), and
+// keeps what that needs across calls: the last plan, since a loop of calls of one kind and size
+// decides once (the inputs are fixed per communicator), and, while DEBUG logging is on, the
+// model's predictions against this rank's clock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+
+#include "algorithms/collective.hpp"
+
+namespace loom::algorithms {
+
+class Engine;
+struct Algorithm;
+
+class Dispatcher {
+ public:
+  // Chooses (or reuses the last plan), cuts the call's slices on the engine, and runs it.
+  void run(Engine& engine, const Collective& call);
+
+ private:
+  // The last decision.
+  struct Plan {
+    Kind kind = Kind::barrier;
+    std::size_t bytes = 0;
+    bool device = false;
+    bool windows = false;
+    const Algorithm* algorithm = nullptr;  // none yet
+    std::size_t slice = 0;
+    std::size_t round_slices = 0;
+    double predicted_us = 0;
+  };
+  // The model against this rank's clock, per call class (algorithm, power-of-two size class).
+  struct ClassTimes {
+    std::uint64_t calls = 0;
+    double predicted_us = 0;  // sums
+    double measured_us = 0;
+    double fastest_us = 0;
+  };
+  // At DEBUG, each call class's predicted time against this rank's measured one, at its 1st,
+  // 10th, 100th, ... call: where the model is wrong, and by how much.
+  void record_time(const Engine& engine, const Collective& call, double took_us);
+
+  Plan plan_;
+  std::unordered_map<std::size_t, ClassTimes> class_times_;
+};
+
+}  // namespace loom::algorithms
