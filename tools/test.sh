@@ -10,7 +10,9 @@
 #   tools/test.sh --cuda-emulated          the GPU paths on the emulated CUDA runtime
 #                                          (tests/cuda_emulation) in build-cudaemu/: the gpu label
 # Where /usr/bin/python3 has PyTorch (tools/deps.sh --torch), the release build includes
-# loom_torch and the `torch` label runs. Extra arguments after -- go to ctest (e.g. -- -R Store).
+# loom_torch and the `torch` label runs; where the venv of PyTorch 2.x that tools/deps.sh --torch
+# makes is there too (LOOM_TORCH_VENV), loom_torch is built and tested for both. Extra arguments
+# after -- go to ctest (e.g. -- -R Store).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -78,8 +80,22 @@ optimise=()
 bench=ON
 [ -n "$sanitize" ] && bench=OFF
 [ "$cuda_emulated" = 1 ] && bench=OFF
+# loom_torch (release build only): for Debian's PyTorch and for PyPI's 2.x in the venv. Say so
+# plainly where either is left out.
+torch_pythons=""
+if [ -z "$sanitize" ] && [ "$cuda_emulated" = 0 ]; then
+  torch_venv=${LOOM_TORCH_VENV:-$HOME/.cache/loom/torch2-venv}
+  if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    echo "test: the torch tests are left out: /usr/bin/python3 has no PyTorch (tools/deps.sh --torch installs Debian's 1.13 and PyPI's 2.x)"
+  elif "$torch_venv/bin/python" -c "import torch" 2>/dev/null; then
+    torch_pythons="$torch_venv/bin/python"
+  else
+    echo "test: the torch tests of PyTorch 2.x are left out: no venv at $torch_venv (tools/deps.sh --torch makes it)"
+  fi
+fi
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=$type -DLOOM_WERROR=ON -DLOOM_SANITIZE="$sanitize" \
-  -DLOOM_BUILD_BENCH=$bench -DLOOM_CUDA=$cuda "${optimise[@]}" >/dev/null
+  -DLOOM_BUILD_BENCH=$bench -DLOOM_CUDA=$cuda -DLOOM_TORCH_EXTRA_PYTHONS="$torch_pythons" \
+  "${optimise[@]}" >/dev/null
 cmake --build "$build" -j "$(nproc)" "${targets[@]}"
 status=0
 # A tuning table that loom-tune left under this user's cache would steer the algorithm choices

@@ -117,6 +117,13 @@ def _sharded_tensor_imports():
     return True
 
 
+# Under loom's own name only: PyTorch's DDP logger names a third-party backend "custom"
+# (ProcessGroup::getBackendName gives the type's name, CUSTOM), where the test expects the name
+# the group was made with. Every backend registered from outside PyTorch fails it.
+OWN_NAME_FAILURES = {
+    "test_ddp_logging_data_cpu": "PyTorch's DDP logger names every third-party backend 'custom'",
+} if torch.__version__ >= "2" else {}
+
 # In gloo's place only: PyTorch's DDP logger takes a group named "gloo" for a ProcessGroupGloo
 # and casts it so, to read its thread count (torch/csrc/distributed/c10d/logger.cpp): a loom
 # group under that name crashes there (SIGSEGV) in every DDP test that logs. Under loom's own
@@ -176,6 +183,8 @@ def _select_tests(cls):
     known = dict(ENVIRONMENT_FAILURES)
     if RUNS_LOOM:
         known.update((name, f"known loom failure: {why}") for name, why in KNOWN_FAILURES.items())
+    if RUNS_LOOM and BACKEND == "loom":
+        known.update((name, f"under loom's name: {why}") for name, why in OWN_NAME_FAILURES.items())
     if RUNS_LOOM and BACKEND == "gloo":
         known.update((name, f"in gloo's place: {why}") for name, why in GLOO_PLACE_FAILURES.items())
     for name, reason in known.items():

@@ -22,19 +22,29 @@ TOLERANCE = 1e-6
 LAUNCH_TIMEOUT_S = 150
 
 
-def torchrun(ranks):
+def torchrun(ranks, script=SCRIPT):
     # --redirects/--tee 2: torch 1.13 under Python 3.11 cannot parse their default, 0.
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc_per_node={ranks}", "--redirects", "2", "--tee", "2", SCRIPT]
+            f"--nproc_per_node={ranks}", "--redirects", "2", "--tee", "2", script]
 
 
-def loomrun(ranks):
-    return [os.environ["LOOMRUN"], "--nproc-per-node", str(ranks), sys.executable, SCRIPT]
+def torchrun_elastic(ranks, script=SCRIPT):
+    """torchrun with its c10d rendezvous and a range of nodes (one node here), as an elastic
+    job is launched."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1:2",
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:29400",
+            "--rdzv-id", f"loom-{os.getpid()}", f"--nproc_per_node={ranks}", script]
 
 
-def train(launcher, ranks, backend, out_dir):
-    out = os.path.join(out_dir, f"{backend}-{ranks}-{launcher.__name__}.pt")
-    command = launcher(ranks) + ["--backend", backend, "--out", out, "--dtype", "float64"]
+def loomrun(ranks, script=SCRIPT):
+    return [os.environ["LOOMRUN"], "--nproc-per-node", str(ranks), sys.executable, script]
+
+
+def train(launcher, ranks, backend, out_dir, script=SCRIPT, extra=()):
+    name = "-".join([backend, str(ranks), launcher.__name__, *extra]).replace("--", "")
+    out = os.path.join(out_dir, f"{name}.pt")
+    command = launcher(ranks, script) + ["--backend", backend, "--out", out, "--dtype",
+                                         "float64", *extra]
     run = subprocess.run(command, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
     if run.returncode != 0:
         raise AssertionError(f"{' '.join(command)} exited {run.returncode}:\n{run.stdout}\n"
@@ -78,6 +88,10 @@ class LoomTrainsAsGlooDoes(unittest.TestCase):
 
     def test_loomrun_2_ranks(self):
         self.check(loomrun, 2)
+
+    @unittest.skipUnless(torch.__version__ >= "2", "torchrun's c10d rendezvous: PyTorch 2.x")
+    def test_torchrun_elastic_2_ranks(self):
+        self.check(torchrun_elastic, 2)
 
 
 if __name__ == "__main__":

@@ -99,12 +99,13 @@ void bind_group(py::module_& m) {
 #endif
       .def(
           "_pool",
-          [](ProcessGroupLoom& self) {
-            py::gil_scoped_release release;
-            const auto pool = self.pool();
-            return std::make_pair(pool->capacity(), pool->in_use());
+          [](ProcessGroupLoom& self) -> py::object {
+            const auto pool = self.pool_if_made();
+            if (!pool) return py::none();
+            return py::make_tuple(pool->capacity(), pool->in_use());
           },
-          "(capacity, bytes in use) of the shared window allocate_tensor takes from.")
+          "(capacity, bytes in use) of the shared window allocate_tensor takes from, or None "
+          "before its first use.")
       .def(
           "_in_window",
           [](ProcessGroupLoom& self, const at::Tensor& t) {

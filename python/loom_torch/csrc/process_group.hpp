@@ -176,6 +176,10 @@ class ProcessGroupLoom : public BackendBase {
 #endif
   // The pool allocateTensor() takes from, made (collectively) on first use.
   std::shared_ptr<WindowPool> pool();
+  std::shared_ptr<WindowPool> pool_if_made() {
+    std::lock_guard lock(pool_mu_);
+    return pool_;
+  }
 
  private:
   using Body = std::function<void(loom::Communicator&, loom::CudaStream)>;
