@@ -14,14 +14,12 @@ check runs Loom's whole sweep in one launch per transport and rank count, unless
 measurement), DIR/tables.md and DIR/runs.log (every command and its output)."""
 import argparse
 import os
-import platform
-import subprocess
 import sys
 import time
 
 sys.dont_write_bytecode = True  # keeps the source tree clean
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import drivers, measure, report  # noqa: E402
+from harness import drivers, limits, measure, report  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIB = 1 << 20
@@ -130,13 +128,6 @@ def options():
     return p.parse_args()
 
 
-def machine():
-    model = next((line.split(":", 1)[1].strip() for line in
-                  subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-                  if line.startswith("Model name")), platform.processor())
-    return f"{model}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the start"
-
-
 def main():
     a = options()
     if a.command == "report":
@@ -192,29 +183,20 @@ def main():
         iter_args = {"scale": a.iters_scale, "least": 3}
     for note in notes:
         print(f"compare: {note}", file=sys.stderr)
-    if a.out:
-        os.makedirs(a.out, exist_ok=True)
-    recorder = measure.Recorder(os.path.join(a.out, "results.csv") if a.out else None)
-    log = open(os.path.join(a.out, "runs.log"), "w") if a.out else None
     conditions = "; fresh inputs (rewritten before every call)" if a.fresh_inputs else ""
     if a.cpu_bind == "cores":
         conditions += ("; ranks bound to CPUs in blocks of consecutive local ranks "
                        "(--cpu-bind cores)")
     header = [f"`{' '.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}`, "
-              f"{time.strftime('%Y-%m-%d %H:%M %Z')}; {machine()}; {a.reps} repetitions; "
+              f"{time.strftime('%Y-%m-%d %H:%M %Z')}; {limits.machine()}; {a.reps} repetitions; "
               f"Loom kernels: {a.kernels}{conditions}.", ""] + [f"Note: {n}." for n in notes]
     start = time.monotonic()
-    try:
+    with measure.recording(a.out) as (recorder, log):
         measure.execute(plan, drv, a.reps, recorder, log, a.timeout, iter_args,
                         with_limits=a.command == "run", far_retries=a.far_retries,
                         slow_retries=a.slow_retries, far_wait=a.far_wait,
                         sweep_rounds=getattr(a, "rounds", 1))
-    finally:
-        recorder.close()
-        if log:
-            log.close()
-    header.append(f"Took {(time.monotonic() - start) / 60:.1f} min; load average "
-                  f"{os.getloadavg()[0]:.2f} at the end (other processes share the machine).")
+    header.append(measure.took(start))
     if a.command == "run":
         text, status = report.compare_report(recorder.rows), 0
     else:

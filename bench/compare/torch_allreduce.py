@@ -7,15 +7,17 @@ The loom backend needs loom_torch on PYTHONPATH (build/python after building the
 """
 import argparse
 import os
-import socket
+import sys
 import time
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.dont_write_bytecode = True  # keeps the source tree clean
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_common  # noqa: E402
+
+torch_common.one_thread_environment()
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 
 
 def iterations_for(nbytes, seconds_budget):
@@ -26,12 +28,7 @@ def iterations_for(nbytes, seconds_budget):
 
 
 def worker(rank, args, port, results):
-    torch.set_num_threads(1)
-    if args.backend == "loom":
-        import loom_torch  # noqa: F401  registers the backend
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group(args.backend, rank=rank, world_size=args.ranks)
+    torch_common.init_group(args.backend, rank, args.ranks, port)
     rows = []
     for nbytes in [int(s) for s in args.sizes.split(",")]:
         t = torch.ones(max(1, nbytes // 4), dtype=torch.float32)
@@ -59,14 +56,7 @@ def main():
     p.add_argument("--sizes", default="8,67108864")
     p.add_argument("--seconds", type=float, default=2.0, help="rough time per size")
     args = p.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    results = ctx.SimpleQueue()
-    mp.start_processes(worker, args=(args, port, results), nprocs=args.ranks, join=True,
-                       start_method="spawn")
-    for row in results.get():
+    for row in torch_common.launch(worker, args, args.ranks, "spawn", 1, "torch_allreduce"):
         print(row)
 
 

@@ -6,15 +6,20 @@ communication), through
              over a C API adds (its allreduce in Python, a torch Future per call for the
              comm hooks), since the C call underneath is the same
   gloo       ProcessGroupGloo, for scale
-Prints one line per binding: <binding>,<mean us per call>
+Prints one line per binding: <binding>,<mean us per call>,<median us of calls timed one by one>
     PYTHONPATH=build/python python3 torch_call_overhead.py [--calls 20000]
 """
 import argparse
 import os
+import sys
 import tempfile
 import time
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.dont_write_bytecode = True  # keeps the source tree clean
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_common  # noqa: E402
+
+torch_common.one_thread_environment()
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -45,13 +50,17 @@ class PythonGroup:
 
 
 def per_call_us(group, calls):
+    """(mean, median) us per call: the mean over a loop of `calls`, then the median over as many
+    calls timed one by one (torch_common.time_each_us, per_op.hpp's method)."""
     t = torch.ones(1)
     for _ in range(calls // 10):
         dist.all_reduce(t, group=group)
     start = time.perf_counter()
     for _ in range(calls):
         dist.all_reduce(t, group=group)
-    return (time.perf_counter() - start) / calls * 1e6
+    mean = (time.perf_counter() - start) / calls * 1e6
+    each = torch_common.time_each_us(lambda: dist.all_reduce(t, group=group), calls, 0)
+    return mean, each.median().item()
 
 
 def main():
@@ -63,9 +72,10 @@ def main():
         dist.init_process_group("loom", init_method=f"file://{tmp}/store", rank=0, world_size=1)
         loom_group = dist.new_group([0])
         gloo_group = dist.new_group([0], backend="gloo")
-        print(f"extension,{per_call_us(loom_group, args.calls):.2f}")
-        print(f"python,{per_call_us(PythonGroup(loom_group), args.calls):.2f}")
-        print(f"gloo,{per_call_us(gloo_group, args.calls):.2f}")
+        for name, group in (("extension", loom_group), ("python", PythonGroup(loom_group)),
+                            ("gloo", gloo_group)):
+            mean, median = per_call_us(group, args.calls)
+            print(f"{name},{mean:.2f},{median:.2f}")
         dist.destroy_process_group()
 
 

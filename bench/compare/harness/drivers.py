@@ -5,6 +5,7 @@ two fields are the time in microseconds (median over calls of the slowest rank) 
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -198,27 +199,42 @@ def choices_by_size(op, log):
             if m.group(1) == CALL.get(op)}
 
 
+def launch(argv, extra_env, timeout, log):
+    """Runs argv (the environment with extra_env) in fresh processes, at most `timeout` seconds:
+    (stdout, stderr, exit status; -1 when it timed out). The launch runs in a session of its own,
+    so that a launch past its time goes with every process it started (a launcher's ranks). The
+    command and its output go to log."""
+    p = subprocess.Popen(argv, env=dict(os.environ, **extra_env), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = p.communicate()
+        rc, err = -1, err + f"\ntimed out after {timeout} s\n"
+    if log:
+        log.write(f"$ {' '.join(f'{k}={v}' for k, v in extra_env.items())} {' '.join(argv)}\n"
+                  f"{out}{err}rc={rc}\n\n")
+        log.flush()
+    return out, err, rc
+
+
 def run(job, timeout, log):
     """Launches job in fresh processes; returns its Outcome (error set when it failed)."""
-    env = dict(os.environ, **job.env)
     argv = list(job.argv)
     tmp = None
     if job.store_dir:
         tmp = tempfile.mkdtemp(prefix="gloo-store-")
         argv[argv.index("--op"):argv.index("--op")] = ["--store", tmp]
     try:
-        p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
-        out, err, rc = p.stdout, p.stderr, p.returncode
-    except subprocess.TimeoutExpired as e:
-        out, err, rc = e.stdout or "", (e.stderr or "") + f"\ntimed out after {timeout} s", -1
-        out = out.decode() if isinstance(out, bytes) else out
-        err = err.decode() if isinstance(err, bytes) else err
+        out, err, rc = launch(argv, job.env, timeout, log)
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
-    if log:
-        log.write(f"$ {' '.join(f'{k}={v}' for k, v in job.env.items())} {' '.join(argv)}\n"
-                  f"{out}{err}rc={rc}\n\n")
     result = Outcome()
     rows = [line for line in out.splitlines() if re.match(r"^[\w:.-]+,", line)]
     if job.kind == "loom":

@@ -5,10 +5,20 @@ all-reduce, both directions share the cores) and n streams at once (what each li
 ring carries when all n share the cores); and, measured around every launch, the cores' placement
 (the cache-line round trip between CPUs) and the host's pace (a fixed loopback exchange)."""
 import json
+import os
+import platform
 import shutil
 import socket
 import subprocess
 import time
+
+
+def machine():
+    """The CPU's model (lscpu), the CPUs and the load average now."""
+    model = next((line.split(":", 1)[1].strip() for line in
+                  subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+                  if line.startswith("Model name")), platform.processor())
+    return f"{model}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the start"
 
 
 def memcpy_gbps(memcpy_bin):

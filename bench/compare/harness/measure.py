@@ -14,7 +14,9 @@ wait). Every launch stays in the CSV; the tables prefer a repetition's undisturb
   more than 1.3x slower than the run's fastest (report.is_slow) is "slow". The same host runs
   every library's calls 1.4-4x slower for minutes at a time while a busy loop and the cores'
   round trip keep their speed; the exchange slows down with them."""
+import contextlib
 import csv
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -77,10 +79,10 @@ def limits_rows(rep, drv, ring_ranks=()):
 class Recorder:
     """Appends rows to the CSV as they come (a run cut short keeps what it measured)."""
 
-    def __init__(self, path):
+    def __init__(self, path, fields=FIELDS):
         self.rows = []
         self.file = open(path, "w", newline="") if path else None
-        self.writer = csv.DictWriter(self.file, FIELDS) if self.file else None
+        self.writer = csv.DictWriter(self.file, fields) if self.file else None
         if self.writer:
             self.writer.writeheader()
 
@@ -93,6 +95,28 @@ class Recorder:
     def close(self):
         if self.file:
             self.file.close()
+
+
+@contextlib.contextmanager
+def recording(out, fields=FIELDS):
+    """(a Recorder of out/results.csv, out/runs.log) for a run, both closed when it ends, even cut
+    short; without `out`, a Recorder that only keeps its rows and no log."""
+    if out:
+        os.makedirs(out, exist_ok=True)
+    recorder = Recorder(os.path.join(out, "results.csv") if out else None, fields)
+    log = open(os.path.join(out, "runs.log"), "w") if out else None
+    try:
+        yield recorder, log
+    finally:
+        recorder.close()
+        if log:
+            log.close()
+
+
+def took(start):
+    """The run's length since `start` (time.monotonic) and the load it ended under."""
+    return (f"Took {(time.monotonic() - start) / 60:.1f} min; load average "
+            f"{os.getloadavg()[0]:.2f} at the end (other processes share the machine).")
 
 
 def load(path):
