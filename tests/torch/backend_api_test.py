@@ -199,18 +199,21 @@ def abort_with_hooks(rank, world):
 def set_timeout_and_error(rank, world):
     be = backend()
     assert be.get_error() == ErrorType.SUCCESS
+    dist.all_reduce(torch.ones(1))  # connected: what follows waits for data alone
     be.set_timeout(datetime.timedelta(seconds=1))
     assert be.options._timeout == datetime.timedelta(seconds=1)
     if rank != 0:
-        time.sleep(5)
+        time.sleep(8)
         return
     start = time.monotonic()
     try:
         dist.all_reduce(torch.ones(1))
         raise AssertionError("the all-reduce finished while its peers slept")
-    except loom_torch.LoomTimeoutError:
-        pass
-    assert time.monotonic() - start < 4, time.monotonic() - start
+    except loom_torch.LoomTimeoutError as e:
+        assert "1 s timeout" in str(e), e  # the new timeout, not the group's 60 s
+    # Loom gives up after 1 s; PyTorch's own failure handling (its flight recorder's dump)
+    # adds seconds on a loaded machine: well before the peers wake, all the same.
+    assert time.monotonic() - start < 7, time.monotonic() - start
     assert be.get_error() == ErrorType.TIMEOUT, be.get_error()
 
 

@@ -149,7 +149,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::endCoalescing() {
   }
   auto work = c10::make_intrusive<LoomWork>(
       getRank(), c10d::OpType::COALESCED, "loom:coalesced", std::vector<at::Tensor>{},
-      std::vector<at::Tensor>{}, std::vector<c10::Device>{}, executor_, where("coalesced").str());
+      std::vector<at::Tensor>{}, std::vector<c10::Device>{}, executor_, where("coalesced"));
   const std::shared_ptr<Op>& batch = work->op();
   batch->body = [members] {
     std::vector<std::shared_ptr<Op>> issued;

@@ -9,7 +9,7 @@ using c10d::OpType;
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::broadcast(std::vector<at::Tensor>& tensors,
                                                            const c10d::BroadcastOptions& opts) {
-  const Where w = where("broadcast");
+  const Where w = where("broadcast", waited_at_once(opts));
   const at::Tensor& t = single(tensors, w, "tensor");
   check_root(static_cast<int>(opts.rootRank), w);
   if (opts.rootTensor != 0) refuse(w, "rootTensor must be 0 (one tensor per process)");
@@ -25,7 +25,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::broadcast(std::vector<at::Tenso
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::AllreduceOptions& opts) {
-  const Where w = where("allreduce");
+  const Where w = where("allreduce", waited_at_once(opts));
   const at::Tensor& t = single(tensors, w, "tensor");
   const Reduction r = reduction(t, opts.reduceOp, w);
   return enqueue(w, OpType::ALLREDUCE, "loom:all_reduce", t, tensors, tensors,
@@ -38,7 +38,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce(std::vector<at::Tenso
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  const Where w = where("allreduce_coalesced");
+  const Where w = where("allreduce_coalesced", waited_at_once(opts));
   if (tensors.empty()) refuse(w, "expects at least one tensor");
   check_tensors(tensors, w, "tensors");
   for (const at::Tensor& t : tensors) check_same_type(tensors.front(), t, w, "every tensor");
@@ -55,7 +55,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce_coalesced(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::ReduceOptions& opts) {
-  const Where w = where("reduce");
+  const Where w = where("reduce", waited_at_once(opts));
   const at::Tensor& t = single(tensors, w, "tensor");
   check_root(static_cast<int>(opts.rootRank), w);
   if (opts.rootTensor != 0) refuse(w, "rootTensor must be 0 (one tensor per process)");
@@ -72,8 +72,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce(std::vector<at::Tensor>&
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions&) {
-  const Where w = where("allgather");
+    const c10d::AllgatherOptions& opts) {
+  const Where w = where("allgather", waited_at_once(opts));
   const at::Tensor& in = single(inputs, w, "input");
   if (outputs.size() != 1) refuse(w, "expects one list of output tensors");
   const std::vector<at::Tensor>& outs = outputs.front();
@@ -103,10 +103,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather(
                  });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_allgather_base(at::Tensor& output,
-                                                                 at::Tensor& input,
-                                                                 const c10d::AllgatherOptions&) {
-  const Where w = where("all_gather_into_tensor");
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  const Where w = where("all_gather_into_tensor", waited_at_once(opts));
   check_tensor(input, w, "input");
   check_tensor(output, w, "output");
   check_same_type(input, output, w, "output");
@@ -125,8 +124,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_allgather_base(at::Tensor& out
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions&) {
-  const Where w = where("allgather_coalesced");
+    const c10d::AllgatherOptions& opts) {
+  const Where w = where("allgather_coalesced", waited_at_once(opts));
   if (inputs.empty()) refuse(w, "expects at least one input tensor");
   check_tensors(inputs, w, "inputs");
   for (const at::Tensor& t : inputs) check_same_type(inputs.front(), t, w, "every input");
@@ -164,7 +163,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_coalesced(
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::gather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::GatherOptions& opts) {
-  const Where w = where("gather");
+  const Where w = where("gather", waited_at_once(opts));
   const at::Tensor& in = single(inputs, w, "input");
   const int root = static_cast<int>(opts.rootRank);
   check_root(root, w);
@@ -199,7 +198,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::gather(
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
-  const Where w = where("scatter");
+  const Where w = where("scatter", waited_at_once(opts));
   const at::Tensor& out = single(outputs, w, "output");
   const int root = static_cast<int>(opts.rootRank);
   check_root(root, w);
@@ -229,7 +228,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::scatter(
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  const Where w = where("reduce_scatter");
+  const Where w = where("reduce_scatter", waited_at_once(opts));
   const at::Tensor& out = single(outputs, w, "output");
   if (inputs.size() != 1) refuse(w, "expects one list of input tensors");
   const std::vector<at::Tensor>& ins = inputs.front();
@@ -261,7 +260,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce_scatter(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  const Where w = where("reduce_scatter_tensor");
+  const Where w = where("reduce_scatter_tensor", waited_at_once(opts));
   check_tensor(input, w, "input");
   check_tensor(output, w, "output");
   check_same_type(input, output, w, "output");
@@ -283,8 +282,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall_base(at::Tensor& outpu
                                                                at::Tensor& input,
                                                                std::vector<int64_t>& output_splits,
                                                                std::vector<int64_t>& input_splits,
-                                                               const c10d::AllToAllOptions&) {
-  const Where w = where("all_to_all_single");
+                                                               const c10d::AllToAllOptions& opts) {
+  const Where w = where("all_to_all_single", waited_at_once(opts));
   check_tensor(input, w, "input");
   check_tensor(output, w, "output");
   check_same_type(input, output, w, "output");
@@ -320,8 +319,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall_base(at::Tensor& outpu
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall(std::vector<at::Tensor>& outputs,
                                                           std::vector<at::Tensor>& inputs,
-                                                          const c10d::AllToAllOptions&) {
-  const Where w = where("all_to_all");
+                                                          const c10d::AllToAllOptions& opts) {
+  const Where w = where("all_to_all", waited_at_once(opts));
   if (inputs.empty()) refuse(w, "expects one input tensor per rank");
   check_list(inputs, inputs.front(), w, "the input list");
   check_list(outputs, inputs.front(), w, "the output list");
@@ -340,16 +339,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall(std::vector<at::Tensor
                  });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::barrier(const c10d::BarrierOptions&) {
-  return enqueue(where("barrier"), OpType::BARRIER, "loom:barrier", at::Tensor(), {}, {},
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::barrier(const c10d::BarrierOptions& opts) {
+  return enqueue(where("barrier", waited_at_once(opts)), OpType::BARRIER, "loom:barrier",
+                 at::Tensor(), {}, {},
                  [](loom::Communicator& comm, loom::CudaStream) { comm.barrier(); });
 }
 
 #if LOOM_TORCH_AT_LEAST(2, 0)
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions&) {
-  const Where w = where("all_gather_into_tensor_coalesced");
+    const c10d::AllgatherOptions& opts) {
+  const Where w = where("all_gather_into_tensor_coalesced", waited_at_once(opts));
   if (inputs.size() != outputs.size() || inputs.empty())
     refuse(w, "needs as many outputs as inputs, and at least one");
   for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -376,7 +376,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_into_tensor_coalesced
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  const Where w = where("reduce_scatter_tensor_coalesced");
+  const Where w = where("reduce_scatter_tensor_coalesced", waited_at_once(opts));
   if (inputs.size() != outputs.size() || inputs.empty())
     refuse(w, "needs as many outputs as inputs, and at least one");
   std::vector<Reduction> reductions;
@@ -408,7 +408,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce_scatter_tensor_coalesced
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::gather_single(at::Tensor& output,
                                                                at::Tensor& input,
                                                                const c10d::GatherOptions& opts) {
-  const Where w = where("gather_single");
+  const Where w = where("gather_single", waited_at_once(opts));
   const int root = static_cast<int>(opts.rootRank);
   check_root(root, w);
   check_tensor(input, w, "input");

@@ -11,6 +11,9 @@ namespace {
 constexpr std::chrono::microseconds kGrace{100};
 // How often the worker looks at issued operations nobody waits for (their futures complete).
 constexpr std::chrono::milliseconds kInFlightPoll{1};
+// How often an idle worker looks at the queue: an operation its caller said it would wait for at
+// once wakes nobody, and runs here this late at the latest if the caller did not.
+constexpr std::chrono::milliseconds kIdlePoll{10};
 }  // namespace
 
 std::shared_ptr<Executor> Executor::start() {
@@ -31,12 +34,13 @@ Executor::~Executor() {
 
 void Executor::submit(std::shared_ptr<Op> op) {
   op->submitted = std::chrono::steady_clock::now();
+  const bool wake = !op->waited_at_once;
   {
     std::lock_guard lock(mu_);
     if (stopping_) throw std::logic_error("the process group was shut down");
     queue_.push_back(std::move(op));
   }
-  work_cv_.notify_one();
+  if (wake) work_cv_.notify_one();
 }
 
 bool Executor::wait(const std::shared_ptr<Op>& op, std::chrono::milliseconds timeout) {
@@ -106,11 +110,13 @@ void Executor::execute(const std::shared_ptr<Op>& op) {
     }
   }
   op->body = nullptr;  // drops the tensors it holds
+  bool more = false;
   {
     std::lock_guard lock(mu_);
     running_ = false;
+    more = !queue_.empty();
   }
-  work_cv_.notify_one();
+  if (more) work_cv_.notify_one();  // the worker is needed only for what is queued behind
   done_cv_.notify_all();
   finish(op, error);
 }
@@ -138,12 +144,14 @@ void Executor::finish(const std::shared_ptr<Op>& op, std::exception_ptr error) {
   // and wait for operations of this process group.
   if (op->finish) op->finish(op->error);
   op->finish = nullptr;
+  bool more = false;
   {
     std::lock_guard lock(mu_);
     op->done.store(true, std::memory_order_release);
+    more = !queue_.empty() || !in_flight_.empty() || stopping_;
   }
   done_cv_.notify_all();
-  work_cv_.notify_one();
+  if (more) work_cv_.notify_one();
 }
 
 std::vector<std::shared_ptr<Op>> Executor::claim_finished() {
@@ -184,10 +192,7 @@ void Executor::work_loop() {
         done_cv_.notify_all();
         return;
       }
-      if (in_flight_.empty())
-        work_cv_.wait(lock);
-      else
-        work_cv_.wait_for(lock, kInFlightPoll);
+      work_cv_.wait_for(lock, in_flight_.empty() ? kIdlePoll : kInFlightPoll);
       continue;
     }
     const auto due = queue_.front()->submitted + kGrace;

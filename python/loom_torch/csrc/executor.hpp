@@ -35,6 +35,9 @@ struct Op {
   // Kept for a batch not ended yet: a wait returns at once (the batch's Work is the one to wait
   // for, as with NCCL's groups), where it would wait for ever.
   bool batched = false;
+  // Its caller waits for it at once (and runs it, when it is next): no other thread is woken
+  // for it. The worker still runs it within kIdlePoll if nobody does.
+  bool waited_at_once = false;
   std::chrono::steady_clock::time_point submitted;  // for the worker's grace period
   std::atomic<bool> done{false};
   std::exception_ptr error;

@@ -44,7 +44,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::issue_point_to_point(
   std::vector<at::Tensor> tensors{t};
   auto work = c10::make_intrusive<LoomWork>(getRank(), type, title, tensors,
                                             send ? std::vector<at::Tensor>{} : tensors,
-                                            std::vector<c10::Device>{}, executor_, where.str());
+                                            std::vector<c10::Device>{}, executor_, where);
   auto buf = std::make_shared<at::Tensor>();
   work->op()->issue = [comm = comm_, t, buf, send, peer] {
     *buf = dense(t);

@@ -89,7 +89,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::enqueue(
   std::vector<c10::Device> devices;
   if (stream) devices.push_back(device_of.device());
   auto work = c10::make_intrusive<LoomWork>(getRank(), type, title, inputs, std::move(outputs),
-                                            std::move(devices), executor_, where.str());
+                                            std::move(devices), executor_, where);
+  work->op()->waited_at_once = where.waited_at_once;
   work->op()->body = [comm = comm_, stream, body = std::move(body)] {
     c10::OptionalStreamGuard guard;
     if (stream) guard.reset_stream(*stream);

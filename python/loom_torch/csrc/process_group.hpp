@@ -197,8 +197,8 @@ class ProcessGroupLoom : public BackendBase {
   c10::intrusive_ptr<c10d::Work> issue_point_to_point(const Where& where, c10d::OpType type,
                                                       const char* title, const at::Tensor& t,
                                                       bool send, int peer);
-  Where where(const char* op) const {
-    return {op, getRank(), getSize()};
+  Where where(const char* op, bool at_once = false) const {
+    return {op, getRank(), getSize(), at_once};
   }
 
   std::shared_ptr<loom::Communicator> comm_;

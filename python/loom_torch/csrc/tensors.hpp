@@ -6,6 +6,8 @@
 #include <loom/loom.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include "torch_compat.hpp"
+
 #include <string>
 #include <vector>
 
@@ -16,8 +18,22 @@ struct Where {
   const char* op;
   int rank;
   int size;
+  // The caller waits for the call as soon as it is issued (PyTorch 2.x's asyncOp = false): the
+  // executor leaves it to that thread, waking no other.
+  bool waited_at_once = false;
   std::string str() const;
 };
+
+// Whether a call's options say its caller waits for it at once (PyTorch 2.x; never with 1.x).
+template <class CallOptions>
+bool waited_at_once(const CallOptions& opts) {
+#if LOOM_TORCH_AT_LEAST(2, 15)
+  return !opts.asyncOp;
+#else
+  (void)opts;
+  return false;
+#endif
+}
 
 // Raises loom::InvalidArgument naming the call.
 [[noreturn]] void refuse(const Where& where, const std::string& why);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "executor.hpp"
+#include "tensors.hpp"
 
 namespace loom_torch {
 
@@ -19,7 +20,7 @@ class LoomWork : public c10d::Work {
   // the future's value; `devices` the CUDA devices they are on, if any.
   LoomWork(int rank, c10d::OpType type, const char* title, const std::vector<at::Tensor>& inputs,
            std::vector<at::Tensor> outputs, std::vector<c10::Device> devices,
-           std::shared_ptr<Executor> executor, std::string where);
+           std::shared_ptr<Executor> executor, const Where& where);
 
   // The operation to queue: its body still to be set.
   const std::shared_ptr<Op>& op() const { return op_; }
@@ -37,7 +38,7 @@ class LoomWork : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::shared_ptr<Executor> executor_;
-  std::string where_;
+  Where where_;  // names the call in a timeout (formatted only then)
 };
 
 }  // namespace loom_torch
