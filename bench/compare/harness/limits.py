@@ -21,10 +21,12 @@ def machine():
     return f"{model}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the start"
 
 
-def memcpy_gbps(memcpy_bin):
-    """GB/s copied by one thread, 64 MiB buffers; None when the tool is missing or fails."""
+def memcpy_gbps(memcpy_bin, size=64 << 20):
+    """GB/s copied by one thread between two buffers of `size` bytes (64 MiB by default), at least
+    256 MiB copied in all; None when the tool is missing or fails."""
+    iters = max(20, (256 << 20) // max(1, size))
     try:
-        out = subprocess.run([memcpy_bin, str(64 << 20), "20"], capture_output=True, text=True,
+        out = subprocess.run([memcpy_bin, str(size), str(iters)], capture_output=True, text=True,
                              timeout=120, check=True).stdout
         return float(out.strip().split(",")[2])
     except (OSError, subprocess.SubprocessError, IndexError, ValueError):

@@ -7,10 +7,12 @@ from collections import defaultdict
 from .drivers import BOUND, BOUND_TRANSPORT, LOOPBACK, LOOPBACK_TRANSPORT
 from .limits import PACE_BYTES, PACE_RANKS
 
+MEMCPY_WS = "memcpy-ws"  # measure.MEMCPY_WS: one thread's memcpy at a working set
 LATENCY_BELOW = 64 << 10  # smaller sizes are reported as time (us), larger as busbw (GB/s)
 NAMES = {"loom": "Loom", "loom-avx2": "Loom (AVX2)", "loom-shared": "Loom (alloc)",
          "loom-avx2-shared": "Loom (AVX2, alloc)", "mpi-vader": "OpenMPI vader",
          "mpi-tcp": "OpenMPI tcp", "torch-gloo": "PyTorch gloo", BOUND: "memory bound",
+         MEMCPY_WS: "memcpy at the working set",
          LOOPBACK: "loopback exchange"}
 OPS = {"allreduce": "f32 sum all-reduce", "alltoall": "all-to-all (size: each rank's buffer)"}
 FAR_MARK = "†"  # a value measured with the cores far apart (see measure.py)
@@ -130,6 +132,11 @@ class Cells:
         """The memory bound as busbw, the median over repetitions."""
         return self.median((op, ranks, BOUND_TRANSPORT, size, BOUND))
 
+    def memcpy_ws(self, op, ranks, size):
+        """One thread's memcpy at the working set of (op, ranks, size), the median over
+        repetitions (measure.MEMCPY_WS)."""
+        return self.median((op, ranks, BOUND_TRANSPORT, size, MEMCPY_WS))
+
     def loopback(self, op, ranks, size):
         """The loopback exchange as busbw, the median over repetitions."""
         return self.median((op, ranks, LOOPBACK_TRANSPORT, size, LOOPBACK))
@@ -181,11 +188,15 @@ def config_table(cells, config):
     if glooes:
         head.append("best Gloo")
     head += ["best other"] + [f"{name(l)} ÷ best other" for l in looms]
-    # Shared memory's yardstick: the fraction of the memory bound that Loom reaches.
-    bounded = transport == "shm" and "loom" in looms and \
-        any(cells.bound(op, ranks, s) for s in cells.sizes(config))
+    # The machine's yardsticks at the same working set: the fraction of the memory bound that Loom
+    # reaches (every transport: the no-cliff rule judges each against it), and one thread's memcpy
+    # of every rank's input into as many outputs.
+    bounded = "loom" in looms and any(cells.bound(op, ranks, s) for s in cells.sizes(config))
     if bounded:
         head += ["memory bound", "Loom ÷ memory bound"]
+    copied = any(cells.memcpy_ws(op, ranks, s) for s in cells.sizes(config))
+    if copied:
+        head.append("memcpy at the working set (GB/s)")
     lines = [f"### {ranks} ranks, {transport}: {OPS.get(op, op)}", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for size in cells.sizes(config):
@@ -210,6 +221,8 @@ def config_table(cells, config):
             b = cells.bound(op, ranks, size)
             v = cells.median((*config, size, "loom"))
             cell += [fmt(b, size), "—" if b is None or v is None else f"{v / b:.2f}"]
+        if copied:
+            cell.append(fmt(cells.memcpy_ws(op, ranks, size), size))
         lines.append("| " + " | ".join(cell) + " |")
     lines.append("")
     if bounded:
@@ -218,6 +231,9 @@ def config_table(cells, config):
                   "non-temporal stores), as the busbw an all-reduce taking that long would report. "
                   "No all-reduce moves fewer bytes through memory than these 2 x size per rank.",
                   ""]
+    if copied:
+        lines += ["memcpy at the working set: one thread copying every rank's input (ranks x "
+                  "size bytes) into as many bytes, in the same repetitions (GB/s copied).", ""]
     largest = max(s for s in cells.sizes(config))
     limit = cells.limit("memcpy" if transport == "shm" else "iperf3")
     if limit and not latency(largest):
@@ -342,148 +358,3 @@ def compare_report(rows):
         lines += config_table(cells, config)
         lines += gloo_table(cells, config)
     return "\n".join(lines)
-
-
-def paired_reps(cells, key, before):
-    """(the repetitions a size's fall is judged over, all that measured both sizes): those whose
-    two launches ran at the same pace of the host, both steady or both slow, where there are any.
-    A launch in one of the host's slow spells and one out of it differ by the host, not by their
-    sizes; a sweep's sizes share their launch and so their pace."""
-    now, then = cells.values.get(key, {}), cells.values.get(before, {})
-    both = [r for r in sorted(now) if r in then and then[r]]
-    alike = [r for r in both
-             if (SLOW_MARK in cells.mark(key, r)) == (SLOW_MARK in cells.mark(before, r))]
-    return alike or both, both
-
-
-def paired_ratio(cells, key, before):
-    """The median over repetitions (paired_reps) of one size's busbw over the next smaller
-    size's, each repetition against itself: its launches ran side by side (the cliff check's
-    sweep: in the same processes), so what a launch's placement or neighbours did to both
-    cancels."""
-    used, _ = paired_reps(cells, key, before)
-    now, then = cells.values.get(key, {}), cells.values.get(before, {})
-    return statistics.median(now[r] / then[r] for r in used) if used else None
-
-
-def reference_table(cells, impl, value, title, text):
-    """A reference's busbw (the memory bound, the loopback exchange) per size and rank count, as
-    the lines of a markdown section: `value(op, ranks, size)` is its median."""
-    ranks = sorted({k[1] for k in cells.values if k[4] == impl})
-    sizes = sorted({k[3] for k in cells.values if k[4] == impl})
-    lines = [title, "", text, "",
-             "| size | " + " | ".join(f"{n} ranks" for n in ranks) + " |",
-             "|" + "---|" * (len(ranks) + 1)]
-    for size in sizes:
-        lines.append(f"| {size_text(size)} | " + " | ".join(
-            fmt(value("allreduce", n, size), size) for n in ranks) + " |")
-    return lines + [""]
-
-
-def cliff_report(rows, threshold):
-    """Tables of Loom's busbw per transport (sizes x ranks) and the cliffs: a size whose busbw is
-    more than `threshold` below the next smaller size's, as the median of the repetitions'
-    ratios (paired_ratio). A cliff is set against its transport's reference where the run
-    measured it at both sizes and the reference itself fell by more than `threshold` there (the
-    buffers left a cache): over shared memory the memory bound (copy_footprint), over TCP, which
-    runs at a small fraction of that bound, the loopback exchange (loopback_footprint). It is
-    "unexplained" when Loom fell more than `threshold` below what the reference kept
-    (ratio < (1 - threshold) * ref / ref_prev), the memory's or the loopback's otherwise. Smaller
-    moves of the reference are noise and excuse nothing. Returns (markdown, the number of cliffs
-    the check fails on: the unexplained ones)."""
-    cells = Cells(rows)
-    lines, found = [], []
-    unexplained = 0
-    by_transport = defaultdict(list)
-    for config in cells.configs():
-        for impl in cells.impls(config):
-            by_transport[(config[0], config[2], impl)].append(config)
-    bounded = False
-    for (op, transport, impl), configs in sorted(by_transport.items()):
-        sizes = sorted({s for c in configs for s in cells.sizes(c)})
-        lines += [f"### {name(impl)}, {transport}: {OPS.get(op, op)}, busbw GB/s", "",
-                  "| size | " + " | ".join(f"{c[1]} ranks" for c in configs) + " |",
-                  "|" + "---|" * (len(configs) + 1)]
-        fractions = []
-        for i, size in enumerate(sizes):
-            cell, fraction = [], []
-            for c in configs:
-                v = cells.median((*c, size, impl))
-                prev = cells.median((*c, sizes[i - 1], impl)) if i else None
-                b = cells.bound(op, c[1], size)
-                b_prev = cells.bound(op, c[1], sizes[i - 1]) if i else None
-                fraction.append("—" if v is None or not b else f"{v / b:.2f}")
-                bounded |= b is not None
-                text = fmt(v, size)
-                ratio = paired_ratio(cells, (*c, size, impl), (*c, sizes[i - 1], impl)) \
-                    if i else None
-                if v is not None and prev and ratio is not None and ratio < 1 - threshold:
-                    drop = 1 - ratio
-                    explained = False
-                    ref, ref_prev, ref_name, excuse = b, b_prev, "memory bound", "the memory"
-                    if transport == "tcp":
-                        ref, ref_prev = (cells.loopback(op, c[1], s) for s in
-                                         (size, sizes[i - 1]))
-                        ref_name, excuse = "loopback exchange", "the loopback"
-                    if ref and ref_prev:
-                        kept = ref / ref_prev if ref / ref_prev < 1 - threshold else 1.0
-                        explained = ratio >= (1 - threshold) * kept
-                        memory = (f"; {ref_name} {ref_prev:.2f} → {ref:.2f} GB/s "
-                                  f"({100 * (ref / ref_prev - 1):+.0f}%): "
-                                  f"{excuse if explained else 'unexplained'}")
-                    else:
-                        memory = f"; {ref_name} not measured at this step"
-                    unexplained += not explained
-                    text = f"**{text} ▼{100 * drop:.0f}%{'' if explained else ' ✗'}**"
-                    reps = cells.values[(*c, size, impl)]
-                    before = cells.values[(*c, sizes[i - 1], impl)]
-                    per_rep = [f"{100 * (reps[r] / before[r] - 1):+.0f}%"
-                               + marks_of(cells, [(*c, size, impl), (*c, sizes[i - 1], impl)], r)
-                               for r in sorted(reps) if r in before]
-                    used, both = paired_reps(cells, (*c, size, impl), (*c, sizes[i - 1], impl))
-                    if len(used) < len(both):
-                        per_rep.append(f"judged over the {len(used)} whose launches ran at one "
-                                       f"pace")
-                    choices = [cells.choices.get((*c, s, impl), (0, "?"))[1]
-                               for s in (sizes[i - 1], size)]
-                    found.append(f"- {name(impl)} {transport}, {c[1]} ranks: "
-                                 f"{size_text(sizes[i - 1])} → {size_text(size)}: "
-                                 f"{prev:.2f} → {v:.2f} GB/s (−{100 * drop:.0f}%; per repetition "
-                                 f"{', '.join(per_rep)}){memory}; Loom: {choices[0]} → "
-                                 f"{choices[1]}")
-                cell.append(text)
-            lines.append(f"| {size_text(size)} | " + " | ".join(cell) + " |")
-            fractions.append(f"| {size_text(size)} | " + " | ".join(fraction) + " |")
-        lines.append("")
-        if any(f.split(" | ", 1)[1].strip("| —") for f in fractions):
-            lines += [f"{name(impl)}, {transport}: busbw ÷ the memory bound at the same size", "",
-                      "| size | " + " | ".join(f"{c[1]} ranks" for c in configs) + " |",
-                      "|" + "---|" * (len(configs) + 1)] + fractions + [""]
-    if bounded:
-        lines += reference_table(
-            cells, BOUND, cells.bound, "### The memory bound, busbw GB/s",
-            "Every rank reads its input and writes its output once, all ranks at once on the "
-            "machine's cores (`copy_footprint`), as the busbw of an all-reduce that took that "
-            "long. Where it falls from one size to the next, the ranks' buffers have left a "
-            "cache: no collective keeps its busbw there.")
-    looped = any(k[4] == LOOPBACK for k in cells.values)
-    if looped:
-        lines += reference_table(
-            cells, LOOPBACK, cells.loopback, "### The loopback exchange, busbw GB/s",
-            "Every rank sends the bytes a ring all-reduce's rank sends out of its input to the "
-            "next over TCP on 127.0.0.1 and receives as many into its output, all ranks at once, "
-            "nothing reduced (`loopback_footprint`), as the busbw of an all-reduce that took "
-            "that long. Not a bound (the kernel sizes its socket buffers; Loom's are larger); "
-            "where it falls from one size to the next, the ranks' and the sockets' buffers have "
-            "left a cache, and loopback with them.")
-    lines += placement_lines(cells)
-    lines += [f"Cliffs (busbw more than {100 * threshold:.0f}% below the next smaller size's, "
-              f"the median of the repetitions' ratios, over the repetitions whose launches of "
-              f"both sizes ran at one pace of the host, where there are any): "
-              f"{len(found) or 'none'}"]
-    if bounded or looped:
-        lines.append(f"Of these, unexplained (✗: deeper than the fall of the memory bound over "
-                     f"shm, of the loopback exchange over tcp, at the same step, or where that "
-                     f"was not measured): {unexplained or 'none'}")
-    lines += [""] + found
-    return "\n".join(lines), unexplained

@@ -1,0 +1,162 @@
+"""The no-cliff check, judged against the machine: for each transport and rank count, Loom's busbw
+over the memory bound measured at the same working set (copy_footprint, in the same repetition)
+must not fall by more than the threshold (15%) from one size to the next. Where the ranks'
+buffers leave a cache the bound falls with them, and so may Loom, by as much and no more; a fall
+of the fraction is Loom's own."""
+import statistics
+from collections import defaultdict
+
+from .drivers import BOUND, BOUND_TRANSPORT, LOOPBACK
+from .report import (OPS, SLOW_MARK, Cells, fmt, marks_of, name, placement_lines,
+                     size_text)
+
+THRESHOLD = 0.15
+
+
+def paired_reps(cells, key, before):
+    """(the repetitions a size's fall is judged over, all that measured both sizes): those whose
+    two launches ran at the same pace of the host, both steady or both slow, where there are any.
+    A launch in one of the host's slow spells and one out of it differ by the host, not by their
+    sizes; a sweep's sizes share their launch and so their pace."""
+    now, then = cells.values.get(key, {}), cells.values.get(before, {})
+    both = [r for r in sorted(now) if r in then and then[r]]
+    alike = [r for r in both
+             if (SLOW_MARK in cells.mark(key, r)) == (SLOW_MARK in cells.mark(before, r))]
+    return alike or both, both
+
+
+def bound_of(cells, op, ranks, size, rep):
+    """The memory bound in one repetition, or the median of the run's where that repetition has
+    none; None where it was not measured."""
+    per_rep = cells.values.get((op, ranks, BOUND_TRANSPORT, size, BOUND), {})
+    return per_rep.get(rep) or cells.bound(op, ranks, size)
+
+
+def fraction(cells, key, rep):
+    """Loom's busbw over the memory bound, one repetition; None without the bound."""
+    op, ranks, _, size, _ = key
+    b = bound_of(cells, op, ranks, size, rep)
+    v = cells.values.get(key, {}).get(rep)
+    return v / b if v is not None and b else None
+
+
+def step_change(cells, key, before, rep):
+    """One repetition's change from the smaller size to this one: of the fraction of the memory
+    bound where the bound was measured at both, else of the busbw itself."""
+    now, then = fraction(cells, key, rep), fraction(cells, before, rep)
+    if now is None or not then:
+        now, then = cells.values[key][rep], cells.values[before][rep]
+    return now / then
+
+
+def paired_change(cells, key, before):
+    """The median over repetitions (paired_reps) of step_change, each repetition against itself:
+    its sizes ran side by side (the check's sweep: in the same processes), so what a launch's
+    placement or neighbours did to both cancels."""
+    used, _ = paired_reps(cells, key, before)
+    return statistics.median(step_change(cells, key, before, r) for r in used) if used else None
+
+
+def reference_table(cells, impl, value, title, text):
+    """A reference's busbw (the memory bound, the loopback exchange) per size and rank count, as
+    the lines of a markdown section: `value(op, ranks, size)` is its median."""
+    ranks = sorted({k[1] for k in cells.values if k[4] == impl})
+    sizes = sorted({k[3] for k in cells.values if k[4] == impl})
+    lines = [title, "", text, "",
+             "| size | " + " | ".join(f"{n} ranks" for n in ranks) + " |",
+             "|" + "---|" * (len(ranks) + 1)]
+    for size in sizes:
+        lines.append(f"| {size_text(size)} | " + " | ".join(
+            fmt(value("allreduce", n, size), size) for n in ranks) + " |")
+    return lines + [""]
+
+
+def cliff_line(cells, impl, transport, c, prev_size, size, change):
+    """The sentence for one cliff: the busbw and fraction at both sizes, per repetition, the
+    choices."""
+    key, before = (*c, size, impl), (*c, prev_size, impl)
+    v, prev = cells.median(key), cells.median(before)
+    b, b_prev = cells.bound(c[0], c[1], size), cells.bound(c[0], c[1], prev_size)
+    used, both = paired_reps(cells, key, before)
+    per_rep = [f"{100 * (step_change(cells, key, before, r) - 1):+.0f}%"
+               + marks_of(cells, [key, before], r) for r in both]
+    if len(used) < len(both):
+        per_rep.append(f"judged over the {len(used)} whose launches ran at one pace")
+    if b and b_prev:
+        against = (f"; ÷ memory bound {prev / b_prev:.2f} → {v / b:.2f} (bound "
+                   f"{b_prev:.2f} → {b:.2f} GB/s)")
+    else:
+        against = "; memory bound not measured at this step: judged on busbw"
+    choices = [cells.choices.get((*c, s, impl), (0, "?"))[1] for s in (prev_size, size)]
+    return (f"- {name(impl)} {transport}, {c[1]} ranks: {size_text(prev_size)} → "
+            f"{size_text(size)}: {prev:.2f} → {v:.2f} GB/s{against}: −{100 * (1 - change):.0f}% "
+            f"(per repetition {', '.join(per_rep)}); Loom: {choices[0]} → {choices[1]}")
+
+
+def transport_tables(cells, op, transport, impl, configs, threshold):
+    """The busbw table of one (op, transport, Loom variant) with its falls marked, the fraction
+    table, and the cliffs' sentences."""
+    sizes = sorted({s for c in configs for s in cells.sizes(c)})
+    head = "| size | " + " | ".join(f"{c[1]} ranks" for c in configs) + " |"
+    rule = "|" + "---|" * (len(configs) + 1)
+    lines = [f"### {name(impl)}, {transport}: {OPS.get(op, op)}, busbw GB/s", "", head, rule]
+    fractions, found = [], []
+    for i, size in enumerate(sizes):
+        cell, frac = [], []
+        for c in configs:
+            key = (*c, size, impl)
+            v, b = cells.median(key), cells.bound(op, c[1], size)
+            frac.append("—" if v is None or not b else f"{v / b:.2f}")
+            text = fmt(v, size)
+            before = (*c, sizes[i - 1], impl) if i else None
+            change = paired_change(cells, key, before) if before and v is not None else None
+            if change is not None and change < 1 - threshold:
+                text = f"**{text} ▼{100 * (1 - change):.0f}% ✗**"
+                found.append(cliff_line(cells, impl, transport, c, sizes[i - 1], size, change))
+            cell.append(text)
+        lines.append(f"| {size_text(size)} | " + " | ".join(cell) + " |")
+        fractions.append(f"| {size_text(size)} | " + " | ".join(frac) + " |")
+    lines.append("")
+    if any(f.split(" | ", 1)[1].strip("| —") for f in fractions):
+        lines += [f"{name(impl)}, {transport}: busbw ÷ the memory bound at the same size (the "
+                  f"figure the check judges)", "", head, rule] + fractions + [""]
+    return lines, found
+
+
+def cliff_report(rows, threshold=THRESHOLD):
+    """Tables of Loom's busbw per transport (sizes x ranks), its fraction of the memory bound, and
+    the cliffs: a size where that fraction is more than `threshold` below the next smaller
+    size's, as the median of the repetitions' changes (paired_change). Where the bound was not
+    measured at a step, the busbw itself is judged. Returns (markdown, the number of cliffs)."""
+    cells = Cells(rows)
+    lines, found = [], []
+    by_transport = defaultdict(list)
+    for config in cells.configs():
+        for impl in cells.impls(config):
+            by_transport[(config[0], config[2], impl)].append(config)
+    for (op, transport, impl), configs in sorted(by_transport.items()):
+        table, cliffs = transport_tables(cells, op, transport, impl, configs, threshold)
+        lines += table
+        found += cliffs
+    if any(k[4] == BOUND for k in cells.values):
+        lines += reference_table(
+            cells, BOUND, cells.bound, "### The memory bound, busbw GB/s",
+            "Every rank reads its input and writes its output once, all ranks at once on the "
+            "machine's cores (`copy_footprint`), as the busbw of an all-reduce that took that "
+            "long. Where it falls from one size to the next, the ranks' buffers have left a "
+            "cache: no collective keeps its busbw there, and the check asks Loom to keep its "
+            "fraction of it.")
+    if any(k[4] == LOOPBACK for k in cells.values):
+        lines += reference_table(
+            cells, LOOPBACK, cells.loopback, "### The loopback exchange, busbw GB/s (shown, "
+            "not judged)",
+            "Every rank sends the bytes a ring all-reduce's rank sends out of its input to the "
+            "next over TCP on 127.0.0.1 and receives as many into its output, all ranks at once, "
+            "nothing reduced (`loopback_footprint`), as the busbw of an all-reduce that took "
+            "that long.")
+    lines += placement_lines(cells)
+    lines += [f"Cliffs (busbw ÷ the memory bound at the same size more than "
+              f"{100 * threshold:.0f}% below the next smaller size's, the median of the "
+              f"repetitions' changes, over the repetitions whose launches of both sizes ran at "
+              f"one pace of the host, where there are any): {len(found) or 'none'}", ""] + found
+    return "\n".join(lines), len(found)

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""The harness's rules on made-up measurements: when a cell is met (harness/rules.py), how fast
+and slow launches are told apart, and the no-cliff check against the memory bound
+(harness/cliffs.py)."""
+import os
+import sys
+import unittest
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import cliffs, report, rules  # noqa: E402
+from harness.drivers import BOUND, BOUND_TRANSPORT  # noqa: E402
+from harness.measure import MEMCPY_WS, Row  # noqa: E402
+
+MIB = 1 << 20
+
+
+def row(rep, impl, busbw=None, time_us=1.0, transport="shm", op="allreduce", ranks=2, size=MIB,
+        ns=60.0, pace=300.0):
+    return Row(rep, impl, transport, op, ranks, size, 5, 2, time_us, busbw, "ring", "", ns, "",
+               pace, "")
+
+
+def cell_rows(loom, other, transport="shm", op="allreduce", ranks=2, size=MIB, other_impl=None):
+    """Loom and one other library, one launch per repetition each."""
+    other_impl = other_impl or ("mpi-vader" if transport == "shm" else "mpi-tcp")
+    out = []
+    for rep, (l, o) in enumerate(zip(loom, other), 1):
+        out += [row(rep, "loom", l, transport=transport, op=op, ranks=ranks, size=size),
+                row(rep, other_impl, o, transport=transport, op=op, ranks=ranks, size=size)]
+    return out
+
+
+def verdict(rows, op="allreduce", ranks=2, transport="shm", size=MIB):
+    cells = report.Cells(rows)
+    found = [v for v in rules.verdicts(cells)
+             if v.config == (op, ranks, transport) and v.size == size and v.impl == "loom"]
+    assert len(found) == 1, found
+    return found[0]
+
+
+class Targets(unittest.TestCase):
+    def test_met_when_median_and_every_repetition_are(self):
+        v = verdict(cell_rows([3.0, 3.2, 3.1], [2.0, 2.0, 2.0]))  # 1.5, 1.6, 1.55
+        self.assertTrue(v.met, v.why)
+        self.assertEqual(v.target.value, 1.5)
+        self.assertAlmostEqual(v.median, 1.55)
+
+    def test_a_repetition_below_one_misses_a_median_that_meets(self):
+        v = verdict(cell_rows([4.0, 1.8, 4.0, 4.0], [2.0, 2.0, 2.0, 2.0]))  # 2, 0.9, 2, 2
+        self.assertFalse(v.met)
+        self.assertEqual(v.why, "missed: 1 repetition(s) below 1.00x")
+
+    def test_a_median_below_the_target_misses(self):
+        v = verdict(cell_rows([2.8, 2.8, 2.8], [2.0, 2.0, 2.0]))  # 1.4 < 1.5
+        self.assertFalse(v.met)
+        self.assertEqual(v.why, "missed: median 1.40 < 1.50")
+
+    def test_fewer_than_three_repetitions_are_not_judged(self):
+        v = verdict(cell_rows([4.0, 4.0], [2.0, 2.0]))
+        self.assertFalse(v.met)
+        self.assertEqual(v.why, "not judged: 2 repetition(s), a figure needs 3")
+
+    def test_latency_is_judged_on_time(self):
+        rows = []
+        for rep, (l, o) in enumerate([(60.0, 70.0), (65.0, 70.0), (68.0, 69.0)], 1):
+            rows += [row(rep, "loom", 0.001, time_us=l, transport="tcp", ranks=4, size=8),
+                     row(rep, "mpi-tcp", 0.001, time_us=o, transport="tcp", ranks=4, size=8)]
+        v = verdict(rows, ranks=4, transport="tcp", size=8)
+        self.assertTrue(v.met, v.why)
+        self.assertAlmostEqual(v.median, 70.0 / 65.0)
+        rows.append(row(2, "loom", 0.001, time_us=71.0, transport="tcp", ranks=4, size=8, ns=900))
+        rows.append(row(1, "loom", 0.001, time_us=71.0, transport="tcp", ranks=4, size=8, ns=900))
+        # Far launches of repetitions that had a near one are not their figure.
+        self.assertTrue(verdict(rows, ranks=4, transport="tcp", size=8).met)
+
+    def test_the_best_other_library_is_the_yardstick(self):
+        rows = cell_rows([3.0, 3.0, 3.0], [2.0, 2.0, 2.0], transport="tcp")
+        rows += [row(rep, "gloo:ring", 2.6, transport="tcp") for rep in (1, 2, 3)]
+        v = verdict(rows, transport="tcp")
+        self.assertFalse(v.met)  # 3.0 / 2.6 = 1.15 < 1.25
+        self.assertAlmostEqual(v.median, 3.0 / 2.6)
+
+    def test_a_limit_target_is_judged_per_repetition_against_its_own_limit(self):
+        size = 64 * MIB
+        rows = cell_rows([2.0, 2.0, 2.0], [1.0, 1.0, 1.0], transport="tcp", size=size)
+        for rep, stream in ((1, 2.1), (2, 2.0), (3, 2.4)):  # 0.95, 1.0, 0.83
+            rows.append(Row(rep, "iperf3", "-", "limit", 2, 0, busbw_gbps=stream))
+        cells = report.Cells(rows)
+        found = [v for v in rules.verdicts(cells) if v.target.limit == "iperf3"]
+        self.assertEqual(len(found), 1)
+        self.assertAlmostEqual(found[0].median, 2.0 / 2.1)
+        self.assertEqual(found[0].why, "missed: 1 repetition(s) below 0.90x")
+
+    def test_cells_without_a_target_are_not_judged(self):
+        cells = report.Cells(cell_rows([1.0] * 3, [2.0] * 3, ranks=8))
+        self.assertEqual(rules.verdicts(cells), [])
+
+    def test_fast_and_slow_launches_are_reported_apart(self):
+        rows = cell_rows([4.0, 4.0, 4.0], [2.0, 2.0, 2.0])
+        # Two far launches of Loom (retried), and one of vader's ran slow.
+        rows += [row(1, "loom", 1.0, ns=400), row(2, "loom", 1.5, ns=400)]
+        rows += [row(3, "mpi-vader", 1.0, pace=900.0)]
+        text, missed = rules.targets_report(rows)
+        line = next(t for t in text if t.startswith("| Loom, allreduce 2 ranks shm 1 MiB"))
+        cols = [c.strip() for c in line.split("|")]
+        self.assertEqual(cols[5], "2.00 (3)")  # fast: 4.0 over vader's fast 2.0
+        self.assertEqual(cols[6], "1.25 (2)")  # slow: 1.25 over vader's slow 1.0
+        self.assertEqual(cols[7], "**met**")
+        self.assertEqual(missed, 0)
+
+    def test_memcpy_at_the_working_set_is_a_column_not_a_library(self):
+        rows = cell_rows([3.0] * 3, [2.0] * 3)
+        rows += [Row(rep, MEMCPY_WS, BOUND_TRANSPORT, "allreduce", 2, MIB, busbw_gbps=30.0)
+                 for rep in (1, 2, 3)]
+        cells = report.Cells(rows)
+        self.assertEqual(cells.configs(), [("allreduce", 2, "shm")])
+        self.assertEqual(cells.memcpy_ws("allreduce", 2, MIB), 30.0)
+        table = "\n".join(report.config_table(cells, ("allreduce", 2, "shm")))
+        self.assertIn("| memcpy at the working set (GB/s) |", table)
+        self.assertIn("| 30.00 |", table)
+
+
+def sweep(loom, bound=None, transport="shm", reps=3):
+    """Loom's busbw per size (64 KiB up in x2 steps) and the memory bound's, every repetition."""
+    rows = []
+    for rep in range(1, reps + 1):
+        for i, v in enumerate(loom):
+            size = (64 << 10) << i
+            rows.append(row(rep, "loom", v, transport=transport, size=size))
+            if bound:
+                rows.append(Row(rep, BOUND, BOUND_TRANSPORT, "allreduce", 2, size,
+                                busbw_gbps=bound[i]))
+    return rows
+
+
+class Cliffs(unittest.TestCase):
+    def test_a_fall_the_bound_shares_is_no_cliff(self):
+        _, found = cliffs.cliff_report(sweep([10, 10, 6], [40, 40, 24]))
+        self.assertEqual(found, 0)
+
+    def test_a_fall_of_the_fraction_is_a_cliff_whatever_the_busbw(self):
+        # busbw rises 10 -> 11 but the bound doubles: the fraction falls 45%.
+        text, found = cliffs.cliff_report(sweep([10, 10, 11], [40, 40, 80]))
+        self.assertEqual(found, 1)
+        self.assertIn("- Loom shm, 2 ranks: 128 KiB → 256 KiB: 10.00 → 11.00 GB/s; ÷ memory "
+                      "bound 0.25 → 0.14", text)
+
+    def test_falls_up_to_the_threshold_pass(self):
+        _, found = cliffs.cliff_report(sweep([10, 8.6, 7.4], [40, 40, 40]))  # -14%, -14%
+        self.assertEqual(found, 0)
+        _, found = cliffs.cliff_report(sweep([10, 8.4], [40, 40]))  # -16%
+        self.assertEqual(found, 1)
+
+    def test_tcp_is_judged_against_the_memory_bound_too(self):
+        _, found = cliffs.cliff_report(sweep([2, 2, 1.2], [40, 40, 20], transport="tcp"))
+        self.assertEqual(found, 0)  # -40% against the bound's -50%
+        _, found = cliffs.cliff_report(sweep([2, 2, 1.2], [40, 40, 40], transport="tcp"))
+        self.assertEqual(found, 1)
+
+    def test_without_the_bound_the_busbw_is_judged(self):
+        text, found = cliffs.cliff_report(sweep([10, 8]))
+        self.assertEqual(found, 1)
+        self.assertIn("memory bound not measured at this step: judged on busbw", text)
+
+    def test_each_repetition_is_set_against_its_own_bound(self):
+        # Repetition 2's bound and Loom both ran at half speed at 128 KiB: no fall in any
+        # repetition's fraction, where the medians alone would show one.
+        rows = sweep([10, 10], [40, 40])
+        for r in rows:
+            if r.rep == 2 and r.bytes == 128 << 10:
+                r.busbw_gbps /= 2
+        _, found = cliffs.cliff_report(rows)
+        self.assertEqual(found, 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
