@@ -278,32 +278,76 @@ double linear_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   const LinkCost& m = in.bottleneck();
   return (in.size - 1) * (m.alpha_us + to_d(bytes) * m.beta_us_per_byte);
 }
-// Pairwise through the slots: each block crosses one hop, copied in and out; oversubscribed, a
-// switch about every half slot (the receiver drains while the sender fills).
+// Ranks outnumbering the cores of one host over shared memory, where every rank works at every
+// step (the all-to-all): each core runs this many ranks' copies.
+double core_turns(const SelectionInputs& in) {
+  return in.oversubscribed() && in.one_host() && in.local == transport::TransportKind::shm
+             ? static_cast<double>(in.ranks_per_core)
+             : 1.0;
+}
+
+// Pairwise through the slots: each block crosses one hop, copied in and out. With a core per rank
+// the receiver copies out while the sender copies in (beta: the pipe's rate). Where ranks
+// outnumber the cores of a host over shared memory, every rank's two copies of each byte run on
+// the cores the ranks share, each core running core_turns ranks' copies, and every step waits for
+// its partner to be switched in: a switch a step at least, one about every half slot beyond (the
+// receiver drains while the sender fills). Measured, 4 ranks on 2 cores (docs/tuning.md,
+// "All-to-all where ranks outnumber cores").
 double pairwise_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   const LinkCost& m = in.bottleneck();
   const double handovers = to_d(bytes) / (to_d(in.slot_bytes) / 2.0);
+  const double turns = core_turns(in);
+  if (turns > 1.0)
+    return (in.size - 1) * (m.alpha_us + 2.0 * to_d(bytes) * in.costs.copy_us_per_byte * turns +
+                            std::max(1.0, handovers) * switch_us(in, m));
   return (in.size - 1) *
          (m.alpha_us + to_d(bytes) * m.beta_us_per_byte + handovers * switch_us(in, m));
 }
-// Two rounds of messages to every peer (oversubscribed: a switch), a read system call per block,
-// each byte copied once by the kernel. That copy runs at about half memcpy's speed, so it costs
-// what the slots' two copies do: where every rank has a core the slots, whose copies stay in
-// cache, win at every size; oversubscribed, the reads save the slots' switches. Where the host's
-// buffers outgrow the last-level cache, the slots' copies stream past it (all_to_all.cpp) and the
-// kernel's cannot: the factor only has to make the slots win there (docs/tuning.md, "The single
-// copy"). (in.size is the host's ranks: the single copy runs on one host only.)
+// Two rounds of messages to every peer (where the blocks are; done), then a read system call per
+// block, each byte copied once by the kernel. Where ranks outnumber cores, at the rate the probe
+// measured for that copy (process_vm_readv pins every page before it copies: on a Xeon 0.55-0.7x
+// memcpy's speed), on the cores the ranks share as pairwise's copies are; unmeasured, the slots'
+// beta. With a core each the slots' two copies overlap on two cores: 2 ranks, 1-64 MiB, the reads
+// took 1.05-1.25x pairwise's time on a Zen 4 whose kernel copied at half memcpy's speed, hence at
+// least 1.2x the slots' beta there (the probe reads its own pages, which no other core holds).
+// Where the host's buffers outgrow the last-level cache, the slots' copies stream past it
+// (all_to_all.cpp) and the kernel's cannot: the factor only has to make the slots win there
+// (docs/tuning.md, "The single copy"). (in.size is the host's ranks: the single copy runs on one
+// host only.)
 double single_copy_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   constexpr double kReadCallUs = 5.0;
-  constexpr double kKernelCopyFactor = 1.2;  // 2 ranks, 1-64 MiB: 1.05-1.25x pairwise
+  constexpr double kKernelCopyFactor = 1.2;
   constexpr double kBeyondCacheFactor = 2.0;
   const LinkCost& m = in.costs.of(in.local);
+  const double measured =
+      in.costs.cma_us_per_byte > 0 ? in.costs.cma_us_per_byte : m.beta_us_per_byte;
+  const double per_byte =
+      in.oversubscribed() ? measured : std::max(measured, kKernelCopyFactor * m.beta_us_per_byte);
   // Each rank's in and out: n blocks each.
-  const double factor = in.beyond_cache(2.0 * in.size * to_d(bytes), in.size) ? kBeyondCacheFactor
-                        : in.oversubscribed()                                 ? 1.0
-                                                                              : kKernelCopyFactor;
-  const double copy = to_d(bytes) * m.beta_us_per_byte * factor;
+  const double factor =
+      in.beyond_cache(2.0 * in.size * to_d(bytes), in.size) ? kBeyondCacheFactor : 1.0;
+  const double copy = to_d(bytes) * per_byte * factor * core_turns(in);
   return (in.size - 1) * (2.0 * m.alpha_us + switch_us(in, m) + kReadCallUs + copy);
+}
+// all_to_all_v, whose ranks share no size (its blocks differ): the single copy reads each block
+// it prices cheaper than the slots (single_copy_reads) and sends the others through them, so it
+// costs the cheaper of the two; at the size every rank shares (0), pairwise's, and it comes
+// before pairwise in the table, which a tie leaves to the earlier row.
+double single_copy_v_cost(const SelectionInputs& in, std::size_t bytes, bool device) {
+  return std::min(single_copy_cost(in, bytes, device), pairwise_cost(in, bytes, device));
+}
+
+ReadRange single_copy_reads(const SelectionInputs& in) {
+  ReadRange range{SIZE_MAX, SIZE_MAX};
+  for (std::size_t b = 4096; b <= (std::size_t{1} << 30); b *= 2) {
+    const bool reads = single_copy_cost(in, b, false) < pairwise_cost(in, b, false);
+    if (reads && range.from == SIZE_MAX) range.from = b;
+    if (!reads && range.from != SIZE_MAX) {
+      range.to = b;
+      break;
+    }
+  }
+  return range;
 }
 
 // ---- in place in the peers' buffers

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "algorithms/cost_model.hpp"
 
@@ -44,6 +45,16 @@ double tree_cost(const SelectionInputs& in, std::size_t bytes, bool device);
 double linear_cost(const SelectionInputs& in, std::size_t bytes, bool device);
 double pairwise_cost(const SelectionInputs& in, std::size_t bytes, bool device);
 double single_copy_cost(const SelectionInputs& in, std::size_t bytes, bool device);
+double single_copy_v_cost(const SelectionInputs& in, std::size_t bytes, bool device);
+// The blocks the single copy reads in place, [from, to) bytes (powers of two: where its price per
+// block is below pairwise's); the others go through the slots. Both ends of a block decide from
+// its size, which they share, and from the model, the same on every rank. from == SIZE_MAX: none.
+struct ReadRange {
+  std::size_t from = 1;
+  std::size_t to = SIZE_MAX;
+  bool reads(std::size_t bytes) const { return bytes >= from && bytes < to; }
+};
+ReadRange single_copy_reads(const SelectionInputs& in);
 
 // ---- in place in the peers' buffers (Communicator::alloc's windows, one host over shm)
 double direct_all_reduce_cost(const SelectionInputs& in, std::size_t bytes, bool device);

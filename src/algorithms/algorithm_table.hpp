@@ -25,6 +25,9 @@ struct Algorithm {
     // It reads and writes the peers' buffers in place: chosen only for calls of a communicator
     // with shared windows (Communicator::alloc).
     bool needs_windows = false;
+    // It reads the peers' blocks in place where the model prices that cheaper, and sends the
+    // others through the slots (the single copy): its choice carries the blocks it reads.
+    bool reads_blocks = false;
     // Slices a round of the ring carries per block (null: half the FIFO's slots).
     std::size_t (*round_slices)(const SelectionInputs&, std::size_t bytes, bool device) = nullptr;
   };

@@ -56,6 +56,9 @@ struct CostModel {
   // the bytes it moves in place (direct.cpp), with no slot in between.
   double copy_us_per_byte = 1.0 / 8000.0;
   double reduce_us_per_byte = 1.0 / 6000.0;
+  // The kernel's copy out of a peer's memory (process_vm_readv), per byte (0: not measured; the
+  // single copy is then priced on the shared-memory link's beta).
+  double cma_us_per_byte = 0;
   // Where the figures come from: "defaults" or "measured at init".
   std::string source = "defaults";
   const LinkCost& of(transport::TransportKind kind) const {

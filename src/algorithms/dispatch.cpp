@@ -80,9 +80,11 @@ void Dispatcher::run(Engine& engine, const Collective& call) {
                  choice.algorithm,
                  choice.slice,
                  choice.round_slices,
-                 choice.predicted_us};
+                 choice.predicted_us,
+                 choice.reads};
   }
   engine.set_slicing(plan_.slice, plan_.round_slices);
+  engine.set_reads(plan_.reads);
   if (!base::log().should_log(spdlog::level::debug)) {
     plan_.algorithm->run(engine, call);
     return;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <unordered_map>
 
+#include "algorithms/algorithm_costs.hpp"
 #include "algorithms/collective.hpp"
 
 namespace loom::algorithms {
@@ -31,6 +32,7 @@ class Dispatcher {
     std::size_t slice = 0;
     std::size_t round_slices = 0;
     double predicted_us = 0;
+    ReadRange reads;
   };
   // The model against this rank's clock, per call class (algorithm, power-of-two size class).
   struct ClassTimes {

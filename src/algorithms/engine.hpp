@@ -126,11 +126,18 @@ class Engine {
     slice_bytes_ = slice_bytes;
     round_slices_ = round_slices;
   }
+  // The blocks a single-copy all-to-all reads in place, as its dispatch chose (the others go
+  // through the slots).
+  const ReadRange& reads() const { return reads_; }
+  void set_reads(const ReadRange& reads) { reads_ = reads; }
   // How long this rank's waits spin before they sleep, learned across calls (waiter.hpp).
   SpinBudget& spin_budget() const { return spin_budget_; }
-  // Whether a single-copy all-to-all failed to read a peer's memory on some rank of this
-  // communicator; every rank learned it in the same call and uses the slots from then on.
-  bool single_copy_refused() const { return single_copy_refused_; }
+  // Whether a single-copy all-to-all failed to read between this rank and `peer` (either way);
+  // both learned it in the same call, and their blocks go through the slots from then on.
+  bool single_copy_refused(int peer) const {
+    return static_cast<std::size_t>(peer) < refused_.size() &&
+           refused_[static_cast<std::size_t>(peer)];
+  }
   // Whether a call whose buffers take `bytes` on each rank outgrows the last-level cache, counted
   // over the ranks on this host (they share it).
   bool beyond_cache(std::size_t bytes) const {
@@ -143,7 +150,11 @@ class Engine {
   bool ring_outputs_beyond_cache(std::size_t bytes) const {
     return beyond_cache(selector_->inputs().oversubscribed() ? 2 * bytes : bytes);
   }
-  void refuse_single_copy() { single_copy_refused_ = true; }
+  void refuse_single_copy(int peer) {
+    if (refused_.size() <= static_cast<std::size_t>(peer))
+      refused_.resize(static_cast<std::size_t>(size_), false);
+    refused_[static_cast<std::size_t>(peer)] = true;
+  }
   // A background call shares the rank's core with the rank's computation, unless the rank's
   // thread is waiting for it.
   bool sharing_core() const {
@@ -171,7 +182,8 @@ class Engine {
   std::size_t slice_bytes_ = 0;
   std::size_t round_slices_ = 0;
   Dispatcher dispatch_;
-  bool single_copy_refused_ = false;
+  std::vector<bool> refused_;  // by peer: single-copy reads between us failed
+  ReadRange reads_;
   mutable SpinBudget spin_budget_;
   std::vector<transport::Connection*> by_peer_;         // connections made so far, by rank
   std::vector<transport::Connection*> by_peer_device_;  // the same for calls on GPU buffers

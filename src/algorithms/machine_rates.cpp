@@ -13,7 +13,7 @@ namespace loom::algorithms {
 namespace {
 
 // The rates in the order encode() writes them, with their names.
-constexpr std::array<std::pair<const char*, double MachineRates::*>, 10> kRateFields = {{
+constexpr std::array<std::pair<const char*, double MachineRates::*>, 11> kRateFields = {{
     {"copy_gbps", &MachineRates::copy_gbps},
     {"reduce_gbps", &MachineRates::reduce_gbps},
     {"handover_us", &MachineRates::handover_us},
@@ -24,6 +24,7 @@ constexpr std::array<std::pair<const char*, double MachineRates::*>, 10> kRateFi
     {"pipe_gbps", &MachineRates::pipe_gbps},
     {"core_cache_kib", &MachineRates::core_cache_kib},
     {"segment_bytes", &MachineRates::segment_bytes},
+    {"cma_gbps", &MachineRates::cma_gbps},
 }};
 
 // Rates are better larger, times smaller; 0 is "not measured" and loses to any figure.

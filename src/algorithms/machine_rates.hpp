@@ -21,6 +21,9 @@ struct MachineRates {
   double pipe_gbps = 0;       // bytes one side sends per second, each copied in and reduced across
   double core_cache_kib = 0;  // a core's level-2 cache
   double segment_bytes = 0;   // a TCP frame's payload that fits one loopback segment
+  // Bytes per second the kernel copies out of a process's memory (process_vm_readv, 4 MiB, as
+  // the single-copy all-to-all reads a peer's block): it pins each page before it copies.
+  double cma_gbps = 0;
 
   // "copy=41.2 reduce=20.1 ..." (a rank's topology record carries it); decode() reads any
   // field it knows and leaves the rest 0.

@@ -251,13 +251,18 @@ void Primitives::send_recv(const void* src, std::size_t send_count, void* dst,
   exchange(src, send_count, nullptr, dst, recv_count, empty_message);
 }
 
+void Primitives::send_recv_sides(const void* src, std::size_t send_count, bool sends, void* dst,
+                                 std::size_t recv_count, bool receives) {
+  exchange(src, send_count, nullptr, dst, recv_count, true, sends, receives);
+}
+
 void Primitives::send_recv_reduce(const void* src, std::size_t send_count, const void* local,
                                   void* dst, std::size_t recv_count) {
   exchange(src, send_count, local, dst, recv_count, false);
 }
 
 void Primitives::exchange(const void* src, std::size_t send_count, const void* local, void* dst,
-                          std::size_t recv_count, bool empty_message) {
+                          std::size_t recv_count, bool empty_message, bool sends, bool receives) {
   const Collective& c = engine_.call();
   auto* s = static_cast<const std::byte*>(src);
   auto* l = static_cast<const std::byte*>(local);
@@ -267,7 +272,8 @@ void Primitives::exchange(const void* src, std::size_t send_count, const void* l
   auto slices = [&](std::size_t count) {
     return count == 0 ? (empty_message ? 1 : 0) : (count + slice_elems_ - 1) / slice_elems_;
   };
-  const std::size_t to_send = slices(send_count), to_receive = slices(recv_count);
+  const std::size_t to_send = sends ? slices(send_count) : 0;
+  const std::size_t to_receive = receives ? slices(recv_count) : 0;
   std::size_t sent = 0, received = 0, steered = 0;
   // Slices go out and come in as each side allows: sending everything before receiving would
   // deadlock exchanges whose FIFOs fill up, each rank waiting for the next to receive.
@@ -314,6 +320,14 @@ void Primitives::recv_message(void* dst, std::size_t bytes) {
   const auto slot = wait_recv(bytes);
   kernels::copy(dst, slot.data, bytes);
   release();
+}
+
+bool Primitives::try_recv_message(void* dst, std::size_t bytes) {
+  const auto slot = try_recv(bytes);
+  if (!slot) return false;
+  kernels::copy(dst, slot->data, bytes);
+  release();
+  return true;
 }
 
 }  // namespace loom::algorithms

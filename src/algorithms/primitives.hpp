@@ -50,6 +50,10 @@ class Primitives {
   // still one (empty) message, so that counts that differ between the ends are a mismatch.
   void send_recv(const void* src, std::size_t send_count, void* dst, std::size_t recv_count,
                  bool empty_message);
+  // The same where either side may be left out (sends / receives false): the single copy's
+  // steps, whose other block is read in place.
+  void send_recv_sides(const void* src, std::size_t send_count, bool sends, void* dst,
+                       std::size_t recv_count, bool receives);
   // The same exchange, each slice received reduced with `local` into dst (dst = local op
   // received; local may be dst).
   void send_recv_reduce(const void* src, std::size_t send_count, const void* local, void* dst,
@@ -63,11 +67,14 @@ class Primitives {
   // in-place algorithms (direct.cpp), whatever the call's buffers are.
   void send_message(const void* src, std::size_t bytes);
   void recv_message(void* dst, std::size_t bytes);
+  // recv_message without waiting: false when the message has not arrived.
+  bool try_recv_message(void* dst, std::size_t bytes);
 
  private:
   // send_recv and send_recv_reduce: received slices copied to dst (local null) or reduced.
   void exchange(const void* src, std::size_t send_count, const void* local, void* dst,
-                std::size_t recv_count, bool empty_message);
+                std::size_t recv_count, bool empty_message, bool sends = true,
+                bool receives = true);
   // Send side: a slot (or inline mailbox) for `bytes`, then its post.
   std::byte* try_send(std::size_t bytes);
   std::byte* wait_send(std::size_t bytes);

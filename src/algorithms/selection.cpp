@@ -57,7 +57,10 @@ Selector::Choice Selector::choose(Kind kind, std::size_t bytes, bool device, boo
   // and its rounds are the FIFO's.
   if (rule != nullptr && rule->slice != 0 && slice != 0)
     slice = std::min(rule->slice, inputs_.slot_bytes), round_slices = 0;
-  return Choice{best, slice, best_cost, forced, tuned, round_slices};
+  Choice choice{best, slice, best_cost, forced, tuned, round_slices, ReadRange{}};
+  if (best->traits.reads_blocks && rule == nullptr && kind == Kind::all_to_all_v)
+    choice.reads = single_copy_reads(inputs_);
+  return choice;
 }
 
 }  // namespace loom::algorithms

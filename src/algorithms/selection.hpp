@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "algorithms/algorithm_costs.hpp"
 #include "algorithms/algorithm_table.hpp"
 #include "algorithms/collective.hpp"
 #include "algorithms/cost_model.hpp"
@@ -28,6 +29,9 @@ class Selector {
     // Slices a round of the ring all-reduce carries per block (0: half the FIFO's slots;
     // Engine::round_slices).
     std::size_t round_slices = 0;
+    // The blocks the single copy reads in place (Algorithm::Traits::reads_blocks): every one
+    // where a rule names it or the call's one size chose it, else the model's (all_to_all_v).
+    ReadRange reads;
   };
   // windows: the communicator has shared host windows (Communicator::alloc), so the algorithms
   // that read the peers' buffers in place may take a host call.

@@ -22,6 +22,7 @@
 #include "base/cpu_relax.hpp"
 #include "base/deadline.hpp"
 #include "base/futex.hpp"
+#include "base/process_memory.hpp"
 #include "base/socket_io.hpp"
 #include "base/tcp_connect.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
@@ -66,6 +67,19 @@ double copy_gbps(std::chrono::microseconds budget) {
   std::vector<char> a(kCopyBytes, 1), b(kCopyBytes, 2);
   const double per_us = best_rate(budget, 3, [&] {
     std::memcpy(b.data(), a.data(), kCopyBytes);
+    keep(b.data());
+    return static_cast<double>(kCopyBytes);
+  });
+  return per_us / 1e3;
+}
+
+// The single-copy all-to-all's copy: the kernel reading another process's pages (here this
+// process's own, by the same path), from a buffer beyond a core's cache as a peer's block is.
+double cma_gbps(std::chrono::microseconds budget) {
+  if (!base::cross_memory_attach_available()) return 0;
+  std::vector<char> a(kCopyBytes, 1), b(kCopyBytes, 2);
+  const double per_us = best_rate(budget, 3, [&] {
+    if (base::read_process_memory(::getpid(), a.data(), b.data(), kCopyBytes) != 0) return 0.0;
     keep(b.data());
     return static_cast<double>(kCopyBytes);
   });
@@ -423,7 +437,7 @@ algorithms::MachineRates probe_machine(std::chrono::microseconds budget, bool tc
   r.copy_gbps = copy_gbps(part(10));
   r.reduce_gbps = reduce_gbps(part(10));
   r.handover_us = handover_us(part(15), false);
-  r.wake_us = handover_us(part(tcp_loopback ? 25 : 30), true);
+  r.wake_us = handover_us(part(25), true);
   // Spinning threads that share a core hand over only when one yields: slower than a wake-up, and
   // not what ranks with a core each see. The other ranks' figures (or the default) stand.
   if (r.handover_us >= r.wake_us) r.handover_us = 0;
@@ -433,6 +447,7 @@ algorithms::MachineRates probe_machine(std::chrono::microseconds budget, bool tc
   // to the topology exchange and block there. The host's figure is the best of its ranks'. A job
   // over TCP alone (tcp_loopback) never uses shared memory, and skips it.
   if (!tcp_loopback) {
+    r.cma_gbps = cma_gbps(part(5));
     const int lock = ::open(kPipeLock, O_RDONLY | O_CREAT | O_CLOEXEC, 0666);
     if (lock < 0 || ::flock(lock, LOCK_EX | LOCK_NB) == 0) {
       // A slice is two hand-overs; one slower than two wake-ups was not measured alone.

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "algorithms/machine_rates.hpp"
+#include "base/process_memory.hpp"
 #include "core/machine_probe.hpp"
 
 namespace loom::algorithms {
@@ -15,10 +16,11 @@ namespace {
 TEST(MeasuredModel, RatesSurviveTheirRecordAndBadFieldsReadAsNotMeasured) {
   MachineRates r;
   r.copy_gbps = 41.5, r.reduce_gbps = 20.25, r.handover_us = 0.125, r.wake_us = 6.5;
-  r.loopback_us = 12.75, r.loopback_gbps = 3.5, r.segment_bytes = 65459;
+  r.loopback_us = 12.75, r.loopback_gbps = 3.5, r.segment_bytes = 65459, r.cma_gbps = 7.75;
   const MachineRates back = MachineRates::decode(r.encode());
   EXPECT_EQ(back.encode(), r.encode());
   EXPECT_DOUBLE_EQ(back.handover_us, 0.125);
+  EXPECT_DOUBLE_EQ(back.cma_gbps, 7.75);
   const MachineRates bad =
       MachineRates::decode("copy_gbps=x reduce_gbps=-3 wake_us=7 future=1 junk");
   EXPECT_EQ(bad.copy_gbps, 0);
@@ -57,7 +59,11 @@ TEST(MachineProbe, MeasuresEveryPartAndEnds) {
   EXPECT_GE(r.handover_us, 0);  // 0 where the two threads shared a core
   // 0 where another process held the host's pipe lock; both or neither.
   EXPECT_EQ(r.slice_us > 0, r.pipe_gbps > 0);
-  EXPECT_EQ(core::probe_machine(std::chrono::milliseconds(1), false).loopback_gbps, 0);
+  const MachineRates shm = core::probe_machine(std::chrono::milliseconds(1), false);
+  EXPECT_EQ(shm.loopback_gbps, 0);
+  // The kernel's copy of a process's pages, where this process may read its own.
+  EXPECT_EQ(shm.cma_gbps > 0, base::cross_memory_attach_available());
+  EXPECT_EQ(r.cma_gbps, 0);  // TCP alone never reads its peers' memory
 }
 
 // The pipe fits both of its figures where its slices were not disturbed, and reports neither
