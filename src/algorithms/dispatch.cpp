@@ -1,5 +1,7 @@
 #include "algorithms/dispatch.hpp"
 
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -89,29 +91,39 @@ void Dispatcher::run(Engine& engine, const Collective& call) {
     plan_.algorithm->run(engine, call);
     return;
   }
+  engine.count_waits(true);
+  const int cpu = ::sched_getcpu();
   const auto started = std::chrono::steady_clock::now();
   plan_.algorithm->run(engine, call);
-  record_time(engine, call,
-              std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started)
-                  .count());
+  const auto took = std::chrono::steady_clock::now() - started;
+  engine.count_waits(false);
+  record_time(engine, call, std::chrono::duration<double, std::micro>(took).count(),
+              ::sched_getcpu() != cpu);
 }
 
-void Dispatcher::record_time(const Engine& engine, const Collective& call, double took_us) {
+void Dispatcher::record_time(const Engine& engine, const Collective& call, double took_us,
+                             bool moved) {
   const std::size_t cls = size_class(plan_.bytes);
   ClassTimes& t = class_times_[plan_.algorithm->index() * kSizeClasses + cls];
   t.calls += 1;
   t.predicted_us += plan_.predicted_us;
   t.measured_us += took_us;
   t.fastest_us = t.calls == 1 ? took_us : std::min(t.fastest_us, took_us);
+  const Engine::WaitStats& w = engine.wait_stats();
+  t.waited_us += w.us, t.waits += w.waits, t.sleeps += w.sleeps, t.moved += moved ? 1 : 0;
   std::uint64_t power = 1;
   while (power * 10 <= t.calls) power *= 10;
   if (t.calls != power) return;
   const double calls = static_cast<double>(t.calls);
+  // Of the time measured, how much this rank waited for its peers (a slow placement of the cores
+  // shows there: the peer's slots arrive later) and how often it slept (each a wake-up).
   base::log().debug(
       "{} {} of {}-{} B: predicted {:.1f} us, measured {:.1f} us (fastest {:.1f}) on this rank, "
-      "mean of {} call(s); cost model {}",
+      "mean of {} call(s), of which waiting for peers {:.1f} us ({:.1f} waits, {:.1f} sleeps a "
+      "call; {} call(s) ended on another CPU); cost model {}",
       to_string(call.kind), plan_.algorithm->name, lowest_bytes(cls), highest_bytes(cls),
-      t.predicted_us / calls, t.measured_us / calls, t.fastest_us, t.calls,
+      t.predicted_us / calls, t.measured_us / calls, t.fastest_us, t.calls, t.waited_us / calls,
+      static_cast<double>(t.waits) / calls, static_cast<double>(t.sleeps) / calls, t.moved,
       engine.selector().inputs().costs.source);
 }
 

@@ -40,10 +40,14 @@ class Dispatcher {
     double predicted_us = 0;  // sums
     double measured_us = 0;
     double fastest_us = 0;
+    double waited_us = 0;  // sums: the waits for peers (Engine::WaitStats)
+    std::uint64_t waits = 0;
+    std::uint64_t sleeps = 0;
+    std::uint64_t moved = 0;  // calls that ended on another CPU than they began on
   };
   // At DEBUG, each call class's predicted time against this rank's measured one, at its 1st,
   // 10th, 100th, ... call: where the model is wrong, and by how much.
-  void record_time(const Engine& engine, const Collective& call, double took_us);
+  void record_time(const Engine& engine, const Collective& call, double took_us, bool moved);
 
   Plan plan_;
   std::unordered_map<std::size_t, ClassTimes> class_times_;

@@ -130,6 +130,26 @@ class Engine {
   // through the slots).
   const ReadRange& reads() const { return reads_; }
   void set_reads(const ReadRange& reads) { reads_ = reads; }
+  // What this call's waits for its peers took, counted where the dispatch asks (DEBUG logging:
+  // the model's predictions against this rank's clock): the time, the waits that did not end at
+  // once, and the sleeps among them (a sleeping rank pays a wake-up).
+  struct WaitStats {
+    double us = 0;
+    std::uint64_t waits = 0;
+    std::uint64_t sleeps = 0;
+  };
+  bool counting_waits() const { return counting_waits_; }
+  // Starts counting afresh (on), or stops and keeps the count (off).
+  void count_waits(bool on) {
+    counting_waits_ = on;
+    if (on) wait_stats_ = {};
+  }
+  const WaitStats& wait_stats() const { return wait_stats_; }
+  void note_wait(double us, std::uint64_t sleeps) const {
+    wait_stats_.us += us;
+    wait_stats_.waits += 1;
+    wait_stats_.sleeps += sleeps;
+  }
   // How long this rank's waits spin before they sleep, learned across calls (waiter.hpp).
   SpinBudget& spin_budget() const { return spin_budget_; }
   // Whether a single-copy all-to-all failed to read between this rank and `peer` (either way);
@@ -185,6 +205,8 @@ class Engine {
   std::vector<bool> refused_;  // by peer: single-copy reads between us failed
   ReadRange reads_;
   mutable SpinBudget spin_budget_;
+  bool counting_waits_ = false;
+  mutable WaitStats wait_stats_;
   std::vector<transport::Connection*> by_peer_;         // connections made so far, by rank
   std::vector<transport::Connection*> by_peer_device_;  // the same for calls on GPU buffers
   HostDataPath host_path_;

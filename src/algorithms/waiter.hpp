@@ -4,6 +4,7 @@
 // the call, the rank and the peer.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "algorithms/engine.hpp"
@@ -25,14 +26,17 @@ class Waiter {
     if (ready()) return;
     const base::Clock::time_point started = begin();
     bool spun_out = false;
+    std::uint64_t sleeps = 0;
     while (!ready()) {
       if (spin(peer, what)) continue;
       spun_out = true;
       transport::Connection* sleeper = prepare_sleep(peer, what);
       if (ready()) break;  // what the sleeper recorded is older than this look
       sleep(sleeper);
+      ++sleeps;
     }
     learn(started, spun_out);
+    if (engine_.counting_waits()) note(started, sleeps);
   }
 
  private:
@@ -40,6 +44,8 @@ class Waiter {
   base::Clock::time_point begin();
   // Tells the spin budget how the wait went (a clock read only for a wait that spun out).
   void learn(base::Clock::time_point started, bool spun_out);
+  // Adds this wait to the engine's count (Engine::count_waits).
+  void note(base::Clock::time_point started, std::uint64_t sleeps) const;
   void open_spin_window(base::Clock::time_point now);
   // Moves every connection; true while the spinning window lasts (after a pause or yield). A
   // peer that keeps moving keeps the window open, so the halt and the deadline are looked at
