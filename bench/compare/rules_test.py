@@ -8,7 +8,7 @@ import unittest
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import cliffs, report, rules  # noqa: E402
+from harness import cliffs, drivers, report, rules  # noqa: E402
 from harness.drivers import BOUND, BOUND_TRANSPORT  # noqa: E402
 from harness.measure import MEMCPY_WS, Row  # noqa: E402
 
@@ -106,8 +106,34 @@ class Targets(unittest.TestCase):
         cols = [c.strip() for c in line.split("|")]
         self.assertEqual(cols[5], "2.00 (3)")  # fast: 4.0 over vader's fast 2.0
         self.assertEqual(cols[6], "1.25 (2)")  # slow: 1.25 over vader's slow 1.0
-        self.assertEqual(cols[7], "**met**")
+        self.assertEqual(cols[7], "— / —")  # no DEBUG timing logged
+        self.assertEqual(cols[8], "**met**")
         self.assertEqual(missed, 0)
+
+    def test_loom_waiting_is_reported_for_fast_and_slow_launches_apart(self):
+        rows = cell_rows([4.0, 4.0, 4.0], [2.0, 2.0, 2.0])
+        for r, (share, sleeps) in zip([r for r in rows if r.impl == "loom"],
+                                      [(0.1, 0.0), (0.2, 1.0), (0.3, 2.0)]):
+            r.wait_share, r.sleeps = share, sleeps
+        far = row(1, "loom", 1.0, ns=400)
+        far.wait_share, far.sleeps = 0.75, 40.0
+        text, _ = rules.targets_report(rows + [far])
+        line = next(t for t in text if t.startswith("| Loom, allreduce 2 ranks shm 1 MiB"))
+        self.assertEqual([c.strip() for c in line.split("|")][7], "20% (1.0) / 75% (40.0)")
+
+    def test_the_timing_of_a_call_class_is_read_from_rank_0s_log(self):
+        log = ("[t] loom rank 1/2 debug: all_reduce ring of 1048576-2097151 B: predicted 125.2 "
+               "us, measured 1934.2 us (fastest 150.2) on this rank, mean of 100 call(s), of "
+               "which waiting for peers 262.6 us (0.1 waits, 0.0 sleeps a call; 0 call(s) ended "
+               "on another CPU); cost model measured at init\n")
+        for calls, waited in ((10, 100.0), (100, 400.0)):
+            log += (f"[t] loom rank 0/2 debug: all_reduce ring of 1048576-2097151 B: predicted "
+                    f"125.2 us, measured 800.0 us (fastest 150.8) on this rank, mean of {calls} "
+                    f"call(s), of which waiting for peers {waited} us (0.6 waits, 2.5 sleeps a "
+                    f"call; 0 call(s) ended on another CPU); cost model measured at init\n")
+        self.assertEqual(drivers.anatomy("allreduce", log, MIB), (0.5, 2.5))
+        self.assertEqual(drivers.anatomy("allreduce", log, 4 * MIB), (None, None))
+        self.assertEqual(drivers.anatomy("alltoall", log, MIB), (None, None))
 
     def test_memcpy_at_the_working_set_is_a_column_not_a_library(self):
         rows = cell_rows([3.0] * 3, [2.0] * 3)

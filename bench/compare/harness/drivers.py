@@ -46,6 +46,10 @@ class Outcome:
     choice: str = ""  # Loom's pick as LOOM_DEBUG=INFO logs it (algorithm, slices, transport)
     error: str = ""
     per_size: dict = field(default_factory=dict)  # a sweep's: size -> (time_us, busbw, choice)
+    # Loom's rank 0 at DEBUG: the share of its calls' time spent waiting for peers, and its sleeps
+    # a call (anatomy()); None where not logged.
+    wait_share: float = None
+    sleeps: float = None
 
 
 # A Loom variant's marker (not passed on): its buffers come from Communicator::alloc.
@@ -139,7 +143,10 @@ class Drivers:
                             *(["--rounds", str(rounds)] if sweep and rounds > 1 else []), "--csv",
                             *(["--device", "shared"] if shared else []),
                             *(["--fresh-inputs"] if self.fresh_inputs else [])],
-                           {"LOOM_TRANSPORT": transport, "LOOM_DEBUG": "INFO", **env},
+                           {"LOOM_TRANSPORT": transport,
+                            # DEBUG: each call class's waits for peers (anatomy()); a few clock
+                            # reads a call, left out at the latency sizes.
+                            "LOOM_DEBUG": "DEBUG" if min(sizes) >= 64 << 10 else "INFO", **env},
                            kind="loom", sizes=tuple(sizes) if sweep else (),
                            iter_bytes=iter_bytes, rounds=rounds if sweep else 1))
         return out
@@ -223,6 +230,28 @@ def launch(argv, extra_env, timeout, log):
     return out, err, rc
 
 
+TIMING = re.compile(r"loom rank 0/\d+ debug: (all_reduce|all_to_all) \S+ of (\d+)-(\d+) B: .*?"
+                    r"measured ([\d.]+) us .*?mean of (\d+) call\(s\), of which waiting for peers "
+                    r"([\d.]+) us \([\d.]+ waits, ([\d.]+) sleeps a call", re.M)
+
+
+def anatomy(op, log, size):
+    """(share of the time waiting for peers, sleeps a call) of rank 0's calls of `op` whose size
+    class holds `size`, from its most-counted DEBUG line (the 1st, 10th, 100th... call); Nones
+    where none was logged."""
+    best = None
+    for m in TIMING.finditer(log):
+        lo, hi = int(m.group(2)), int(m.group(3))
+        if m.group(1) != CALL.get(op) or not lo <= size <= hi:
+            continue
+        calls = int(m.group(5))
+        if best is None or calls >= best[0]:
+            measured = float(m.group(4))
+            best = (calls, float(m.group(6)) / measured if measured > 0 else None,
+                    float(m.group(7)))
+    return (None, None) if best is None else best[1:]
+
+
 def run(job, timeout, log):
     """Launches job in fresh processes; returns its Outcome (error set when it failed)."""
     argv = list(job.argv)
@@ -240,6 +269,9 @@ def run(job, timeout, log):
     if job.kind == "loom":
         rows = [r for r in rows if r[0].isdigit()]
         result.choice = choice_of(job.op, err)
+        # The call's size class: all-to-all's calls are priced on one rank's block.
+        call_bytes = job.size // job.ranks if job.op == "alltoall" else job.size
+        result.wait_share, result.sleeps = anatomy(job.op, err, call_bytes)
     tail = (err.strip().splitlines() or ["no output"])[-1]
     if job.sizes:  # a sweep: size,count,type,redop,time_us,algbw_gbps,busbw_gbps,wrong per size;
         # the sizes it measured before it failed are kept

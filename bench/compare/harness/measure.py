@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass
 from . import drivers, limits, report
 
 FIELDS = ["rep", "impl", "transport", "op", "ranks", "bytes", "iters", "warmup", "time_us",
-          "busbw_gbps", "choice", "error", "core_to_core_ns", "placement", "pace_us", "pace"]
+          "busbw_gbps", "choice", "error", "core_to_core_ns", "placement", "pace_us", "pace",
+          "wait_share", "sleeps"]
 
 
 @dataclass
@@ -45,6 +46,8 @@ class Row:
     placement: str = ""  # "near", "far", or "" when not measured
     pace_us: float = None  # the slower of the loopback exchanges timed before and after
     pace: str = ""  # "steady", "slow", or "" when not measured
+    wait_share: float = None  # Loom's rank 0: the share of its calls' time waiting for peers
+    sleeps: float = None  # ... and its sleeps a call (drivers.anatomy)
 
 
 BUDGET = 512 << 20
@@ -141,7 +144,9 @@ def load(path):
                             float(d["core_to_core_ns"]) if d.get("core_to_core_ns") else None,
                             d.get("placement") or "",
                             float(d["pace_us"]) if d.get("pace_us") else None,
-                            d.get("pace") or ""))
+                            d.get("pace") or "",
+                            float(d["wait_share"]) if d.get("wait_share") else None,
+                            float(d["sleeps"]) if d.get("sleeps") else None))
     return rows
 
 
@@ -238,7 +243,8 @@ def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True
                 else:
                     recorder.add(Row(rep, job.impl, job.transport, job.op, job.ranks, job.size,
                                      iters, warmup, outcome.time_us, outcome.busbw,
-                                     outcome.choice, outcome.error, ns, where, us, state))
+                                     outcome.choice, outcome.error, ns, where, us, state,
+                                     outcome.wait_share, outcome.sleeps))
                     shown = outcome.error or f"{outcome.busbw:.3f} GB/s, {outcome.time_us:.1f} us"
                 if where == "far":
                     shown += f" (cores far apart: {ns:.0f} ns)"

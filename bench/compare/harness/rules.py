@@ -78,12 +78,25 @@ class Launches:
 
     def __init__(self, rows):
         self.fast, self.slow = {}, {}
+        self.waits = {}  # (slow?, key) -> [(share of the time waiting for peers, sleeps a call)]
         for r in rows:
             if r.op == "limit" or r.error or r.busbw_gbps is None:
                 continue
             key = (r.op, r.ranks, r.transport, r.bytes, r.impl)
             side = self.slow if slow_launch(r) else self.fast
             side.setdefault(key, []).append(r.time_us if latency(r.bytes) else r.busbw_gbps)
+            if r.wait_share is not None:
+                self.waits.setdefault((slow_launch(r), key), []).append((r.wait_share, r.sleeps))
+
+    def waiting(self, slow, key):
+        """'share% (sleeps)': the median share of Loom's time spent waiting for its peers over
+        one side's launches, and the median sleeps a call; '—' where not logged."""
+        seen = self.waits.get((slow, key))
+        if not seen:
+            return "—"
+        sleeps = [s for _, s in seen if s is not None]
+        return (f"{100 * statistics.median(w for w, _ in seen):.0f}%"
+                + (f" ({statistics.median(sleeps):.1f})" if sleeps else ""))
 
     def median(self, side, key):
         values = side.get(key)
@@ -203,9 +216,12 @@ def targets_report(rows):
              f"near and the host at its pace, slow ones with the cores far apart ({FAR_MARK}) "
              f"or the host slow ({SLOW_MARK}); each side's median advantage over its launches "
              f"(how many), against the other libraries' launches of the same side (or all of "
-             f"theirs where they had none).", "",
+             f"theirs where they had none). Loom waiting: the share of its rank 0's time spent "
+             f"waiting for its peers (and its sleeps a call), median over the fast and over the "
+             f"slow launches (LOOM_DEBUG=DEBUG's timing of the call class).", "",
              "| cell | target | median advantage | per repetition | fast launches | "
-             "slow launches | verdict |", "|---|---|---|---|---|---|---|"]
+             "slow launches | Loom waiting, fast / slow | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
     missed = 0
     for v in found:
         op, ranks, transport = v.config
@@ -215,8 +231,10 @@ def targets_report(rows):
         fast = side_text(cells, launches, launches.fast, v.config, v.size, v.impl, v.target)
         slow = side_text(cells, launches, launches.slow, v.config, v.size, v.impl, v.target)
         verdict = "**met**" if v.met else v.why
+        key = (*v.config, v.size, v.impl)
+        waiting = f"{launches.waiting(False, key)} / {launches.waiting(True, key)}"
         lines.append(f"| {cell} | {v.target.text} | {median} | {reps} | {fast} | {slow} | "
-                     f"{verdict} |")
+                     f"{waiting} | {verdict} |")
         missed += not v.met
     lines += ["", f"Met: {len(found) - missed} of {len(found)} cells.", ""]
     return lines, missed
