@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,8 @@ struct Args {
   std::size_t batch_size = 64;
   std::size_t epochs = 3;
   std::size_t max_steps = 0;  // 0: whole epochs
-  double lr = 0.05;
+  std::optional<double> lr;   // unset: fitted to the batch (schedule.hpp)
+  bool lr_scale_on_shrink = true;
   double momentum = 0.9;
   double weight_decay = 0.0;
   std::string optimizer = "sgd";

@@ -21,7 +21,7 @@ void Trainer::describe() {
       fmt::format("{}", fmt::join(a_.layers, "-")).c_str(), static_cast<double>(params) / 1e6,
       data_.size(), world_, a_.batch_size,
       a_.accumulate > 1 ? fmt::format(" x {} accumulated", a_.accumulate).c_str() : "",
-      a_.optimizer.c_str(),
+      fmt::format("{} {}", a_.optimizer, lr_.describe(world_)).c_str(),
       ddp_ ? fmt::format("DDP: {} bucket(s), comm hook {}", ddp_->buckets().size(),
                          to_string(a_.hook))
                  .c_str()
@@ -35,7 +35,7 @@ double Trainer::calibrate_samples_per_s() {
   double rate = 0;
   if (rank_ == 0) {
     Sequential model = make_mlp(a_.layers, a_.seed);
-    auto optimizer = make_optimizer(a_, model);
+    auto optimizer = make_optimizer(a_, model, lr_.at(world_));
     SoftmaxCrossEntropy criterion;
     const auto indices = sampler_.indices();
     Tensor x;

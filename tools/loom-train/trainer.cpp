@@ -41,12 +41,12 @@ Dataset load_data(const Args& a) {
 
 }  // namespace
 
-std::unique_ptr<Optimizer> make_optimizer(const Args& a, Module& model) {
+std::unique_ptr<Optimizer> make_optimizer(const Args& a, Module& model, double lr) {
   if (a.optimizer == "adamw")
     return std::make_unique<AdamW>(model.parameters(),
-                                   AdamWOptions{a.lr, 0.9, 0.999, 1e-8, a.weight_decay});
+                                   AdamWOptions{lr, 0.9, 0.999, 1e-8, a.weight_decay});
   return std::make_unique<Sgd>(model.parameters(),
-                               SgdOptions{a.lr, a.momentum, a.weight_decay, false});
+                               SgdOptions{lr, a.momentum, a.weight_decay, false});
 }
 
 Trainer::Trainer(const Args& args, loom::Communicator* comm)
@@ -54,13 +54,14 @@ Trainer::Trainer(const Args& args, loom::Communicator* comm)
       comm_(comm),
       rank_(comm ? comm->rank() : 0),
       world_(comm ? comm->size() : 1),
+      lr_(args, world_),
       data_(load_data(args)),
       held_out_(args.eval_every ? std::max<std::size_t>(1, static_cast<std::size_t>(
                                                                static_cast<double>(data_.size()) *
                                                                args.eval_fraction))
                                 : 0),
       model_(make_mlp(args.layers, args.seed)),
-      optimizer_(make_optimizer(args, model_)),
+      optimizer_(make_optimizer(args, model_, lr_.at(world_))),
       sampler_(data_.size() - std::min(held_out_, data_.size()), world_, rank_, true, args.seed,
                false) {
   if (held_out_ >= data_.size())
@@ -89,6 +90,7 @@ int Trainer::run() {
                          : resume_from_newest(a_.snapshot, model_, *optimizer_);
     if (resumed) state_ = *resumed;
     state_.fence = fence;
+    optimizer_->set_lr(lr_.at(world_));  // for this run's batch, not the snapshot's
     // A version 2 snapshot counts the epoch's steps only, at the size it was taken at.
     if (resumed && state_.samples_in_epoch == 0 && state_.step_in_epoch > 0)
       state_.samples_in_epoch =
@@ -156,6 +158,9 @@ bool Trainer::run_epoch() {
   double totals[3] = {loss_sum, acc_sum, static_cast<double>(loss_count)};
   if (comm_) comm_->all_reduce(totals, 3, loom::DataType::f64, loom::ReduceOp::sum);
   epoch_loss_.push_back(totals[0] / totals[2]);
+  const auto warning =
+      loss_watch_.add(epoch_loss_.back(), optimizer_->lr(), global_batch(a_, world_));
+  if (warning && rank_ == 0) std::fprintf(stderr, "loom-train: %s\n", warning->c_str());
   const double elapsed = seconds(Clock::now() - start_);
   const double rate = static_cast<double>(samples_done_here_) / std::max(elapsed, 1e-9);
   const std::size_t whole_epoch = steps_per_epoch();
@@ -196,6 +201,8 @@ void Trainer::go_on_without_the_lost(const loom::Error& failure) {
   rank_ = comm_->rank(), world_ = comm_->size();
   optimizer_->zero_grad();
   state_ = adopt_rank0_state(*comm_, model_, *optimizer_, state_);
+  const double lr_before = optimizer_->lr();
+  optimizer_->set_lr(lr_.at(world_));  // --lr-scale-on-shrink: with the global batch
   // The survivors are a job of their own: should the lost ranks go on as another (a split), the
   // one that claimed last writes the snapshots and the other stops at its next save.
   if (!a_.snapshot.empty() && a_.save_every) state_.fence = claim_snapshots(*comm_, a_.snapshot);
@@ -205,12 +212,12 @@ void Trainer::go_on_without_the_lost(const loom::Error& failure) {
   if (rank_ == 0)
     std::printf(
         "loom-train: going on with %d of %d ranks (this was rank %d) from step %llu, epoch "
-        "%llu with %llu of its samples done: effective batch %zu (was %zu)\n",
+        "%llu with %llu of its samples done: effective batch %zu (was %zu), lr %.6g (was "
+        "%.6g)\n",
         world_, before, rank_before, static_cast<unsigned long long>(state_.global_step),
         static_cast<unsigned long long>(state_.epoch + 1),
-        static_cast<unsigned long long>(state_.samples_in_epoch),
-        a_.batch_size * a_.accumulate * static_cast<std::size_t>(world_),
-        a_.batch_size * a_.accumulate * static_cast<std::size_t>(before));
+        static_cast<unsigned long long>(state_.samples_in_epoch), global_batch(a_, world_),
+        global_batch(a_, before), optimizer_->lr(), lr_before);
   std::fflush(stdout);
 }
 

@@ -17,6 +17,7 @@
 #include "loom/ddp/layers.hpp"
 #include "loom/ddp/optim.hpp"
 #include "loom/loom.hpp"
+#include "schedule.hpp"
 
 namespace loom_train {
 
@@ -28,7 +29,7 @@ inline double seconds(Clock::duration d) {
 }
 
 // The optimizer --optimizer names, over the model's parameters.
-std::unique_ptr<Optimizer> make_optimizer(const Args& a, Module& model);
+std::unique_ptr<Optimizer> make_optimizer(const Args& a, Module& model, double lr);
 
 // Time spent in each part of a step, summed over the steps timed.
 struct StepTimes {
@@ -91,6 +92,8 @@ class Trainer {
   // should that fail).
   std::optional<loom::Communicator> retired_comm_;
   int rank_, world_;
+  LearningRate lr_;
+  RisingLossWatch loss_watch_;
   Dataset data_;
   std::size_t held_out_;  // the last samples of data_, for --eval-every only
   Sequential model_;
