@@ -269,6 +269,11 @@ void* Communicator::alloc(std::size_t bytes) {
   return impl_->alloc(bytes);
 }
 
+std::shared_ptr<void> Communicator::alloc_shared(std::size_t bytes) {
+  LOOM_REQUIRE_IMPL("alloc_shared");
+  return impl_->alloc_shared(bytes);
+}
+
 void Communicator::free(void* p) {
   LOOM_REQUIRE_IMPL("free");
   impl_->free(p);

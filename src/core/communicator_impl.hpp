@@ -72,6 +72,7 @@ class LOOM_INTERNAL Communicator::Impl {
   void shutdown();
   // Communicator::alloc and free (windows.cpp).
   void* alloc(std::size_t bytes);
+  std::shared_ptr<void> alloc_shared(std::size_t bytes);
   void free(void* p);
   // Communicator::split: the child this rank joins, or null for a negative color.
   std::shared_ptr<Impl> split(int color, int key, const base::Config& child_config);

@@ -26,8 +26,15 @@ void HostWindows::add(std::uint64_t number, Window window) {
 std::optional<std::uint64_t> HostWindows::number_of(const void* p) const {
   std::lock_guard lock(mu_);
   for (const auto& [number, w] : windows_)
-    if (w.own.data() == p) return number;
+    if (w.own->data() == p) return number;
   return std::nullopt;
+}
+
+std::shared_ptr<void> HostWindows::owner_of(const void* p) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [number, w] : windows_)
+    if (w.own->data() == p) return std::shared_ptr<void>(w.own, w.own->data());
+  return nullptr;
 }
 
 void HostWindows::remove(std::uint64_t number) {
@@ -46,8 +53,8 @@ std::optional<HostWindows::Range> HostWindows::share(const void* p, std::size_t 
   const auto* at = static_cast<const std::byte*>(p);
   std::lock_guard lock(mu_);
   for (const auto& [number, w] : windows_) {
-    const auto* base = static_cast<const std::byte*>(w.own.data());
-    if (w.peers.empty() || at < base || at + bytes > base + w.own.size()) continue;
+    const auto* base = static_cast<const std::byte*>(w.own->data());
+    if (w.peers.empty() || at < base || at + bytes > base + w.own->size()) continue;
     Range range;
     const RangeLayout layout{number, static_cast<std::uint64_t>(at - base), bytes};
     std::memcpy(range.bytes.data(), &layout, sizeof layout);

@@ -193,10 +193,8 @@ void Trainer::go_on_without_the_lost(const loom::Error& failure) {
       static_cast<long long>(a_.shrink_timeout_s * 1000)));  // the store must answer: else
                                                              // this throws and the run ends
   comm_->abort();
-  // The failed one, if it was already a shrink's, lives until the DDP has left it: the
-  // buckets lie in its memory (DdpOptions::shared_buckets) until continue_on.
-  if (owned_comm_) retired_comm_.emplace(std::move(*owned_comm_));
-  owned_comm_.emplace(std::move(survivors));
+  // The failed one goes now if it was a shrink's: the DDP's buckets own their memory.
+  owned_comm_ = std::move(survivors);
   comm_ = &*owned_comm_;
   rank_ = comm_->rank(), world_ = comm_->size();
   optimizer_->zero_grad();
@@ -207,7 +205,6 @@ void Trainer::go_on_without_the_lost(const loom::Error& failure) {
   // one that claimed last writes the snapshots and the other stops at its next save.
   if (!a_.snapshot.empty() && a_.save_every) state_.fence = claim_snapshots(*comm_, a_.snapshot);
   if (ddp_) ddp_->continue_on(*comm_);
-  retired_comm_.reset();
   ++shrinks_;
   if (rank_ == 0)
     std::printf(

@@ -88,9 +88,6 @@ class Trainer {
   Args a_;
   loom::Communicator* comm_;
   std::optional<loom::Communicator> owned_comm_;  // the survivors', after a shrink
-  // A failed one of a shrink's while the DDP leaves it (declared before ddp_: it goes after it,
-  // should that fail).
-  std::optional<loom::Communicator> retired_comm_;
   int rank_, world_;
   LearningRate lr_;
   RisingLossWatch loss_watch_;
