@@ -11,6 +11,7 @@
 #include "base/logging.hpp"
 #include "base/trace_internal.hpp"
 #include "core/communicator_impl.hpp"
+#include "core/failure_store.hpp"
 #include "device/device.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "store/keys.hpp"
@@ -89,8 +90,22 @@ Communicator::Impl::Impl(const Impl& parent, base::Config config, std::shared_pt
   for (int r = 0; r < size_; ++r)
     if (parent_ranks_[static_cast<std::size_t>(r)] == parent.store_host_rank_) store_host_rank_ = r;
   store_where_ = parent.store_where_;
-  build_transports();
-  start();
+  try {
+    build_transports();
+    start();
+  } catch (const Error& e) {
+    // The other members' children are being built, or built already, and wait for this one (its
+    // address, its segments): the record ends their wait at their monitor's next look.
+    try {
+      core::publish_abort(*store_,
+                          base::AbortRecord{base::AbortRecord::Kind::peer_failed, rank_, rank_,
+                                            fmt::format("{} could not build its part of the new "
+                                                        "communicator: {}",
+                                                        who(rank_), e.what())});
+    } catch (const Error&) {  // the store's silence is the others' to notice
+    }
+    throw;
+  }
 }
 
 void Communicator::Impl::start() {
