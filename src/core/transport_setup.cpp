@@ -20,6 +20,13 @@ namespace loom {
 void Communicator::Impl::build_transports() {
   const bool child = !parent_ranks_.empty();
   const std::uint64_t token = token_;
+  // A child knows its hosts: where they are one, TCP may listen on loopback, else on the
+  // parent's interface. The parent's LOCAL_WORLD_SIZE (its ranks on this host) would call a child
+  // spanning hosts with no more ranks than that one host's.
+  if (child) {
+    config_.set_local_world_size(topology_.ranks_on_host_of(rank_));
+    config_.local_world_size_given = true;
+  }
   auto tcp = std::make_unique<transport::tcp::TcpTransport>(*store_, rank_, size_, token, config_,
                                                             route_hint_);
   listen_address_ = tcp->listen_address();
