@@ -40,7 +40,7 @@ class HostWindows final : public algorithms::PeerMemory {
   // Host buffers of a call are ready when it starts and done when its messages say so: the
   // signals carry nothing.
   std::optional<Range> share(const void* p, std::size_t bytes) override;
-  void* map(int peer, const Range& range) override;
+  void* map(int peer, const Range& range, std::size_t bytes) override;
   Signal record(Point) override { return {}; }
   void wait(int, const Signal&) override {}
 
