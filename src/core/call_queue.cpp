@@ -152,8 +152,10 @@ void Communicator::Impl::fail_in_flight(const Collective& call) {
 void Communicator::Impl::work_loop() {
   std::unique_lock lock(mu_);
   for (;;) {
+    // Destroyed with calls queued behind another thread's call: they run when it ends (its
+    // engine_idle wakes this), not in a loop that looks until then.
     wake_.wait_for(lock, std::chrono::milliseconds(200),
-                   [&] { return (!queue_.empty() && !busy_) || destroyed_; });
+                   [&] { return (!queue_.empty() && !busy_) || (destroyed_ && queue_.empty()); });
     if (queue_.empty()) {
       if (destroyed_) return;
       continue;

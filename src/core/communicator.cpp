@@ -160,8 +160,10 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::split(int color, int key
   const std::uint64_t token =
       std::hash<std::string>{}(fmt::format("{:x}/{}/{}", token_, split, color)) | 1;
   auto store = std::make_shared<PrefixStore>(store::keys::split_space(split, color), store_);
-  return std::make_shared<Impl>(*this, child_config, std::move(store), std::move(members), rank,
-                                token);
+  auto child = std::make_shared<Impl>(*this, child_config, std::move(store), std::move(members),
+                                      rank, token);
+  child->whole_job_ = false;
+  return child;
 }
 
 // "rank 3", or "rank 1 (rank 3 of the parent)" in a communicator made by split().
@@ -334,7 +336,7 @@ Collective make_uneven(Kind kind, const void* in, void* out, DataType dtype, Red
   layout->displs.assign(displs.begin(), displs.end());
   std::size_t total = 0;
   if (kind != Kind::all_to_all_v)
-    for (std::size_t k : counts) total += k;  // wraps only where validate() refuses anyway
+    for (std::size_t k : counts) total += k;  // may wrap: validate() checks the sum itself
   Collective c = make(kind, in, out, total, dtype, op, 0, stream);
   c.layout = std::move(layout);
   return c;

@@ -157,8 +157,12 @@ class LOOM_INTERNAL Communicator::Impl {
   std::string route_hint_;         // where the store is reached: data connections listen there too
   std::uint64_t token_ = 0;        // the job token: names this communicator's connections
   std::vector<int> parent_ranks_;  // by rank, its rank in the parent (split() only)
-  std::uint64_t splits_ = 0;       // split() calls so far: each gets a key space of its own
-  std::uint64_t shrinks_ = 0;      // shrink() calls so far: likewise
+  // The job itself: the top-level communicator, or a shrink of one (every survivor), not a
+  // split's subset. Only such a shrink names the ranks it leaves out to the launcher, which
+  // stops them: one left out of a subset may be healthy in the job.
+  bool whole_job_ = true;
+  std::uint64_t splits_ = 0;   // split() calls so far: each gets a key space of its own
+  std::uint64_t shrinks_ = 0;  // shrink() calls so far: likewise
   std::string listen_address_;
   std::string transport_summary_;
   std::unique_ptr<transport::TransportTable> transport_;

@@ -106,7 +106,14 @@ void Communicator::Impl::require_enough_nodes(const std::vector<int>& members,
   std::vector<std::string> nodes;
   for (int r : members) {
     const std::string& worker = topology_.worker_id_of_rank[static_cast<std::size_t>(r)];
-    if (worker == "-") return;  // not every rank was started by loomrun: no count to trust
+    if (worker == "-") {  // not every rank was started by loomrun: no count to trust
+      base::log().warn(
+          "shrink: {}: LOOM_MIN_NODES={} is not checked: {} has no LOOM_WORKER_ID (started "
+          "outside loomrun, or its environment was cleared on the way); the survivors go on "
+          "whatever nodes they run on (docs/reliability.md)",
+          who(rank_), min_nodes, who(r));
+      return;
+    }
     nodes.push_back(worker.substr(0, worker.find('-')));
   }
   std::sort(nodes.begin(), nodes.end());
@@ -123,8 +130,11 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
   if (timeout.count() <= 0)
     throw InvalidArgument(fmt::format("shrink: {}: the timeout must be positive", who(rank_)));
   const std::uint64_t round = shrinks_++;  // the same on every survivor: shrinks are collective
+  // The rank a failure record names is not waited for, unless it only aborted its communicator
+  // (a watchdog's abort, then shrink): alive, it joins like any other.
   int known_failed = -1;
-  if (auto record = halt_.record(); record && record->failed >= 0 && record->failed < size_)
+  if (auto record = halt_.record(); record && record->kind != base::AbortRecord::Kind::aborted &&
+                                    record->failed >= 0 && record->failed < size_)
     known_failed = record->failed;
 
   store_->set(store::keys::shrink_joined(round, rank_), Bytes{1});
@@ -172,13 +182,15 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
   require_enough_nodes(members, decision.min_nodes);
   base::log().info("shrink: {} goes on as rank {} of {} (ranks {} here)", who(rank_),
                    me - members.begin(), members.size(), fmt::join(members, ","));
-  report_left_out(members);
+  if (whole_job_) report_left_out(members);
   // Every member derives the same token: no store round trip, and no two communicators share one.
   const std::uint64_t token =
       std::hash<std::string>{}(fmt::format("{:x}/shrink/{}", token_, round)) | 1;
   auto store = std::make_shared<PrefixStore>(store::keys::shrink_space(round), store_);
-  return std::make_shared<Impl>(*this, config_, std::move(store), members,
-                                static_cast<int>(me - members.begin()), token);
+  auto child = std::make_shared<Impl>(*this, config_, std::move(store), members,
+                                      static_cast<int>(me - members.begin()), token);
+  child->whole_job_ = whole_job_;
+  return child;
 }
 
 }  // namespace loom

@@ -38,8 +38,16 @@ std::string local_host_id() {
   if (auto id = base::env_string("LOOM_HOST_ID")) return *id;
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
-  return fmt::format("{}|{}|{}|{}", host, read_first_line("/proc/sys/kernel/random/boot_id"),
-                     namespace_id("/proc/self/ns/net"), namespace_id("/proc/self/ns/mnt"));
+  // The pid namespace too: pids are compared across ranks of one host (liveness, the launcher's
+  // left-out list), which only works within one.
+  return fmt::format("{}|{}|{}|{}|{}", host, read_first_line("/proc/sys/kernel/random/boot_id"),
+                     namespace_id("/proc/self/ns/net"), namespace_id("/proc/self/ns/mnt"),
+                     namespace_id("/proc/self/ns/pid"));
+}
+
+std::string pid_namespace() {
+  const std::string ns = namespace_id("/proc/self/ns/pid");
+  return ns.empty() ? "-" : ns;
 }
 
 bool Topology::any_host_oversubscribed() const {
@@ -125,10 +133,11 @@ Topology exchange_topology(Store& store, int rank, int size, std::chrono::millis
                            const std::string& worker_id, const std::string& rdma,
                            const algorithms::MachineRates& rates, const std::string& tuning_from) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const std::string pid_ns = pid_namespace();
   std::string record =
-      fmt::format("{} {} {} {} {}\n{}\n{}", ::getpid(), cores, rdma.empty() ? "-" : rdma,
+      fmt::format("{} {} {} {} {} {}\n{}\n{}", ::getpid(), cores, rdma.empty() ? "-" : rdma,
                   base::cross_memory_attach_available() ? 1 : 0,
-                  worker_id.empty() ? "-" : worker_id, local_host_id(), rates.encode());
+                  worker_id.empty() ? "-" : worker_id, pid_ns, local_host_id(), rates.encode());
   if (rank == 0 && !tuning_from.empty()) {
     // Only this machine's entries travel: the others can never match this job.
     const MachineKey here = this_machine();
@@ -157,12 +166,14 @@ Topology exchange_topology(Store& store, int rank, int size, std::chrono::millis
     if (nl == std::string::npos)
       throw StoreError(fmt::format("init: malformed topology record of rank {}", r));
     int pid = 0, cores = 0, reads_peers = 0;
-    char port[128] = {0}, worker[128] = "-";
-    const int fields = std::sscanf(v.substr(0, nl).c_str(), "%d %d %127s %d %127s", &pid, &cores,
-                                   port, &reads_peers, worker);
+    char port[128] = {0}, worker[128] = "-", their_ns[128] = "-";
+    const int fields = std::sscanf(v.substr(0, nl).c_str(), "%d %d %127s %d %127s %127s", &pid,
+                                   &cores, port, &reads_peers, worker, their_ns);
     if (fields < 4 || cores < 1)
       throw StoreError(fmt::format("init: malformed topology record of rank {}", r));
-    t.pid_of_rank.push_back(pid);
+    // A pid of another pid namespace names another process here (LOOM_HOST_ID may join
+    // containers into one host): 0, which no liveness check reads.
+    t.pid_of_rank.push_back(their_ns == pid_ns ? pid : 0);
     t.worker_id_of_rank.push_back(worker);
     t.cores_of_rank.push_back(cores);
     t.rdma_of_rank.push_back(port);
