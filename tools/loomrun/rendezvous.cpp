@@ -26,6 +26,7 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr auto kHeartbeatEvery = 1s;
+constexpr auto kProbeEvery = 1s;    // poll()'s probes of the store's host
 constexpr auto kProbeTimeout = 3s;  // a store that accepts no connection this long is lost
 // How long an agent at the lost host's address takes to notice the loss and serve the store.
 constexpr auto kSiblingWait = 2 * kProbeTimeout + kHeartbeatEvery;
@@ -458,8 +459,13 @@ RoundEnd Rendezvous::poll(const Round& round) {
   const std::string& run = config_.run_id;
   try {
     const auto now = Clock::now();
-    // Before every look: the store's host may be gone, which a connection tells within seconds.
-    require_store_reachable();
+    // The store's host may be gone, which a connection tells within seconds; once a second at
+    // most: each probe is a connection and an authentication (at every --monitor-interval, 10 a
+    // second per node, hundreds of nodes would fill the server's admission).
+    if (now >= next_probe_) {
+      next_probe_ = now + kProbeEvery;
+      require_store_reachable();
+    }
     if (now >= next_beat_) {
       next_beat_ = now + kHeartbeatEvery;
       guarded([&](loom::Store& s) {
