@@ -183,28 +183,30 @@ bool Trainer::run_epoch() {
 
 // --on-failure shrink: the survivors make a communicator of themselves, agree on where they
 // are (one may have finished the step the lost rank broke off, another not), and go on from
-// there with the rest of the epoch shared out among them.
+// there with the rest of the epoch shared out among them. A rank lost while they do (a second
+// failure inside the recovery) makes them shrink again from the newest communicator, up to
+// once per rank there was.
 void Trainer::go_on_without_the_lost(const loom::Error& failure) {
   if (!a_.shrink_on_failure || !comm_) throw;  // the failure being handled, as it was
   const int before = world_, rank_before = rank_;
+  const double lr_before = lr_.at(before);
   std::fprintf(stderr, "loom-train: rank %d: %s; shrinking (--on-failure shrink)\n", rank_,
                failure.what());
-  loom::Communicator survivors = comm_->shrink(std::chrono::milliseconds(
-      static_cast<long long>(a_.shrink_timeout_s * 1000)));  // the store must answer: else
-                                                             // this throws and the run ends
-  comm_->abort();
-  // The failed one goes now if it was a shrink's: the DDP's buckets own their memory.
-  owned_comm_ = std::move(survivors);
-  comm_ = &*owned_comm_;
-  rank_ = comm_->rank(), world_ = comm_->size();
-  optimizer_->zero_grad();
-  state_ = adopt_rank0_state(*comm_, model_, *optimizer_, state_);
-  const double lr_before = optimizer_->lr();
-  optimizer_->set_lr(lr_.at(world_));  // --lr-scale-on-shrink: with the global batch
-  // The survivors are a job of their own: should the lost ranks go on as another (a split), the
-  // one that claimed last writes the snapshots and the other stops at its next save.
-  if (!a_.snapshot.empty() && a_.save_every) state_.fence = claim_snapshots(*comm_, a_.snapshot);
-  if (ddp_) ddp_->continue_on(*comm_);
+  for (int tries = 1;; ++tries) {
+    bool shrunk = false;
+    try {
+      recover_once(shrunk);
+      break;
+    } catch (const loom::Error& again) {
+      // Before the shrink stood: the store is gone, or this rank was left out or is below the
+      // job's minimum; none is mended by another try. After it: a member was lost meanwhile.
+      const bool lost_meanwhile =
+          again.kind() == loom::ErrorKind::peer || again.kind() == loom::ErrorKind::timeout;
+      if (!shrunk || !lost_meanwhile || tries >= before) throw;
+      std::fprintf(stderr, "loom-train: rank %d: %s; shrinking again (--on-failure shrink)\n",
+                   rank_, again.what());
+    }
+  }
   ++shrinks_;
   if (rank_ == 0)
     std::printf(
@@ -216,6 +218,26 @@ void Trainer::go_on_without_the_lost(const loom::Error& failure) {
         static_cast<unsigned long long>(state_.samples_in_epoch), global_batch(a_, world_),
         global_batch(a_, before), optimizer_->lr(), lr_before);
   std::fflush(stdout);
+}
+
+// One shrink from the current communicator, then the survivors agree and the DDP moves over;
+// `shrunk` is set once the new communicator stands.
+void Trainer::recover_once(bool& shrunk) {
+  loom::Communicator survivors = comm_->shrink(std::chrono::milliseconds(
+      static_cast<long long>(a_.shrink_timeout_s * 1000)));  // the store must answer
+  shrunk = true;
+  comm_->abort();
+  // The failed one goes now if it was a shrink's: the DDP's buckets own their memory.
+  owned_comm_ = std::move(survivors);
+  comm_ = &*owned_comm_;
+  rank_ = comm_->rank(), world_ = comm_->size();
+  optimizer_->zero_grad();
+  state_ = adopt_rank0_state(*comm_, model_, *optimizer_, state_);
+  optimizer_->set_lr(lr_.at(world_));  // --lr-scale-on-shrink: with the global batch
+  // The survivors are a job of their own: should the lost ranks go on as another (a split), the
+  // one that claimed last writes the snapshots and the other stops at its next save.
+  if (!a_.snapshot.empty() && a_.save_every) state_.fence = claim_snapshots(*comm_, a_.snapshot);
+  if (ddp_) ddp_->continue_on(*comm_);
 }
 
 // Loss and accuracy over the held-out samples (the last held_out_ of the data), each rank

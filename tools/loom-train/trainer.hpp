@@ -67,6 +67,7 @@ class Trainer {
   // are (one may have finished the step the lost rank broke off, another not), and go on from
   // there with the rest of the epoch shared out among them.
   void go_on_without_the_lost(const loom::Error& failure);
+  void recover_once(bool& shrunk);
 
   void describe();
 
