@@ -14,44 +14,10 @@
 #include "base/logging.hpp"
 #include "base/process_memory.hpp"
 #include "core/communicator_impl.hpp"
+#include "core/shrink_decision.hpp"
 #include "store/keys.hpp"
 
 namespace loom {
-namespace {
-
-// The decision, as the rank that made it first wrote it: the job's fewest nodes by its
-// Config::min_nodes, then the members ("2:0,1,3"), so that every member judges by one minimum.
-struct Decision {
-  int min_nodes = 0;
-  std::vector<int> members;
-};
-
-Bytes encode(const Decision& d) {
-  const std::string text = fmt::format("{}:{}", d.min_nodes, fmt::join(d.members, ","));
-  return Bytes(text.begin(), text.end());
-}
-
-Decision decode(const Bytes& bytes, int size) {
-  Decision d;
-  std::vector<int>& members = d.members;
-  const char* p = reinterpret_cast<const char*>(bytes.data());
-  const char* end = p + bytes.size();
-  auto [colon, mc] = std::from_chars(p, end, d.min_nodes);
-  if (mc != std::errc() || colon == end || *colon != ':' || d.min_nodes < 0)
-    throw StoreError("shrink: the members recorded in the store are malformed");
-  p = colon + 1;
-  while (p < end) {
-    int r = -1;
-    auto [next, ec] = std::from_chars(p, end, r);
-    if (ec != std::errc() || r < 0 || r >= size || (!members.empty() && r <= members.back()))
-      throw StoreError("shrink: the members recorded in the store are malformed");
-    members.push_back(r);
-    p = next == end ? end : next + 1;
-  }
-  return d;
-}
-
-}  // namespace
 
 int Communicator::Impl::local_pid(int r) const {
   const int pid = topology_.pid_of_rank[static_cast<std::size_t>(r)];
@@ -169,8 +135,10 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
-  const Decision decision = decode(
-      store_->compare_set(members_key, {}, encode(Decision{config_.min_nodes, present})), size_);
+  const core::ShrinkDecision decision = core::decode_shrink_decision(
+      store_->compare_set(members_key, {},
+                          core::encode(core::ShrinkDecision{config_.min_nodes, present})),
+      size_);
   const std::vector<int>& members = decision.members;
 
   const auto me = std::find(members.begin(), members.end(), rank_);

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "base/local_address.hpp"
+#include "node_line.hpp"
 #include "store/keys.hpp"
 
 namespace loomrun {
@@ -84,22 +85,6 @@ std::string this_hostname() {
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0) return "?";
   return name;
-}
-
-// A node's line in a round: "addr nproc previous_round previous_group_rank hostname".
-struct NodeLine {
-  Member member;
-  std::int64_t previous_round = 0;
-  int previous_group_rank = -1;
-};
-NodeLine parse_node(const std::string& line) {
-  NodeLine n;
-  std::istringstream in(line);
-  in >> n.member.addr >> n.member.nproc >> n.previous_round >> n.previous_group_rank >>
-      n.member.host;
-  if (!in || n.member.nproc < 1)
-    throw RendezvousError(fmt::format("rendezvous: malformed node record '{}'", line));
-  return n;
 }
 
 }  // namespace
@@ -270,8 +255,8 @@ std::int64_t Rendezvous::current_round() {
 }
 
 std::string Rendezvous::info_line() const {
-  return fmt::format("{} {} {} {} {}", local_addr_, config_.nproc, last_round_, last_group_rank_,
-                     hostname_);
+  return format_node(
+      NodeLine{Member{local_addr_, config_.nproc, hostname_}, last_round_, last_group_rank_});
 }
 
 Round Rendezvous::next_round(int max_restarts) {
