@@ -104,8 +104,10 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
     known_failed = record->failed;
 
   store_->set(store::keys::shrink_joined(round, rank_), Bytes{1});
+  // Per rank: it joined; it left on purpose (destroyed its communicator: it never will).
   std::vector<std::string> joined_keys;
   for (int r = 0; r < size_; ++r) joined_keys.push_back(store::keys::shrink_joined(round, r));
+  for (int r = 0; r < size_; ++r) joined_keys.push_back(store::keys::departed(r));
   const std::string members_key = store::keys::shrink_members(round);
 
   // A rank that dies after the failure that halted this communicator (before or while shrinking)
@@ -127,7 +129,7 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
     for (int r = 0; r < size_; ++r) {
       if (seen[static_cast<std::size_t>(r)])
         present.push_back(r);
-      else if (r != known_failed && !gone(r))
+      else if (r != known_failed && !seen[static_cast<std::size_t>(size_ + r)] && !gone(r))
         all_expected = false;
     }
     if (all_expected || std::chrono::steady_clock::now() >= deadline) break;

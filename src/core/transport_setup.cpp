@@ -29,6 +29,7 @@ void Communicator::Impl::build_transports() {
   auto tcp = std::make_unique<transport::tcp::TcpTransport>(*store_, rank_, size_, token, config_,
                                                             route_hint_);
   listen_address_ = tcp->listen_address();
+  transport::tcp::TcpTransport& tcp_transport = *tcp;
   // RDMA is opened before the topology exchange, so that a port is advertised only when it
   // works here; the peers on other hosts that advertise one too are reached through it.
   // A child opens it with its own token (it has no job token in the store: its members derive
@@ -67,6 +68,11 @@ void Communicator::Impl::build_transports() {
     topology_ = core::exchange_topology(*store_, rank_, size_, config_.timeout, config_.worker_id,
                                         rdma_port, rates, config_.tuning_file);
   }
+  std::vector<int> local_pids(static_cast<std::size_t>(size_), 0);
+  for (int r = 0; r < size_; ++r)
+    if (topology_.same_host(rank_, r))
+      local_pids[static_cast<std::size_t>(r)] = topology_.pid_of_rank[static_cast<std::size_t>(r)];
+  tcp_transport.set_peer_pids(std::move(local_pids));
   // The spinning policy follows the ranks that really share this host's cores.
   config_.set_local_world_size(topology_.ranks_on_host_of(rank_));
   config_.any_host_oversubscribed = topology_.any_host_oversubscribed();

@@ -243,6 +243,31 @@ TEST(ShrinkMembership, ARankThatAbortedItselfIsWaitedFor) {
   });
 }
 
+// A rank that destroyed its communicator on purpose (its part of the job done) will never join
+// a shrink of it: the others waited for it the whole timeout, as for a rank that might still.
+TEST(ShrinkMembership, ARankThatDestroyedItsCommunicatorIsNotWaitedFor) {
+  testing::run_ranks_raw(3, [&](RankContext& ctx) {
+    Options o;
+    o.timeout = 60s;
+    Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+    comm.barrier();
+    if (ctx.rank == 2) {
+      comm.destroy();
+      ctx.store->set("destroyed", Bytes{1});
+      ctx.store->get("shrunk", 60s);
+      return;
+    }
+    ctx.store->get("destroyed", 60s);
+    const auto started = std::chrono::steady_clock::now();
+    Communicator next = comm.shrink(20s);
+    EXPECT_LT(std::chrono::steady_clock::now() - started, 5s) << "waited for the departed rank";
+    EXPECT_EQ(next.size(), 2);
+    EXPECT_EQ(sum_of_ranks_plus_one(next, ctx.rank + 1), 3);
+    if (ctx.rank == 0) ctx.store->set("shrunk", Bytes{1});
+    next.destroy();
+  });
+}
+
 // A rank left out of a shrink of a split's subset may be healthy in the job: it is not named to
 // the launcher (LOOM_LEFT_OUT_DIR, which loomrun watches to stop such ranks). A shrink of the
 // whole job still names its left-out ranks.

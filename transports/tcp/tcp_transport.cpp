@@ -16,6 +16,7 @@
 
 #include "base/cpu_cache.hpp"
 #include "base/logging.hpp"
+#include "base/process_memory.hpp"
 #include "base/socket_io.hpp"
 #include "store/keys.hpp"
 #include "transports/await_key.hpp"
@@ -254,6 +255,15 @@ void TcpTransport::accept_until(int peer, const base::Deadline& deadline, const 
           "tcp connect: rank {} timed out waiting for rank {} to connect (is rank {} alive and in "
           "the same collective?)",
           rank_, peer, peer));
+    // A peer on this host that died before (or while) connecting never will.
+    if (const int pid = static_cast<std::size_t>(peer) < pids_.size()
+                            ? pids_[static_cast<std::size_t>(peer)]
+                            : 0;
+        pid > 0 && !base::process_alive(pid))
+      throw PeerError(fmt::format("tcp connect: rank {} waiting for rank {} to connect: its "
+                                  "process {} is gone (exited or crashed)",
+                                  rank_, peer, pid),
+                      peer);
     poll_handshakes(deadline.remaining_ms(kSetupPollMs), deadline, fds);
   }
 }
