@@ -19,30 +19,18 @@ build=build-fuzz
 mkdir -p "$build"
 cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DLOOM_FUZZ=ON -DLOOM_CUDA=OFF -DLOOM_WERROR=ON -DLOOM_BUILD_TESTS=OFF -DLOOM_BUILD_BENCH=OFF >/dev/null
-targets=(store_request_fuzz store_reply_fuzz file_store_log_fuzz handshake_fuzz frame_fuzz)
+targets=()
+for seeds in tests/fuzz/seeds/*/; do targets+=("$(basename "$seeds")_fuzz"); done
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 
-seed() {  # target name bytes...: a starting input (printf escapes)
-  mkdir -p "$build/corpus/$1"
-  printf "$3" > "$build/corpus/$1/$2"
-}
-# A set of "k" = "v", a get with a timeout, a 3-key wait; replies (empty, a value, an integer,
-# two flags, a timeout, an error); a FileStore log (a set then a remove; a torn last record); a
-# challenge; a TCP frame and an empty shm page.
-seed store_request_fuzz set '\x01\x01\x00\x00\x00k\x01\x00\x00\x00v'
-seed store_request_fuzz get '\x02\x01\x00\x00\x00k\xe8\x03\x00\x00'
-seed store_request_fuzz wait '\x06\x03\x00\x00\x00\x01\x00\x00\x00a\x01\x00\x00\x00b\x01\x00\x00\x00c\x10\x00\x00\x00'
-seed store_reply_fuzz ok '\x00'
-seed store_reply_fuzz value '\x00\x01\x00\x00\x00v'
-seed store_reply_fuzz integer '\x00\x05\x00\x00\x00\x00\x00\x00\x00'
-seed store_reply_fuzz flags '\x00\x01\x00'
-seed store_reply_fuzz timeout '\x01'
-seed store_reply_fuzz error '\x02\x04\x00\x00\x00oops'
-seed file_store_log_fuzz log '\x01\x01\x00\x00\x00k\x01\x00\x00\x00v\x02\x01\x00\x00\x00k\x00\x00\x00\x00'
-seed file_store_log_fuzz torn '\x01\x01\x00\x00\x00k\x01\x00\x00\x00v\x01\x01\x00\x00\x00k\x05\x00\x00\x00ab'
-seed handshake_fuzz challenge 'LOOMAUT1\x01abcdefghijklmnopqrstuvwxyz012345'
-seed frame_fuzz tcp '\x01\x04\x00\x00\x00\x49\x4f\x4f\x4c\x07\x00\x00\x00\x00\x00\x00\x10\x01\x00\x00\x00\x00\x00\x00\x00abcd\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00'
-seed frame_fuzz shm '\x00\x01\x00\x00\x00\x00\x00\x00\x00'
+# The starting inputs are the seeds ctest's short runs use (tests/fuzz/seeds/<target>/): store
+# requests and replies, FileStore logs, a challenge, TCP frames and shm pages, snapshots, abort
+# records, shrink decisions, topology records, rendezvous node lines, tuning-table lines and
+# window ranges.
+for t in "${targets[@]}"; do
+  mkdir -p "$build/corpus/$t"
+  cp "tests/fuzz/seeds/${t%_fuzz}/"* "$build/corpus/$t/"
+done
 
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 fuzz_one() {  # target: runs it for $seconds; its exit status goes to fuzz-<target>.status

@@ -2,7 +2,8 @@
 # The test command: dependencies, the size rule (tools/check_sizes.py), configure, build, then every
 # CTest label except `slow`.
 #   tools/test.sh                          release build in build/
-#   tools/test.sh --sanitize address,undefined   ASan+UBSan build in build-asan/; where the CUDA
+#   tools/test.sh --sanitize address,undefined   ASan+UBSan build in build-asan/ (with the fuzz
+#                                          targets' short runs); where the CUDA
 #                                          runtime's headers are, it also runs the gpu label on
 #                                          the emulated runtime (as --cuda-emulated, under ASan)
 #   tools/test.sh --sanitize thread        TSan build in build-tsan/ (unit and threaded tests)
@@ -56,10 +57,12 @@ case "$sanitize" in
     ;;
   *)
     build=build-asan type=RelWithDebInfo
-    ctest_filter=(-L "unit|multiproc|fault" -E "^install\.")  # the consumer is built without sanitizers
+    ctest_filter=(-L "unit|multiproc|fault|fuzz" -E "^install\.")  # the consumer is built without sanitizers
     # What those labels run: the test executables and the tools their scripts start.
     targets=(--target unit_tests transport_unit_tests init_tests ddp_unit_tests multiproc_tests
              ddp_multiproc_tests fault_tests store_probe loom loomrun loom-perf loom-tune loom-train)
+    # The fuzz targets' short runs, under the sanitizers too.
+    for seeds in tests/fuzz/seeds/*/; do targets+=("$(basename "$seeds")_replay"); done
     # The GPU paths on the emulated runtime in the same build: they are checked under ASan, and
     # CI compiles the library once less than with a separate --cuda-emulated build.
     if [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime_api.h" ]; then

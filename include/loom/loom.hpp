@@ -327,6 +327,12 @@ class LOOM_API Communicator {
   // on it run as on any other. Page-aligned and zeroed (0 bytes: one page); valid until free()
   // or until the communicator itself is gone. Raises Error when this rank cannot make it.
   void* alloc(std::size_t bytes);
+  // alloc() with an owner: this rank's memory stays mapped while the returned pointer or a copy
+  // of it lives, even after free() or after this communicator is gone (from then on it is
+  // plain memory of this process that no call reads in place). For memory that may outlive the
+  // communicator, as DistributedDataParallel's gradient buckets may (its gradients are views
+  // into them). free() takes its get() as alloc()'s pointer.
+  std::shared_ptr<void> alloc_shared(std::size_t bytes);
   // Collective: releases memory from alloc(). Every rank passes its pointer from the same
   // alloc() call, else every rank raises InvalidArgument and nothing is freed. After destroy()
   // it releases this rank's memory alone.

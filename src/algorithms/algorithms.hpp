@@ -50,7 +50,9 @@ class PointToPointBatch {
   bool step();
 
   Engine& engine_;
-  std::deque<Op> ops_;  // stable addresses: the engine points at the current call
+  // Stable addresses (the engine points at the current call): the open operations and the
+  // finished ones before the first open one, which step() drops but for the current.
+  std::deque<Op> ops_;
   std::size_t first_open_ = 0;
   const Collective* current_ = nullptr;
   // step()'s lanes held back by an open operation: kept, so waiting steps do not allocate.

@@ -142,9 +142,19 @@ class DirectCall {
     if (!all) return false;
     for (std::size_t i = 0; i < peers_.size(); ++i) {
       const auto p = idx(peers_[i]);
-      if (theirs_[i].in_shared) in_[p] = memory_.map(peers_[i], theirs_[i].in);
-      if (theirs_[i].out_shared) out_[p] = memory_.map(peers_[i], theirs_[i].out);
-      memory_.wait(peers_[i], theirs_[i].ready);
+      const Hello& h = theirs_[i];
+      // What this rank touches of the peer's buffers: the call's own sizes, the same on every
+      // rank (an all_to_all_v's input by the blocks checked as they are read).
+      const auto [in_needed, out_needed] = exposed(c_, peers_[i], e_.size());
+      if (h.in_bytes < (c_.kind == Kind::all_to_all_v ? 0 : in_needed) || h.out_bytes < out_needed)
+        throw PeerError(fmt::format("{}: rank {}: rank {} shares {} and {} bytes of its buffers, "
+                                    "where the call touches {} and {}",
+                                    c_.describe(), e_.rank(), peers_[i], h.in_bytes, h.out_bytes,
+                                    in_needed, out_needed),
+                        peers_[i]);
+      if (h.in_shared) in_[p] = memory_.map(peers_[i], h.in, h.in_bytes);
+      if (h.out_shared) out_[p] = memory_.map(peers_[i], h.out, h.out_bytes);
+      memory_.wait(peers_[i], h.ready);
     }
     return true;
   }
@@ -284,6 +294,13 @@ class DirectCall {
       const int from = peers_[i];
       const Hello& h = theirs_[i];
       if (h.block_count != l.counts[idx(from)]) mismatch(from, h.block_count);
+      const std::uint64_t shared = h.in_bytes / size_of(c_.dtype);
+      if (h.block_offset > shared || h.block_count > shared - h.block_offset)
+        throw PeerError(
+            fmt::format("{}: rank {}: rank {} names a block of {} elements at {} "
+                        "outside the {} it shares",
+                        c_.describe(), e_.rank(), from, h.block_count, h.block_offset, shared),
+            from);
       if (h.block_count > 0)
         copy(at(out_[me()], l.displs[idx(from)]), at(in_[idx(from)], h.block_offset),
              h.block_count);

@@ -28,8 +28,10 @@ class PeerMemory {
   // The range [p, p + bytes) for a peer to map; nullopt when this memory cannot be shared (then
   // the call moves through the slots on every rank).
   virtual std::optional<Range> share(const void* p, std::size_t bytes) = 0;
-  // A peer's shared range, mapped here (mappings are cached: making one is expensive).
-  virtual void* map(int peer, const Range& range) = 0;
+  // A peer's shared range, mapped here (mappings are cached: making one is expensive). The range
+  // comes from the peer: it must lie in memory the peer shared and hold the `bytes` the caller
+  // will touch from its start, else PeerError naming the peer (never an address outside).
+  virtual void* map(int peer, const Range& range, std::size_t bytes) = 0;
   // Records this rank's signal at `point` on the engine's stream, after everything queued there
   // so far, and returns what a peer needs to wait for it.
   virtual Signal record(Point point) = 0;

@@ -51,6 +51,13 @@ bool PointToPointBatch::step() {
     op.done();
   }
   while (first_open_ < ops_.size() && ops_[first_open_].finished) ++first_open_;
+  // Finished operations go: a batch may never end (a receive posted ahead of each wait keeps
+  // it open), and must not grow with every operation it ran. All but the one the engine and
+  // current() point at, which goes at the next step that enters another.
+  while (first_open_ > 0 && &ops_.front().call != current_) {
+    ops_.pop_front();
+    --first_open_;
+  }
   return moved;
 }
 

@@ -90,6 +90,10 @@ std::unique_ptr<StoreServer> host_store(const HostPort& at, const std::string& s
 
 Communicator init(Options options) {
   const core::LaunchEnv launch = core::detect_launch_env();
+  // The job's keys under its name, where the launcher gives one (docs/reliability.md, "Job
+  // identity"): a job that reaches another's store (a port both took) meets no key of it.
+  if (!launch.job.empty() && options.store_prefix == Options{}.store_prefix)
+    options.store_prefix = fmt::format("{}/job-{}", options.store_prefix, launch.job);
   const int rank = launch.rank;
   const int size = launch.world_size;
   const std::string& method = launch.init_method;

@@ -63,10 +63,16 @@ void Communicator::Impl::validate_layout(const Collective& c, const Bad& bad) co
     if (counts.size() != n || displs.size() != n)
       throw bad(fmt::format("{}counts and {}displs need {} entries (one per rank), not {} and {}",
                             what, what, size_, counts.size(), displs.size()));
-    for (std::size_t r = 0; r < n; ++r)
+    std::size_t sum = 0;  // the whole of an all_gather_v's output, a reduce_scatter_v's input
+    for (std::size_t r = 0; r < n; ++r) {
       if (counts[r] > limit || displs[r] > limit - counts[r])
         throw bad(fmt::format("{}counts[{}] = {} at {}displs[{}] = {} overflows the address space",
                               what, r, counts[r], what, r, displs[r]));
+      sum += counts[r];  // each below limit, a quarter of the range: no wrap before the check
+      if (sum > limit)
+        throw bad(fmt::format(
+            "the sum of {}counts (up to [{}]: {} ...) overflows the address space", what, r, sum));
+    }
   };
   if (c.kind == Kind::all_to_all_v) check(l.send_counts, l.send_displs, "send_");
   check(l.counts, l.displs, c.kind == Kind::all_to_all_v ? "recv_" : "");

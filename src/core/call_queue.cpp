@@ -1,5 +1,7 @@
 // Calls run in issue order on one engine: a blocking call with nothing queued runs on the
 // caller's thread (no allocation, no hand-off), everything else on the worker thread.
+#include <deque>
+
 #include <fmt/format.h>
 
 #include "algorithms/algorithms.hpp"
@@ -150,8 +152,10 @@ void Communicator::Impl::fail_in_flight(const Collective& call) {
 void Communicator::Impl::work_loop() {
   std::unique_lock lock(mu_);
   for (;;) {
+    // Destroyed with calls queued behind another thread's call: they run when it ends (its
+    // engine_idle wakes this), not in a loop that looks until then.
     wake_.wait_for(lock, std::chrono::milliseconds(200),
-                   [&] { return (!queue_.empty() && !busy_) || destroyed_; });
+                   [&] { return (!queue_.empty() && !busy_) || (destroyed_ && queue_.empty()); });
     if (queue_.empty()) {
       if (destroyed_) return;
       continue;
@@ -184,10 +188,14 @@ bool Communicator::Impl::point_to_point_first() const {
 // The worker's thread, busy_ set. Each operation's Work is done as soon as it is; an error fails
 // the communicator (as any call's does) and every operation of the batch not yet done.
 void Communicator::Impl::run_point_to_point(std::unique_lock<std::mutex>& lock) {
-  std::vector<std::shared_ptr<Work::State>> states;
+  // The operations taken and not yet known done (those done go from the front as more come:
+  // a batch kept open by receives posted ahead must not keep every state it ever ran).
+  std::deque<std::shared_ptr<Work::State>> states;
   algorithms::PointToPointBatch batch(*engine_);
   // Under mu_: the sends and receives at the queue's front join.
   auto take = [&] {
+    while (!states.empty() && states.front()->done.load(std::memory_order_acquire) != 0)
+      states.pop_front();
     while (point_to_point_first()) {
       Queued q = std::move(queue_.front());
       queue_.pop_front();
@@ -226,7 +234,8 @@ void Communicator::Impl::run_point_to_point(std::unique_lock<std::mutex>& lock) 
     failure = std::current_exception();
   }
   lock.lock();
-  take();  // what came after the failure fails with it
+  if (!failure) return;  // every operation taken is done; those queued since run in the next
+  take();                // what came after the failure fails with it
   for (auto& state : states)
     if (state->done.load(std::memory_order_acquire) == 0) state->finish(failure);
 }

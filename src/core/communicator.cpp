@@ -12,6 +12,7 @@
 #include "base/logging.hpp"
 #include "base/trace_internal.hpp"
 #include "core/communicator_impl.hpp"
+#include "core/failure_store.hpp"
 #include "device/device.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "store/keys.hpp"
@@ -90,8 +91,22 @@ Communicator::Impl::Impl(const Impl& parent, base::Config config, std::shared_pt
   for (int r = 0; r < size_; ++r)
     if (parent_ranks_[static_cast<std::size_t>(r)] == parent.store_host_rank_) store_host_rank_ = r;
   store_where_ = parent.store_where_;
-  build_transports();
-  start();
+  try {
+    build_transports();
+    start();
+  } catch (const Error& e) {
+    // The other members' children are being built, or built already, and wait for this one (its
+    // address, its segments): the record ends their wait at their monitor's next look.
+    try {
+      core::publish_abort(*store_,
+                          base::AbortRecord{base::AbortRecord::Kind::peer_failed, rank_, rank_,
+                                            fmt::format("{} could not build its part of the new "
+                                                        "communicator: {}",
+                                                        who(rank_), e.what())});
+    } catch (const Error&) {  // the store's silence is the others' to notice
+    }
+    throw;
+  }
 }
 
 void Communicator::Impl::start() {
@@ -146,8 +161,10 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::split(int color, int key
   const std::uint64_t token =
       std::hash<std::string>{}(fmt::format("{:x}/{}/{}", token_, split, color)) | 1;
   auto store = std::make_shared<PrefixStore>(store::keys::split_space(split, color), store_);
-  return std::make_shared<Impl>(*this, child_config, std::move(store), std::move(members), rank,
-                                token);
+  auto child = std::make_shared<Impl>(*this, child_config, std::move(store), std::move(members),
+                                      rank, token);
+  child->whole_job_ = false;
+  return child;
 }
 
 std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
@@ -178,8 +195,10 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
   const std::uint64_t token =
       std::hash<std::string>{}(fmt::format("{:x}/group/{}/{}", token_, list, n)) | 1;
   auto store = std::make_shared<PrefixStore>(store::keys::group_space(digest, n), store_);
-  return std::make_shared<Impl>(*this, child_config, std::move(store), members,
-                                static_cast<int>(me - members.begin()), token);
+  auto child = std::make_shared<Impl>(*this, child_config, std::move(store), members,
+                                      static_cast<int>(me - members.begin()), token);
+  child->whole_job_ = members.size() == static_cast<std::size_t>(size_) && whole_job_;
+  return child;
 }
 
 void Communicator::Impl::set_timeout(std::chrono::milliseconds timeout) {
@@ -326,6 +345,11 @@ void* Communicator::alloc(std::size_t bytes) {
   return impl_->alloc(bytes);
 }
 
+std::shared_ptr<void> Communicator::alloc_shared(std::size_t bytes) {
+  LOOM_REQUIRE_IMPL("alloc_shared");
+  return impl_->alloc_shared(bytes);
+}
+
 void Communicator::free(void* p) {
   LOOM_REQUIRE_IMPL("free");
   impl_->free(p);
@@ -381,7 +405,7 @@ Collective make_uneven(Kind kind, const void* in, void* out, DataType dtype, Red
   layout->displs.assign(displs.begin(), displs.end());
   std::size_t total = 0;
   if (kind != Kind::all_to_all_v)
-    for (std::size_t k : counts) total += k;  // wraps only where validate() refuses anyway
+    for (std::size_t k : counts) total += k;  // may wrap: validate() checks the sum itself
   Collective c = make(kind, in, out, total, dtype, op, 0, stream);
   c.layout = std::move(layout);
   return c;

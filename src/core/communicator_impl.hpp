@@ -75,6 +75,7 @@ class LOOM_INTERNAL Communicator::Impl {
   void shutdown();
   // Communicator::alloc and free (windows.cpp).
   void* alloc(std::size_t bytes);
+  std::shared_ptr<void> alloc_shared(std::size_t bytes);
   void free(void* p);
   // Communicator::split: the child this rank joins, or null for a negative color.
   std::shared_ptr<Impl> split(int color, int key, const base::Config& child_config);
@@ -163,7 +164,11 @@ class LOOM_INTERNAL Communicator::Impl {
   std::string route_hint_;         // where the store is reached: data connections listen there too
   std::uint64_t token_ = 0;        // the job token: names this communicator's connections
   std::vector<int> parent_ranks_;  // by rank, its rank in the parent (split() only)
-  std::uint64_t splits_ = 0;       // split() calls so far: each gets a key space of its own
+  // The job itself: the top-level communicator, or a shrink of one (every survivor), not a
+  // split's subset. Only such a shrink names the ranks it leaves out to the launcher, which
+  // stops them: one left out of a subset may be healthy in the job.
+  bool whole_job_ = true;
+  std::uint64_t splits_ = 0;  // split() calls so far: each gets a key space of its own
   // create_group() calls so far, by member list (each member counts alike: all of them call).
   std::map<std::vector<int>, std::uint64_t> groups_made_;
   std::uint64_t shrinks_ = 0;  // shrink() calls so far: likewise

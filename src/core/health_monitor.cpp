@@ -29,6 +29,7 @@ HealthMonitor::HealthMonitor(std::shared_ptr<Store> store, Settings settings,
       started_(Clock::now()),
       watched_since_(started_) {
   if (!settings_.who) settings_.who = [](int r) { return fmt::format("rank {}", r); };
+  watched_ = (settings_.rank + 1) % std::max(settings_.size, 1);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -196,17 +197,28 @@ void HealthMonitor::store_silent(Clock::time_point now, const Error& e) {
       false);
 }
 
-// This rank watches the next one: every rank is watched by one other, rank 0 included.
+// This rank watches the next one still there: every rank is watched by one other, rank 0
+// included, also after its watcher left on purpose (ranks that finish at different times).
 void HealthMonitor::watch_heartbeat(Clock::time_point now) {
-  const int watched = (settings_.rank + 1) % settings_.size;
+  if (watched_ == settings_.rank) return;  // every other rank has left
+  const int watched = watched_;
   const std::int64_t beat = store_->add(store::keys::heartbeat(watched), 0);
   if (beat != watched_beat_) {
     watched_beat_ = beat;
     watched_since_ = now;
     return;
   }
-  if (abort_seen_ || now - watched_since_ < settings_.heartbeat_timeout) return;
-  if (store_->check({store::keys::departed(watched)}).front()) return;  // it left on purpose
+  if (abort_seen_) return;
+  // A beat missed for two ticks: the rank may have left on purpose; then its successor is this
+  // rank's to watch (its own watcher may be the one that left).
+  if (now - watched_since_ >= 2 * kTick &&
+      store_->check({store::keys::departed(watched)}).front()) {
+    watched_ = (watched + 1) % settings_.size;
+    watched_beat_ = -1;
+    watched_since_ = now;
+    return;
+  }
+  if (now - watched_since_ < settings_.heartbeat_timeout) return;
   declare(base::AbortRecord{base::AbortRecord::Kind::peer_failed, settings_.rank, watched,
                             fmt::format(
                                 "{} on host {} stopped responding: no heartbeat for {} s "

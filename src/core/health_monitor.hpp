@@ -96,6 +96,7 @@ class HealthMonitor {
   // Heartbeats: this rank's, and the one it watches.
   Clock::time_point next_beat_{};
   Clock::time_point next_heartbeat_check_{};
+  int watched_ = 0;  // the rank this one watches: the next that has not left
   std::int64_t watched_beat_ = -1;
   Clock::time_point watched_since_;
 

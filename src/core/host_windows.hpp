@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -20,22 +21,26 @@ class HostWindows final : public algorithms::PeerMemory {
  public:
   explicit HostWindows(int size) : size_(size) {}
 
-  // A window: this rank's memory and, when every rank mapped every other's, the peers'.
+  // A window: this rank's memory and, when every rank mapped every other's, the peers'. This
+  // rank's memory is shared with the owners owner_of() hands out: it stays mapped while any
+  // lives (the communicator may go first), where the peers' go with the window.
   struct Window {
-    base::SharedFile own;
+    std::shared_ptr<base::SharedFile> own;
     std::vector<base::SharedFile> peers;  // by rank; empty when the window is not shared
   };
   void add(std::uint64_t number, Window window);
   // The number of the window whose memory starts at `p`.
   std::optional<std::uint64_t> number_of(const void* p) const;
-  // Unmaps window `number` here (its own memory and the peers').
+  // An owner of the memory of the window that starts at `p` (pointing at it), or null.
+  std::shared_ptr<void> owner_of(const void* p) const;
+  // Forgets window `number` here: unmaps the peers' memory, and its own unless an owner lives.
   void remove(std::uint64_t number);
 
   // PeerMemory: a range inside a shared window of this rank, and its place in a peer's window.
   // Host buffers of a call are ready when it starts and done when its messages say so: the
   // signals carry nothing.
   std::optional<Range> share(const void* p, std::size_t bytes) override;
-  void* map(int peer, const Range& range) override;
+  void* map(int peer, const Range& range, std::size_t bytes) override;
   Signal record(Point) override { return {}; }
   void wait(int, const Signal&) override {}
 

@@ -192,6 +192,8 @@ LaunchEnv detect_launch_env(const EnvLookup& lookup) {
     out.node_rank = env.integer("NODE_RANK", 0, kMaxRanks - 1)
                         .value_or(env.integer("GROUP_RANK", 0, kMaxRanks - 1).value_or(-1));
     out.store_hosted_by_launcher = loomrun;
+    if (auto run = lookup("TORCHELASTIC_RUN_ID"); run && !run->empty() && *run != "none")
+      out.job = *run;
     read_rendezvous(env, out, std::nullopt, std::nullopt);
   } else if (lookup("OMPI_COMM_WORLD_RANK")) {
     out.launcher = "openmpi";
@@ -224,9 +226,11 @@ LaunchEnv detect_launch_env(const EnvLookup& lookup) {
     if (!nodes) nodes = env.string("SLURM_NODELIST");
     if (nodes) first = expand_slurm_hostlist(*nodes).front();
     std::optional<int> port;
-    if (auto job = env.integer("SLURM_JOB_ID", 0, 2147483647))
-      port = slurm_store_port(std::to_string(*job), env.string("SLURM_STEP_ID").value_or(""),
-                              ::getuid());
+    if (auto job = env.integer("SLURM_JOB_ID", 0, 2147483647)) {
+      const std::string step = env.string("SLURM_STEP_ID").value_or("");
+      port = slurm_store_port(std::to_string(*job), step, ::getuid());
+      out.job = fmt::format("slurm-{}.{}", *job, step.empty() ? "-" : step);
+    }
     read_rendezvous(env, out, first, port);
   } else {
     throw InvalidArgument(

@@ -23,6 +23,10 @@ struct LaunchEnv {
   int master_port = 0;
   // The rank 0 process hosts the store unless the launcher does (loomrun).
   bool store_hosted_by_launcher = false;
+  // The job as the launcher names it ("" where it names none): TORCHELASTIC_RUN_ID (loomrun's
+  // or torchrun's --rdzv-id) unless "none", or "slurm-<job>.<step>". init() keeps the job's
+  // keys under it, so that two jobs that meet in one store never touch each other's keys.
+  std::string job;
   std::string describe() const;  // for the INFO line
 };
 

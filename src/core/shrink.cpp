@@ -14,44 +14,10 @@
 #include "base/logging.hpp"
 #include "base/process_memory.hpp"
 #include "core/communicator_impl.hpp"
+#include "core/shrink_decision.hpp"
 #include "store/keys.hpp"
 
 namespace loom {
-namespace {
-
-// The decision, as the rank that made it first wrote it: the job's fewest nodes by its
-// Config::min_nodes, then the members ("2:0,1,3"), so that every member judges by one minimum.
-struct Decision {
-  int min_nodes = 0;
-  std::vector<int> members;
-};
-
-Bytes encode(const Decision& d) {
-  const std::string text = fmt::format("{}:{}", d.min_nodes, fmt::join(d.members, ","));
-  return Bytes(text.begin(), text.end());
-}
-
-Decision decode(const Bytes& bytes, int size) {
-  Decision d;
-  std::vector<int>& members = d.members;
-  const char* p = reinterpret_cast<const char*>(bytes.data());
-  const char* end = p + bytes.size();
-  auto [colon, mc] = std::from_chars(p, end, d.min_nodes);
-  if (mc != std::errc() || colon == end || *colon != ':' || d.min_nodes < 0)
-    throw StoreError("shrink: the members recorded in the store are malformed");
-  p = colon + 1;
-  while (p < end) {
-    int r = -1;
-    auto [next, ec] = std::from_chars(p, end, r);
-    if (ec != std::errc() || r < 0 || r >= size || (!members.empty() && r <= members.back()))
-      throw StoreError("shrink: the members recorded in the store are malformed");
-    members.push_back(r);
-    p = next == end ? end : next + 1;
-  }
-  return d;
-}
-
-}  // namespace
 
 int Communicator::Impl::local_pid(int r) const {
   const int pid = topology_.pid_of_rank[static_cast<std::size_t>(r)];
@@ -106,7 +72,14 @@ void Communicator::Impl::require_enough_nodes(const std::vector<int>& members,
   std::vector<std::string> nodes;
   for (int r : members) {
     const std::string& worker = topology_.worker_id_of_rank[static_cast<std::size_t>(r)];
-    if (worker == "-") return;  // not every rank was started by loomrun: no count to trust
+    if (worker == "-") {  // not every rank was started by loomrun: no count to trust
+      base::log().warn(
+          "shrink: {}: LOOM_MIN_NODES={} is not checked: {} has no LOOM_WORKER_ID (started "
+          "outside loomrun, or its environment was cleared on the way); the survivors go on "
+          "whatever nodes they run on (docs/reliability.md)",
+          who(rank_), min_nodes, who(r));
+      return;
+    }
     nodes.push_back(worker.substr(0, worker.find('-')));
   }
   std::sort(nodes.begin(), nodes.end());
@@ -134,13 +107,18 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
     excluded[static_cast<std::size_t>(r)] = true;
   }
   const std::uint64_t round = shrinks_++;  // the same on every survivor: shrinks are collective
+  // The rank a failure record names is not waited for, unless it only aborted its communicator
+  // (a watchdog's abort, then shrink): alive, it joins like any other.
   int known_failed = -1;
-  if (auto record = halt_.record(); record && record->failed >= 0 && record->failed < size_)
+  if (auto record = halt_.record(); record && record->kind != base::AbortRecord::Kind::aborted &&
+                                    record->failed >= 0 && record->failed < size_)
     known_failed = record->failed;
 
   store_->set(store::keys::shrink_joined(round, rank_), Bytes{1});
+  // Per rank: it joined; it left on purpose (destroyed its communicator: it never will).
   std::vector<std::string> joined_keys;
   for (int r = 0; r < size_; ++r) joined_keys.push_back(store::keys::shrink_joined(round, r));
+  for (int r = 0; r < size_; ++r) joined_keys.push_back(store::keys::departed(r));
   const std::string members_key = store::keys::shrink_members(round);
 
   // A rank that dies after the failure that halted this communicator (before or while shrinking)
@@ -163,7 +141,7 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
       if (excluded[static_cast<std::size_t>(r)]) continue;
       if (seen[static_cast<std::size_t>(r)])
         present.push_back(r);
-      else if (r != known_failed && !gone(r))
+      else if (r != known_failed && !seen[static_cast<std::size_t>(size_ + r)] && !gone(r))
         all_expected = false;
     }
     if (all_expected || std::chrono::steady_clock::now() >= deadline) break;
@@ -171,8 +149,10 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
-  const Decision decision = decode(
-      store_->compare_set(members_key, {}, encode(Decision{config_.min_nodes, present})), size_);
+  const core::ShrinkDecision decision = core::decode_shrink_decision(
+      store_->compare_set(members_key, {},
+                          core::encode(core::ShrinkDecision{config_.min_nodes, present})),
+      size_);
   const std::vector<int>& members = decision.members;
 
   const auto me = std::find(members.begin(), members.end(), rank_);
@@ -184,13 +164,15 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
   require_enough_nodes(members, decision.min_nodes);
   base::log().info("shrink: {} goes on as rank {} of {} (ranks {} here)", who(rank_),
                    me - members.begin(), members.size(), fmt::join(members, ","));
-  report_left_out(members);
+  if (whole_job_) report_left_out(members);
   // Every member derives the same token: no store round trip, and no two communicators share one.
   const std::uint64_t token =
       std::hash<std::string>{}(fmt::format("{:x}/shrink/{}", token_, round)) | 1;
   auto store = std::make_shared<PrefixStore>(store::keys::shrink_space(round), store_);
-  return std::make_shared<Impl>(*this, config_, std::move(store), members,
-                                static_cast<int>(me - members.begin()), token);
+  auto child = std::make_shared<Impl>(*this, config_, std::move(store), members,
+                                      static_cast<int>(me - members.begin()), token);
+  child->whole_job_ = whole_job_;
+  return child;
 }
 
 }  // namespace loom

@@ -38,8 +38,16 @@ std::string local_host_id() {
   if (auto id = base::env_string("LOOM_HOST_ID")) return *id;
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
-  return fmt::format("{}|{}|{}|{}", host, read_first_line("/proc/sys/kernel/random/boot_id"),
-                     namespace_id("/proc/self/ns/net"), namespace_id("/proc/self/ns/mnt"));
+  // The pid namespace too: pids are compared across ranks of one host (liveness, the launcher's
+  // left-out list), which only works within one.
+  return fmt::format("{}|{}|{}|{}|{}", host, read_first_line("/proc/sys/kernel/random/boot_id"),
+                     namespace_id("/proc/self/ns/net"), namespace_id("/proc/self/ns/mnt"),
+                     namespace_id("/proc/self/ns/pid"));
+}
+
+std::string pid_namespace() {
+  const std::string ns = namespace_id("/proc/self/ns/pid");
+  return ns.empty() ? "-" : ns;
 }
 
 bool Topology::any_host_oversubscribed() const {
@@ -121,14 +129,49 @@ algorithms::MachineRates Topology::machine_rates() const {
   return worst.value_or(algorithms::MachineRates{});
 }
 
+void add_topology_record(Topology& t, int r, const std::string& v, const std::string& pid_ns) {
+  auto nl = v.find('\n');
+  if (nl == std::string::npos)
+    throw StoreError(fmt::format("init: malformed topology record of rank {}", r));
+  int pid = 0, cores = 0, reads_peers = 0;
+  char port[128] = {0}, worker[128] = "-", their_ns[128] = "-";
+  const int fields = std::sscanf(v.substr(0, nl).c_str(), "%d %d %127s %d %127s %127s", &pid,
+                                 &cores, port, &reads_peers, worker, their_ns);
+  if (fields < 4 || cores < 1 || pid < 0)
+    throw StoreError(fmt::format("init: malformed topology record of rank {}", r));
+  // A pid of another pid namespace names another process here (LOOM_HOST_ID may join
+  // containers into one host): 0, which no liveness check reads.
+  t.pid_of_rank.push_back(their_ns == pid_ns ? pid : 0);
+  t.worker_id_of_rank.push_back(worker);
+  t.cores_of_rank.push_back(cores);
+  t.rdma_of_rank.push_back(port);
+  t.reads_peers_of_rank.push_back(reads_peers == 1);
+  const auto rates_line = v.find('\n', nl + 1);
+  t.host_of_rank.push_back(v.substr(nl + 1, rates_line - (nl + 1)));
+  const auto tuning_line =
+      rates_line == std::string::npos ? std::string::npos : v.find('\n', rates_line + 1);
+  t.rates_of_rank.push_back(rates_line == std::string::npos
+                                ? algorithms::MachineRates{}
+                                : algorithms::MachineRates::decode(
+                                      v.substr(rates_line + 1, tuning_line - (rates_line + 1))));
+  if (r == 0 && tuning_line != std::string::npos) {
+    // The table's path, then its entries for rank 0's machine, a line each.
+    std::istringstream lines(v.substr(tuning_line + 1));
+    std::getline(lines, t.tuning_from);
+    for (std::string line; std::getline(lines, line);)
+      if (auto e = TuningEntry::parse(line)) t.tuning.push_back(std::move(*e));
+  }
+}
+
 Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
                            const std::string& worker_id, const std::string& rdma,
                            const algorithms::MachineRates& rates, const std::string& tuning_from) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const std::string pid_ns = pid_namespace();
   std::string record =
-      fmt::format("{} {} {} {} {}\n{}\n{}", ::getpid(), cores, rdma.empty() ? "-" : rdma,
+      fmt::format("{} {} {} {} {} {}\n{}\n{}", ::getpid(), cores, rdma.empty() ? "-" : rdma,
                   base::cross_memory_attach_available() ? 1 : 0,
-                  worker_id.empty() ? "-" : worker_id, local_host_id(), rates.encode());
+                  worker_id.empty() ? "-" : worker_id, pid_ns, local_host_id(), rates.encode());
   if (rank == 0 && !tuning_from.empty()) {
     // Only this machine's entries travel: the others can never match this job.
     const MachineKey here = this_machine();
@@ -151,38 +194,8 @@ Topology exchange_topology(Store& store, int rank, int size, std::chrono::millis
         static_cast<double>(timeout.count()) / 1000.0, fmt::join(missing, ", "), size));
   }
   Topology t;
-  for (int r = 0; r < size; ++r) {
-    std::string v = store.get_string(store::keys::topology(r), timeout);
-    auto nl = v.find('\n');
-    if (nl == std::string::npos)
-      throw StoreError(fmt::format("init: malformed topology record of rank {}", r));
-    int pid = 0, cores = 0, reads_peers = 0;
-    char port[128] = {0}, worker[128] = "-";
-    const int fields = std::sscanf(v.substr(0, nl).c_str(), "%d %d %127s %d %127s", &pid, &cores,
-                                   port, &reads_peers, worker);
-    if (fields < 4 || cores < 1)
-      throw StoreError(fmt::format("init: malformed topology record of rank {}", r));
-    t.pid_of_rank.push_back(pid);
-    t.worker_id_of_rank.push_back(worker);
-    t.cores_of_rank.push_back(cores);
-    t.rdma_of_rank.push_back(port);
-    t.reads_peers_of_rank.push_back(reads_peers == 1);
-    const auto rates_line = v.find('\n', nl + 1);
-    t.host_of_rank.push_back(v.substr(nl + 1, rates_line - (nl + 1)));
-    const auto tuning_line =
-        rates_line == std::string::npos ? std::string::npos : v.find('\n', rates_line + 1);
-    t.rates_of_rank.push_back(rates_line == std::string::npos
-                                  ? algorithms::MachineRates{}
-                                  : algorithms::MachineRates::decode(
-                                        v.substr(rates_line + 1, tuning_line - (rates_line + 1))));
-    if (r == 0 && tuning_line != std::string::npos) {
-      // The table's path, then its entries for rank 0's machine, a line each.
-      std::istringstream lines(v.substr(tuning_line + 1));
-      std::getline(lines, t.tuning_from);
-      for (std::string line; std::getline(lines, line);)
-        if (auto e = TuningEntry::parse(line)) t.tuning.push_back(std::move(*e));
-    }
-  }
+  for (int r = 0; r < size; ++r)
+    add_topology_record(t, r, store.get_string(store::keys::topology(r), timeout), pid_ns);
   return t;
 }
 

@@ -56,6 +56,12 @@ struct Topology {
 // cores, RDMA port (`rdma`, one word, "-" for none), whether it reads peers' memory and what its
 // probe measured (store::keys::topology), and reads every rank's. Rank 0 adds the tuning table
 // at `tuning_from` (its entries for this machine).
+// Appends rank r's record, as exchange_topology reads it from the store, to `t`: "pid cores rdma
+// reads_peers worker pid_namespace", the host id, the machine rates, and (rank 0) the tuning
+// table's path and entries, a line each. `pid_ns` is this process's pid namespace: a pid of
+// another is kept as 0. StoreError for a record that is not one.
+void add_topology_record(Topology& t, int r, const std::string& record, const std::string& pid_ns);
+
 Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
                            const std::string& worker_id, const std::string& rdma = "-",
                            const algorithms::MachineRates& rates = {},

@@ -8,9 +8,8 @@
 #include "base/logging.hpp"
 #include "core/communicator_impl.hpp"
 #include "core/machine_probe.hpp"
+#include "core/rdma_factory.hpp"
 #include "store/keys.hpp"
-#include "transports/ibverbs/ib_device.hpp"
-#include "transports/ibverbs/ib_transport.hpp"
 #include "transports/shm/shm_transport.hpp"
 #include "transports/tcp/tcp_transport.hpp"
 
@@ -20,17 +19,28 @@ namespace loom {
 void Communicator::Impl::build_transports() {
   const bool child = !parent_ranks_.empty();
   const std::uint64_t token = token_;
+  // A child knows its hosts: where they are one, TCP may listen on loopback, else on the
+  // parent's interface. The parent's LOCAL_WORLD_SIZE (its ranks on this host) would call a child
+  // spanning hosts with no more ranks than that one host's.
+  if (child) {
+    config_.set_local_world_size(topology_.ranks_on_host_of(rank_));
+    config_.local_world_size_given = true;
+  }
   auto tcp = std::make_unique<transport::tcp::TcpTransport>(*store_, rank_, size_, token, config_,
                                                             route_hint_);
   listen_address_ = tcp->listen_address();
+  transport::tcp::TcpTransport& tcp_transport = *tcp;
   // RDMA is opened before the topology exchange, so that a port is advertised only when it
   // works here; the peers on other hosts that advertise one too are reached through it.
+  // A child opens it with its own token (it has no job token in the store: its members derive
+  // theirs).
   std::unique_ptr<transport::Transport> rdma;
   std::string rdma_port = "-", rdma_why = "LOOM_TRANSPORT=" + config_.transport;
   if (size_ > 1 && config_.transport == "auto") {
-    if (auto port = transport::ibverbs::choose_port(rdma_why)) {
+    const core::RdmaFactory factory = core::rdma_factory();
+    if (auto port = factory.choose_port(rdma_why)) {
       try {
-        rdma = transport::ibverbs::make_transport(*store_, rank_, config_, *port);
+        rdma = factory.make(*store_, rank_, config_, *port, token);
         rdma_port =
             fmt::format("{}:{}:{}", port->device, port->port, port->ethernet ? "roce" : "ib");
         rdma_why = port->describe();
@@ -39,6 +49,15 @@ void Communicator::Impl::build_transports() {
       }
     }
   }
+  // A child's peers take the RDMA ports its parent advertised: a member that cannot open its own
+  // fails its part of the child (its peers learn so at once) rather than reach them by TCP while
+  // they wait for it on RDMA.
+  if (child && !rdma && topology_.rdma_of_rank[static_cast<std::size_t>(rank_)] != "-")
+    for (int r = 0; r < size_; ++r)
+      if (!topology_.same_host(rank_, r) &&
+          topology_.rdma_of_rank[static_cast<std::size_t>(r)] != "-")
+        throw Error(fmt::format("{}: the parent reached other hosts by RDMA; the child cannot: {}",
+                                who(rank_), rdma_why));
   if (!child) {
     // Measured before the exchange, so that every rank models the same machine. TCP loopback
     // only matters when TCP runs within a host, which LOOM_TRANSPORT=tcp alone asks for.
@@ -49,6 +68,11 @@ void Communicator::Impl::build_transports() {
     topology_ = core::exchange_topology(*store_, rank_, size_, config_.timeout, config_.worker_id,
                                         rdma_port, rates, config_.tuning_file);
   }
+  std::vector<int> local_pids(static_cast<std::size_t>(size_), 0);
+  for (int r = 0; r < size_; ++r)
+    if (topology_.same_host(rank_, r))
+      local_pids[static_cast<std::size_t>(r)] = topology_.pid_of_rank[static_cast<std::size_t>(r)];
+  tcp_transport.set_peer_pids(std::move(local_pids));
   // The spinning policy follows the ranks that really share this host's cores.
   config_.set_local_world_size(topology_.ranks_on_host_of(rank_));
   config_.any_host_oversubscribed = topology_.any_host_oversubscribed();

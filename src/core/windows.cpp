@@ -72,12 +72,17 @@ void* Communicator::Impl::alloc(std::size_t bytes) {
           number, bytes, why);
   }
   void* p = own.data();
-  windows_->add(number, core::HostWindows::Window{std::move(own), std::move(peers)});
+  windows_->add(number, core::HostWindows::Window{
+                            std::make_shared<base::SharedFile>(std::move(own)), std::move(peers)});
   if (everywhere != 0) {
     engine_->set_host_windows(windows_.get());
     windows_shared_.store(true, std::memory_order_release);
   }
   return p;
+}
+
+std::shared_ptr<void> Communicator::Impl::alloc_shared(std::size_t bytes) {
+  return windows_->owner_of(alloc(bytes));
 }
 
 void Communicator::Impl::free(void* p) {

@@ -112,8 +112,8 @@ class DistributedDataParallel::Impl {
     return options_.comm_hook == CommHook::fp16 ? DataType::f16 : DataType::bf16;
   }
 
-  // The communicator's memory may be gone before the gradients are (it outlives this object
-  // only): the gradients in shared buckets take memory of their own, with their values.
+  // The gradients in shared buckets take memory of their own, with their values, so that they
+  // do not keep the communicator's window mapped after this object (they could: they own it).
   void release_gradients() {
     if (!options_.shared_buckets || options_.comm_hook != CommHook::none) return;
     for (Bucket& b : buckets_)
@@ -216,20 +216,22 @@ class DistributedDataParallel::Impl {
     }
   }
 
-  // Zeroed floats, in memory from alloc() with shared_buckets (collective: every rank makes the
-  // same buckets in the same order). The communicator releases it when it is gone. A rank that
-  // cannot make its window takes memory of its own; its peers learnt so in the same alloc, and
-  // calls on the bucket go through the slots.
+  // Zeroed floats, in memory from alloc_shared() with shared_buckets (collective: every rank
+  // makes the same buckets in the same order). The bucket and every gradient viewing it own
+  // that memory: it stays mapped while any of them lives, whichever of the communicator, this
+  // object and the gradients goes first. A rank that cannot make its window takes memory of its
+  // own; its peers learnt so in the same alloc, and calls on the bucket go through the slots.
   Tensor bucket_tensor(std::size_t elements) {
     if (!options_.shared_buckets) return Tensor({elements});
-    void* data = nullptr;
+    std::shared_ptr<void> memory;
     try {
-      data = comm_.alloc(elements * sizeof(float));
+      memory = comm_.alloc_shared(elements * sizeof(float));
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::internal) throw;  // the communicator's failure, not the memory's
       return Tensor({elements});
     }
-    return Tensor::view(nullptr, static_cast<float*>(data), {elements});
+    float* data = static_cast<float*>(memory.get());
+    return Tensor::view(std::move(memory), data, {elements});
   }
 
   // Rank 0's values, a bucket at a time through the bucket's buffer.

@@ -80,13 +80,13 @@ std::optional<CudaPeerMemory::Range> CudaPeerMemory::share(const void* p, std::s
   return range;
 }
 
-void* CudaPeerMemory::map(int peer, const Range& range) {
+void* CudaPeerMemory::map(int peer, const Range& range, std::size_t bytes) {
   RangeLayout layout;
   std::memcpy(&layout, range.bytes.data(), sizeof(layout));
-  if (layout.offset > layout.allocation_bytes)
+  if (layout.offset > layout.allocation_bytes || bytes > layout.allocation_bytes - layout.offset)
     throw PeerError(fmt::format("cudaipc: rank {} with rank {}: the peer's buffer lies outside "
-                                "its allocation (offset {} of {} bytes)",
-                                rank_, peer, layout.offset, layout.allocation_bytes),
+                                "its allocation ({} bytes at offset {} of {})",
+                                rank_, peer, bytes, layout.offset, layout.allocation_bytes),
                     peer);
   const auto key = std::make_pair(peer, layout.base);
   auto it = mapped_.find(key);

@@ -24,7 +24,7 @@ class CudaPeerMemory final : public algorithms::PeerMemory {
   CudaPeerMemory& operator=(const CudaPeerMemory&) = delete;
 
   std::optional<Range> share(const void* p, std::size_t bytes) override;
-  void* map(int peer, const Range& range) override;
+  void* map(int peer, const Range& range, std::size_t bytes) override;
   Signal record(Point point) override;
   void wait(int peer, const Signal& signal) override;
 

@@ -118,6 +118,9 @@ std::string shrink_space(std::uint64_t round) {
 std::string launcher_left_out(std::string_view worker_id) {
   return key(Space::launcher, "left_out", worker_id);
 }
+std::string launcher_attempt() {
+  return key(Space::launcher, "attempt");
+}
 
 std::string rendezvous_seeded(std::string_view run) {
   return key(Space::rendezvous, run, "seeded");

@@ -69,6 +69,9 @@ std::string shrink_space(std::uint64_t round);
 // Outside any generation, for the launcher: the survivors' shrink left out the worker it calls
 // `worker_id` (LOOM_WORKER_ID).
 std::string launcher_left_out(std::string_view worker_id);
+// The highest attempt any node of a static launch has entered (--max-restarts): every node runs
+// that one.
+std::string launcher_attempt();
 
 // loomrun's elastic rendezvous of run `run` (outside any generation). A round is one
 // membership of the job: nodes join it, it closes, their workers run until it ends.

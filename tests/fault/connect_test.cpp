@@ -1,10 +1,15 @@
 // Setting up a connection is a wait like any other: a peer that aborts or dies before its
 // connection exists, or this rank's own abort(), ends it within seconds, never at LOOM_TIMEOUT.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -133,6 +138,56 @@ INSTANTIATE_TEST_SUITE_P(Cases, StuckInSetup,
                          [](const auto& info) {
                            return fmt::format("{}_{}", info.param.transport, info.param.where);
                          });
+
+// The highest descriptor open in this process.
+int highest_open_fd() {
+  int highest = 2;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd"))
+    highest = std::max(highest, std::stoi(entry.path().filename().string()));
+  return highest;
+}
+
+// A child communicator (split, shrink) publishes each member's address while that member
+// builds it. A member that cannot build its child (here: no descriptor left for the child's
+// listening socket) never publishes one, and the others' first call waited for it in a blocking
+// store get, which neither the halt nor abort() reaches: until LOOM_TIMEOUT (120 s here). Now
+// the member says so through the child's failure record, and the wait for its address polls,
+// watching the halt (with a short heartbeat timeout should the record not get through).
+TEST(ChildCommunicator, AMemberThatCannotBuildItsChildFailsTheOthersWithinSeconds) {
+  run_ranks_raw(2, [](RankContext& ctx) {
+    ::setenv("LOOM_HEARTBEAT_TIMEOUT", "3", 1);
+    Options o;
+    o.transport.emplace("tcp");
+    o.timeout = 120s;
+    Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+    float x = 1;
+    comm.all_reduce(&x, &x, 1, DataType::f32, ReduceOp::sum);  // the parent's connections
+    if (ctx.rank == 1) {
+      rlimit old{};
+      ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+      const rlimit low{static_cast<rlim_t>(highest_open_fd() + 1), old.rlim_max};
+      ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+      std::vector<int> fillers;  // every free descriptor below the limit
+      for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fillers.push_back(fd);
+      EXPECT_ANY_THROW(comm.split(0, ctx.rank)) << "the child was built without a descriptor";
+      for (int fd : fillers) ::close(fd);
+      ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+      ctx.store->wait({"child-failed"}, 120s);
+      return;
+    }
+    std::optional<Communicator> child = comm.split(0, ctx.rank);
+    ASSERT_TRUE(child);
+    const auto start = Clock::now();
+    try {
+      child->all_reduce(&x, &x, 1, DataType::f32, ReduceOp::sum);
+      ADD_FAILURE() << "an all_reduce completed without rank 1";
+    } catch (const PeerError& e) {
+      EXPECT_EQ(e.peer(), 1) << e.what();
+    }
+    EXPECT_LT(Clock::now() - start, 10s);
+    ctx.store->set("child-failed", std::string("1"));
+  });
+}
 
 }  // namespace
 }  // namespace loom

@@ -1,6 +1,7 @@
 // A communicator's lifetime against the threads that use it: destroy() and abort() from a
 // watchdog thread while a call runs, and a constructor that fails after its setup.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
@@ -72,6 +73,53 @@ TEST(Lifecycle, DestroyFromAnotherThreadWaitsForTheRunningCall) {
     EXPECT_EQ(v.front(), 6);
     EXPECT_EQ(v.back(), 6);
     EXPECT_THROW(comm.barrier(), InvalidArgument);
+  });
+}
+
+// CPU seconds this process has used (all its threads).
+double cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// destroy() while another thread's blocking call runs and an asynchronous call waits behind it:
+// the worker thread, seeing the communicator destroyed and a call queued but the engine busy,
+// looked again at once, and again, a core at 100% until the running call ended (up to
+// LOOM_TIMEOUT). Now it sleeps until that call ends.
+TEST(Lifecycle, DestroyWithACallRunningAndOneQueuedDoesNotSpin) {
+  run_ranks_raw(2, [](RankContext& ctx) {
+    Options o;
+    o.timeout = 30s;
+    Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+    std::int32_t x = 1, y = 2;
+    comm.all_reduce(&x, &x, 1, DataType::i32, ReduceOp::sum);  // every connection is up
+    if (ctx.rank == 1) {                                       // joins rank 0's two calls 2 s late
+      ctx.store->get("measured", 60s);
+      comm.all_reduce(&x, &x, 1, DataType::i32, ReduceOp::sum);
+      comm.all_reduce(&y, &y, 1, DataType::i32, ReduceOp::sum);
+      return;
+    }
+    std::thread blocking([&] { comm.all_reduce(&x, &x, 1, DataType::i32, ReduceOp::sum); });
+    std::this_thread::sleep_for(200ms);  // the blocking call runs on its own thread
+    Work queued = comm.all_reduce_async(&y, &y, 1, DataType::i32, ReduceOp::sum);
+    std::thread destroyer([&] { comm.destroy(); });
+    std::this_thread::sleep_for(200ms);
+    const double cpu_before = cpu_seconds();
+    const auto wall_before = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(1500ms);
+    const double cpu = cpu_seconds() - cpu_before;
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_before).count();
+    ctx.store->set("measured", std::string("1"));
+    blocking.join();
+    queued.wait();
+    destroyer.join();
+    EXPECT_EQ(x, 4);
+    EXPECT_EQ(y, 4);
+    EXPECT_LT(cpu, 0.3 * wall) << "the process used " << cpu << " s of CPU in " << wall
+                               << " s while its calls waited";
   });
 }
 

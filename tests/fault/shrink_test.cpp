@@ -1,10 +1,14 @@
 // Communicator::shrink: after a rank dies, the survivors build a communicator of themselves and
 // go on, without a restart.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -220,6 +224,125 @@ TEST(ShrinkMembership, SurvivorsOnFewerLauncherNodesThanTheMinimumDoNotGoOn) {
     }
     EXPECT_EQ(sum_of_ranks_plus_one(both, ctx.rank + 1), 10);  // the refused shrink damaged nothing
     both.destroy();
+  });
+}
+
+// A watchdog's pattern: abort() the communicator, then shrink() it. The aborting rank's record
+// named itself as the failed rank, so the others did not wait for it and fixed the members
+// without it whenever it joined after them; it is alive and joins like any other now.
+TEST(ShrinkMembership, ARankThatAbortedItselfIsWaitedFor) {
+  testing::run_ranks_raw(3, [&](RankContext& ctx) {
+    Options o;
+    o.timeout = 60s;
+    Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+    comm.barrier();
+    if (ctx.rank == 2) {
+      comm.abort();
+      ctx.store->get("others-saw-it", 60s);
+      std::this_thread::sleep_for(1s);  // joins the shrink well after the others
+    } else {
+      std::vector<std::int32_t> buf(1 << 12, 1);
+      try {
+        for (;;) comm.all_reduce(buf.data(), buf.size(), DataType::i32, ReduceOp::sum);
+      } catch (const PeerError& e) {
+        EXPECT_EQ(e.peer(), 2) << e.what();
+      }
+      ctx.store->add("saw-abort", 1);
+      if (ctx.rank == 0) {
+        while (ctx.store->add("saw-abort", 0) < 2) std::this_thread::sleep_for(10ms);
+        ctx.store->set("others-saw-it", Bytes{1});
+      }
+    }
+    Communicator next = comm.shrink(20s);
+    EXPECT_EQ(next.size(), 3) << "the rank that aborted was left out";
+    EXPECT_EQ(sum_of_ranks_plus_one(next, ctx.rank + 1), 6);
+    next.destroy();
+  });
+}
+
+// A rank that destroyed its communicator on purpose (its part of the job done) will never join
+// a shrink of it: the others waited for it the whole timeout, as for a rank that might still.
+TEST(ShrinkMembership, ARankThatDestroyedItsCommunicatorIsNotWaitedFor) {
+  testing::run_ranks_raw(3, [&](RankContext& ctx) {
+    Options o;
+    o.timeout = 60s;
+    Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+    comm.barrier();
+    if (ctx.rank == 2) {
+      comm.destroy();
+      ctx.store->set("destroyed", Bytes{1});
+      ctx.store->get("shrunk", 60s);
+      return;
+    }
+    ctx.store->get("destroyed", 60s);
+    const auto started = std::chrono::steady_clock::now();
+    Communicator next = comm.shrink(20s);
+    EXPECT_LT(std::chrono::steady_clock::now() - started, 5s) << "waited for the departed rank";
+    EXPECT_EQ(next.size(), 2);
+    EXPECT_EQ(sum_of_ranks_plus_one(next, ctx.rank + 1), 3);
+    if (ctx.rank == 0) ctx.store->set("shrunk", Bytes{1});
+    next.destroy();
+  });
+}
+
+// A rank left out of a shrink of a split's subset may be healthy in the job: it is not named to
+// the launcher (LOOM_LEFT_OUT_DIR, which loomrun watches to stop such ranks). A shrink of the
+// whole job still names its left-out ranks.
+TEST(ShrinkMembership, ARankLeftOutOfASubsetIsNotNamedToTheLauncher) {
+  const std::string dir = "/tmp/loom-left-out-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  testing::run_ranks_raw(4, [&](RankContext& ctx) {
+    ::setenv("LOOM_LEFT_OUT_DIR", dir.c_str(), 1);
+    Options o;
+    o.timeout = 60s;
+    Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+    auto pair = comm.split(ctx.rank / 2, ctx.rank);  // {0, 1} and {2, 3}
+    ASSERT_TRUE(pair);
+    if (ctx.rank == 1) {  // busy elsewhere: misses the subset's shrink
+      ctx.store->get("subset-shrunk", 60s);
+    } else if (ctx.rank == 0) {
+      Communicator alone = pair->shrink(1s);
+      EXPECT_EQ(alone.size(), 1);
+      ctx.store->set("subset-shrunk", Bytes{1});
+    }
+    EXPECT_EQ(sum_of_ranks_plus_one(comm, 1), 4);  // rank 1 is healthy in the job
+    if (ctx.rank == 0) {
+      std::size_t named = 0;
+      for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++named;
+      EXPECT_EQ(named, 0u) << "a rank left out of a subset was named to the launcher";
+    }
+    comm.barrier();
+  });
+  std::filesystem::remove_all(dir);
+}
+
+// The node-count guard needs every member's LOOM_WORKER_ID: a wrapper that clears the
+// environment (env -i, a container launcher) left it off in silence. The shrink still goes on
+// (without the launcher's names there is no count to trust), and says the guard was not applied.
+TEST(ShrinkMembership, AMinimumThatCannotBeCheckedIsSaidSo) {
+  testing::run_ranks_raw(2, [&](RankContext& ctx) {
+    ::setenv("LOOM_MIN_NODES", "2", 1);
+    if (ctx.rank == 0) ::setenv("LOOM_WORKER_ID", "nodea-0-0", 1);  // rank 1's was cleared
+    Options o;
+    o.timeout = 60s;
+    Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+    // The log goes to stderr: into a file of this rank's while it shrinks.
+    const std::string path =
+        "/tmp/loom-shrink-log-" + std::to_string(::getpid()) + "-" + std::to_string(ctx.rank);
+    const int saved = ::dup(2), file = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ASSERT_GE(file, 0);
+    ::dup2(file, 2);
+    Communicator next = comm.shrink(30s);
+    ::dup2(saved, 2);
+    ::close(file), ::close(saved);
+    EXPECT_EQ(sum_of_ranks_plus_one(next, ctx.rank + 1), 3);  // it went on
+    std::ifstream in(path);
+    const std::string logs(std::istreambuf_iterator<char>(in), {});
+    std::filesystem::remove(path);
+    EXPECT_NE(logs.find("LOOM_MIN_NODES=2 is not checked: rank 1 has no LOOM_WORKER_ID"),
+              std::string::npos)
+        << logs;
+    next.destroy();
   });
 }
 

@@ -97,6 +97,32 @@ TEST(BadInput, EveryCaseRaisesInvalidArgumentAndTheNextAllReduceSucceeds) {
   });
 }
 
+// Each block of an uneven call fits the address space, but their sum wraps: five blocks of a
+// quarter of it each total 1 element modulo 2^64. That passed every check (the call then ran with
+// a count of 1 over buffers that hold nothing like the blocks, or, with an 'out' left null, as
+// one that writes nothing); the sum is checked now, on every rank alike.
+TEST(BadInput, UnevenCountsWhoseSumWrapsAreRefused) {
+  run_ranks(5, [](Communicator& comm) {
+    const std::size_t quarter = SIZE_MAX / 4;
+    const std::vector<std::size_t> counts{quarter, quarter, quarter, quarter, 5};
+    const std::vector<std::size_t> displs(5, 0);
+    std::vector<std::uint8_t> buf(64, 1);
+    expect_invalid([&] { comm.all_gather_v(buf.data(), buf.data(), counts, displs, DataType::u8); },
+                   "all_gather_v", "the sum of counts");
+    expect_invalid(
+        [&] {
+          comm.reduce_scatter_v(buf.data(), buf.data(), counts, displs, DataType::u8,
+                                ReduceOp::sum);
+        },
+        "reduce_scatter_v", "the sum of counts");
+    expect_invalid([&] { comm.all_gather_v(buf.data(), nullptr, counts, displs, DataType::u8); },
+                   "all_gather_v", "the sum of counts");
+    std::int32_t x = 1, y = 0;
+    comm.all_reduce(&x, &y, 1, DataType::i32, ReduceOp::sum);
+    EXPECT_EQ(y, 5);
+  });
+}
+
 TEST(BadInput, UseAfterDestroyRaisesInvalidArgument) {
   run_ranks(2, [](Communicator& comm) {
     comm.barrier();

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -206,6 +208,60 @@ TEST(Ddp, SharedBucketsAreReadInPlaceAndTheGradientsOutliveTheDdp) {
         },
         run);
   }
+}
+
+// Every parameter's gradient equals `want`'s, bit for bit.
+void expect_same_gradients(Module& got, Module& want, const char* when) {
+  const auto a = got.parameters(), b = want.parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i]->grad.numel(), b[i]->grad.numel()) << when << ": " << a[i]->name;
+    EXPECT_EQ(std::memcmp(a[i]->grad.data(), b[i]->grad.data(), a[i]->grad.numel() * 4), 0)
+        << when << ": " << a[i]->name;
+  }
+}
+
+// The recovery idiom replaces the failed communicator (move assignment destroys it, and the
+// memory of its windows went with it) before the DDP leaves it: continue_on then read the
+// gradients it releases from unmapped memory (SIGSEGV). The buckets own their memory now. And a
+// communicator gone before its DDP leaves the gradients readable, and the DDP goes quietly.
+// Both ranks train on the same batch, so the average is the local gradient, exactly.
+TEST(Ddp, TheCommunicatorMayGoBeforeTheDdpLeavesIt) {
+  run_ranks(2, [](Communicator& comm) {
+    const Dataset data = make_teacher_dataset(64, kWidths.front(), kWidths.back(), 8);
+    std::vector<std::size_t> order(data.size());
+    std::iota(order.begin(), order.end(), 0);
+    Tensor x;
+    std::vector<int> y;
+    data.batch(order, 0, 8, x, y);
+    Sequential alone = make_mlp(kWidths, kSeed), model = make_mlp(kWidths, kSeed);
+    SoftmaxCrossEntropy ce;
+    ce.forward(alone.forward(x), y);
+    alone.backward(ce.backward());
+    auto pass = [&](DistributedDataParallel& ddp) {
+      ce.forward(ddp.forward(x), y);
+      ddp.backward(ce.backward());
+      ddp.finalize();
+    };
+
+    DistributedDataParallel ddp(model, comm);
+    pass(ddp);
+    expect_same_gradients(model, alone, "before the shrink");
+    comm = comm.shrink();  // every rank joins: a new communicator of the same two
+    ddp.continue_on(comm);
+    pass(ddp);
+    expect_same_gradients(model, alone, "after continue_on");
+
+    Sequential other = make_mlp(kWidths, kSeed);
+    std::optional<Communicator> child = comm.split(0, comm.rank());
+    ASSERT_TRUE(child);
+    auto on_child = std::make_unique<DistributedDataParallel>(other, *child);
+    pass(*on_child);
+    child.reset();  // its windows go; the gradients keep their buckets
+    expect_same_gradients(other, alone, "after the communicator went");
+    on_child.reset();
+    expect_same_gradients(other, alone, "after the DDP went too");
+  });
 }
 
 TEST(Ddp, NoSyncAccumulationEqualsOneStepOnTheLargerBatch) {

@@ -2,12 +2,18 @@
 // and child interleaved; a child that fails while its parent works on; a parent destroyed first.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "../support/ranks.hpp"
 #include "../support/transports.hpp"
+#include "loom/store.hpp"
 
 namespace loom {
 namespace {
@@ -166,6 +172,47 @@ TEST(SetTimeout, ALaterCallWaitsTheNewTime) {
     EXPECT_THROW(sum_over(comm, 1), TimeoutError);
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   });
+}
+
+// The address in describe()'s "tcp at IP:port".
+std::string tcp_ip(const std::string& described) {
+  const auto at = described.find("tcp at ");
+  if (at == std::string::npos) return "";
+  const auto start = at + 7;
+  return described.substr(start, described.find(':', start) - start);
+}
+
+// A file:// store gives no route to follow, so TCP listens on loopback only where the launcher's
+// LOCAL_WORLD_SIZE says every rank is on this host. A child took its parent's LOCAL_WORLD_SIZE
+// (the parent's ranks on this host) as its own: a child spanning hosts but with no more ranks
+// than that listened on 127.0.0.1, where its peers on the other hosts dialled their own
+// loopback. 4 ranks on two pretend hosts (LOOM_HOST_ID), 2 on each: the child of ranks 0 and 2
+// spans both and listens where its parent does; the child of one host's ranks may use loopback.
+TEST(SplitAcrossHosts, AChildSpanningHostsListensWhereItsParentDoes) {
+  const std::string path = "/tmp/loom-split-file-store-" + std::to_string(::getpid());
+  testing::RunOptions run;
+  run.timeout = std::chrono::seconds(120);
+  testing::run_ranks_raw(
+      4,
+      [&](testing::RankContext& ctx) {
+        ::setenv("LOOM_HOST_ID", ctx.rank < 2 ? "pretend-host-a" : "pretend-host-b", 1);
+        ::setenv("LOCAL_WORLD_SIZE", "2", 1);
+        Options o;
+        o.transport = "tcp";
+        o.timeout = std::chrono::seconds(60);
+        Communicator comm(std::make_shared<FileStore>(path), ctx.rank, ctx.size, o);
+        const std::string parent = tcp_ip(comm.describe());
+        auto across = comm.split(ctx.rank % 2, ctx.rank);  // {0, 2} and {1, 3}: both hosts
+        ASSERT_TRUE(across);
+        EXPECT_EQ(tcp_ip(across->describe()), parent) << across->describe();
+        EXPECT_EQ(sum_over(*across, ctx.rank), ctx.rank % 2 == 0 ? 2 : 4);
+        auto within = comm.split(ctx.rank / 2, ctx.rank);  // {0, 1} and {2, 3}: one host each
+        ASSERT_TRUE(within);
+        EXPECT_EQ(sum_over(*within, 1), 2);
+      },
+      run);
+  std::remove(path.c_str());
+  std::remove((path + ".lock").c_str());
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 # two make a communicator of themselves (Communicator::shrink), agree on the step, share out
 # the rest of the epoch and finish every epoch, reporting the smaller effective batch. Without
 # the option the same death stops the job (loomrun's restart path), as before. Two deaths of 4
-# ranks shrink twice; a frozen rank is left out and stopped by loomrun.
+# ranks shrink twice; a frozen rank is left out and stopped by loomrun; a rank lost inside the
+# recovery makes the survivors shrink again.
 set -u
 loomrun=$1 train=$2
 source "$(dirname "$0")/lib.sh"
@@ -74,6 +75,28 @@ expect frozen "rank 1 was left out by the others' shrink and still ran" \
 expect frozen "going on with 2 of 3 ranks" "no shrink around the frozen rank"
 [ -z "$(find "${TMPDIR:-/tmp}" -maxdepth 1 -name 'loomrun-left-out-*' -newer "$dir/frozen.sh")" ] ||
   fail "loomrun left its folder for left-out workers behind"
+
+# A second failure inside the recovery: rank 3 is killed, and rank 2 kills itself as soon as it
+# says it shrinks, so that it dies a member of the survivors while they agree on the step and
+# move the DDP over (the default model: tens of MB to broadcast). That PeerError ended every
+# survivor; now they shrink again, without rank 2, and finish.
+cat > "$dir/in_recovery.sh" <<'WRAPPER'
+#!/bin/sh
+if [ "$RANK" = 3 ]; then (sleep 3; kill -KILL $$) & fi
+if [ "$RANK" = 2 ]; then
+  (for i in $(seq 3000); do grep -q 'rank 2: .*shrinking' "$WATCH_LOG" && break; sleep 0.02; done
+   kill -KILL $$) &
+fi
+exec "$@"
+WRAPPER
+chmod +x "$dir/in_recovery.sh"
+WATCH_LOG="$dir/in_recovery.log" timeout 120 "$loomrun" --nproc-per-node 4 --on-failure shrink \
+  "$dir/in_recovery.sh" "$train" --batch-size 16 --steps 60 --calibrate-steps 0 \
+  > "$dir/in_recovery.log" 2>&1 || fail "a failure inside the recovery ended the survivors (exit $?)"
+expect in_recovery "shrinking again \(--on-failure shrink\)" \
+  "no second failure inside the recovery (the timing may not suit this machine)"
+expect in_recovery "going on with 2 of 4 ranks" "the survivors did not go on as 2 ranks"
+expect in_recovery "step 60 " "the survivors did not train to the last step"
 
 # The default: the same death stops the others, and loomrun reports the failure.
 "$loomrun" --nproc-per-node 3 "$dir/victim.sh" "$train" "${args[@]}" > "$dir/default.log" 2>&1

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # loom-train on 2 ranks: progress and summary from rank 0 only, a falling loss, compression
-# hooks and accumulation run, --no-ddp alone, and bad flags refused with exit code 2.
+# hooks and accumulation run, --no-ddp alone, bad flags refused with exit code 2, and a FIFO in
+# the snapshot folder refused at once.
 set -u
 loomrun=$1 train=$2
 source "$(dirname "$0")/lib.sh"
@@ -24,6 +25,21 @@ for extra in "--comm-hook fp16" "--comm-hook bf16" "--accumulate 3" "--optimizer
 done
 out=$("$train" --no-ddp "${small[@]}" --steps 20 2>&1) || fail "--no-ddp failed"
 echo "$out" | grep -q "no communication" || fail "--no-ddp should say it does not communicate"
+
+# A FIFO named as the newest snapshot: every rank ends at once with an error naming it (rank 0
+# hung in open(2) for ever, the others in the broadcast).
+folder=$dir/fifo
+mkdir "$folder"
+mkfifo "$folder/snapshot-99999999.loom"
+start=$SECONDS
+out=$(timeout 60 "$loomrun" --nproc-per-node 2 "$train" "${small[@]}" --snapshot "$folder" --steps 20 2>&1)
+rc=$?
+[ "$rc" = 1 ] || fail "a FIFO in the snapshot folder: exit code $rc, not 1 (124: hung)"
+[ $((SECONDS - start)) -lt 30 ] || fail "the FIFO took $((SECONDS - start)) s to be refused"
+for r in 0 1; do
+  echo "$out" | grep -q "^\[$r\] loom-train: resume_from_newest: rank 0: $folder/snapshot-99999999.loom: refused: a FIFO" \
+    || fail "rank $r does not name the FIFO"
+done
 
 for bad in "--layers 10" "--optimizer lbfgs" "--comm-hook zip" "--batch-size 0" "--data csv"; do
   # shellcheck disable=SC2086

@@ -192,6 +192,26 @@ TEST_F(Monitors, ARankThatLeavesOnPurposeIsNotDeclaredFailed) {
   EXPECT_EQ(ranks_[0]->aborts.load(), 0);
 }
 
+// Rank 1 watches rank 2; rank 1 leaves on purpose (its communicator destroyed, its job part
+// done), then rank 2 freezes. Rank 2 had no watcher any more: its freeze went unnoticed until a
+// connection or LOOM_TIMEOUT. Rank 0, which watched rank 1, moves on to rank 2 once rank 1 has
+// left, and finds it.
+TEST_F(Monitors, AFreezeAfterItsWatcherLeftIsStillFound) {
+  HealthMonitor::Settings s;
+  s.heartbeat_timeout = 3s;
+  start(3, s);
+  std::this_thread::sleep_for(1s);
+  stop_rank(1);
+  std::this_thread::sleep_for(2s);  // rank 0 sees rank 1 gone and takes rank 2 over
+  freeze_rank(2);
+  ASSERT_TRUE(failure_seen_by(0)) << "rank 2's freeze went unnoticed once its watcher had left";
+  std::lock_guard lock(ranks_[0]->mu);
+  EXPECT_EQ(ranks_[0]->last.failed, 2);
+  EXPECT_NE(ranks_[0]->last.cause.find("rank 2 on host testhost stopped responding"),
+            std::string::npos)
+      << ranks_[0]->last.cause;
+}
+
 // The store stops answering everyone, and rank 0 hosts it: every other rank finds rank 0 failed
 // on its own (no store to tell them) within the heartbeat timeout and a tick or two.
 TEST_F(Monitors, AStoreThatStopsAnsweringNamesTheRankThatHostsIt) {

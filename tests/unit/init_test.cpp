@@ -32,9 +32,9 @@ class LaunchEnvironment {
     set("WORLD_SIZE", "1");
     set("MASTER_ADDR", master_addr);
     set("MASTER_PORT", std::to_string(port));
-    for (const char* name :
-         {"LOOM_SECRET", "LOOM_SECRET_FILE", "LOOM_STORE_HOSTED", "LOOM_INIT_METHOD",
-          "LOOM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"})
+    for (const char* name : {"LOOM_SECRET", "LOOM_SECRET_FILE", "LOOM_STORE_HOSTED",
+                             "LOOM_INIT_METHOD", "LOOM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT",
+                             "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"})
       set(name, std::nullopt);
   }
   ~LaunchEnvironment() {
@@ -94,6 +94,25 @@ TEST(Init, OptionsSecretGuardsTheStoreRankZeroHosts) {
   float x = 2;
   comm.all_reduce(&x, &x, 1, DataType::f32, ReduceOp::sum);
   EXPECT_EQ(x, 2);
+}
+
+// Two jobs with one secret whose stores took one port meet in one store: their keys must not
+// (each would bump the other's generation counters and take its job token). A job the launcher
+// names keeps its keys under that name.
+TEST(Init, AJobsKeysLieUnderTheNameItsLauncherGives) {
+  const int port = free_port();
+  LaunchEnvironment env("127.0.0.1", port);
+  ::setenv("TORCHELASTIC_RUN_ID", "a", 1);
+  Options options;
+  options.secret = "one secret for two jobs";
+  options.timeout = 20s;
+  Communicator comm = init(options);
+  ::unsetenv("TORCHELASTIC_RUN_ID");
+  TcpStore member("127.0.0.1", static_cast<std::uint16_t>(port), 5s, *options.secret);
+  const std::string named =
+      "loom/job-a/" + store::keys::generation_prefix("", 1) + "/" + store::keys::job_token();
+  EXPECT_EQ(member.check({named, communicator_key(store::keys::job_token())}),
+            (std::vector<bool>{true, false}));
 }
 
 // 192.0.2.1 (TEST-NET-1) is an address of no host here.

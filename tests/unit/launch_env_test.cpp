@@ -152,6 +152,21 @@ Env slurm_job(long long job, int step) {
           {"SLURM_STEP_ID", std::to_string(step)}};
 }
 
+// Two jobs that meet in one store (a port both took, one secret for both) must not touch each
+// other's keys: init() keeps a job's keys under the name its launcher gives it.
+TEST(LaunchEnv, TheJobIsNamedWhereTheLauncherNamesIt) {
+  Env slurm = slurm_job(4242, 3);
+  EXPECT_EQ(detect(slurm).job, "slurm-4242.3");
+  slurm.erase("SLURM_STEP_ID");
+  EXPECT_EQ(detect(slurm).job, "slurm-4242.-");
+  Env torchrun{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}};
+  EXPECT_EQ(detect(torchrun).job, "");
+  torchrun["TORCHELASTIC_RUN_ID"] = "none";  // torchrun's and loomrun's default: no name
+  EXPECT_EQ(detect(torchrun).job, "");
+  torchrun["TORCHELASTIC_RUN_ID"] = "train-7";
+  EXPECT_EQ(detect(torchrun).job, "train-7");
+}
+
 // The port was 20000 + (job * 7 + step) % 20000: job J step 7 and job J+1 step 0 shared it.
 TEST(LaunchEnv, SlurmStorePortsOfNeighbouringJobsAndStepsDiffer) {
   for (long long job : {1LL, 4242LL, 123456LL, 2147483646LL}) {

@@ -55,6 +55,7 @@ TEST(StoreKeys, NoTwoBuildersOrIndicesGiveTheSameKey) {
         add(keys::rendezvous_done(run, round, r), "rendezvous_done");
       }
   }
+  add(keys::launcher_attempt(), "launcher_attempt");
   for (std::uint64_t round = 0; round < 3; ++round) {
     add(keys::shrink_members(round), "shrink_members");
     add(keys::shrink_space(round), "shrink_space");
@@ -94,6 +95,7 @@ TEST(StoreKeys, EveryKeyStartsWithItsComponentsSpaceAndSpacesAreDistinct) {
   EXPECT_TRUE(starts(keys::job_token(), Space::communicator));
   EXPECT_TRUE(starts(keys::shrink_members(0), Space::shrink));
   EXPECT_TRUE(starts(keys::launcher_left_out("a1b2-0-1"), Space::launcher));
+  EXPECT_TRUE(starts(keys::launcher_attempt(), Space::launcher));
 }
 
 }  // namespace

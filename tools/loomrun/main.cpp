@@ -18,6 +18,7 @@
 #include "launch.hpp"
 #include "loom/store.hpp"
 #include "rendezvous.hpp"
+#include "static_attempts.hpp"
 #include "supervisor.hpp"
 
 extern char** environ;
@@ -56,21 +57,49 @@ int run_static(const Args& args, const std::vector<std::string>& base_env) {
   place.master_addr = args.master_addr;
   place.master_port = port;
   place.run_id = args.rdzv_id;
-  for (int attempt = 0;; ++attempt) {
+  // Across nodes with restarts, the nodes agree on the attempt through node 0's store.
+  std::unique_ptr<StaticAttempts> agreed;
+  int attempt = 0;
+  try {
+    if (args.nnodes() > 1 && args.max_restarts > 0) {
+      agreed = std::make_unique<StaticAttempts>(args.master_addr, static_cast<std::uint16_t>(port));
+      attempt = agreed->first();
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loomrun: node 0's store at %s:%d: %s\n", args.master_addr.c_str(), port,
+                 e.what());
+    return 1;
+  }
+  for (;;) {
     place.restart_count = attempt;
     log_round(args, place);
-    const Outcome outcome =
-        run_workers(args.command, worker_specs(args, place, base_env), args.grace_s, args.prefix,
-                    nullptr, args.shrink_on_failure, left_out_lookup(args, place));
-    if (outcome.code == 0 || outcome.interrupted) return outcome.code;
-    if (attempt >= args.max_restarts) {
+    const int running = attempt;
+    const Outcome outcome = run_workers(
+        args.command, worker_specs(args, place, base_env), args.grace_s, args.prefix,
+        [&] { return agreed && agreed->passed(running, args.monitor_interval * 5); },
+        args.shrink_on_failure, left_out_lookup(args, place));
+    if ((outcome.code == 0 && !outcome.stopped) || outcome.interrupted) return outcome.code;
+    const int code = outcome.code != 0 ? outcome.code : 1;
+    try {
+      attempt = agreed ? agreed->after(attempt) : attempt + 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "loomrun: node 0's store: %s; exiting with code %d\n", e.what(), code);
+      return code;
+    }
+    if (attempt > args.max_restarts) {
       if (args.max_restarts > 0)
         std::fprintf(stderr, "loomrun: restarts spent (%d); exiting with code %d\n",
-                     args.max_restarts, outcome.code);
-      return outcome.code;
+                     args.max_restarts, code);
+      return code;
     }
-    std::fprintf(stderr, "loomrun: restarting the workers (%d of %d)\n", attempt + 1,
-                 args.max_restarts);
+    if (outcome.stopped)
+      std::fprintf(stderr,
+                   "loomrun: another node restarted its workers; restarting these in attempt %d "
+                   "(%d of %d)\n",
+                   attempt, attempt, args.max_restarts);
+    else
+      std::fprintf(stderr, "loomrun: restarting the workers (%d of %d)\n", attempt,
+                   args.max_restarts);
   }
 }
 

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "base/local_address.hpp"
+#include "node_line.hpp"
 #include "store/keys.hpp"
 
 namespace loomrun {
@@ -26,6 +27,7 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr auto kHeartbeatEvery = 1s;
+constexpr auto kProbeEvery = 1s;    // poll()'s probes of the store's host
 constexpr auto kProbeTimeout = 3s;  // a store that accepts no connection this long is lost
 // How long an agent at the lost host's address takes to notice the loss and serve the store.
 constexpr auto kSiblingWait = 2 * kProbeTimeout + kHeartbeatEvery;
@@ -83,22 +85,6 @@ std::string this_hostname() {
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0) return "?";
   return name;
-}
-
-// A node's line in a round: "addr nproc previous_round previous_group_rank hostname".
-struct NodeLine {
-  Member member;
-  std::int64_t previous_round = 0;
-  int previous_group_rank = -1;
-};
-NodeLine parse_node(const std::string& line) {
-  NodeLine n;
-  std::istringstream in(line);
-  in >> n.member.addr >> n.member.nproc >> n.previous_round >> n.previous_group_rank >>
-      n.member.host;
-  if (!in || n.member.nproc < 1)
-    throw RendezvousError(fmt::format("rendezvous: malformed node record '{}'", line));
-  return n;
 }
 
 }  // namespace
@@ -269,8 +255,8 @@ std::int64_t Rendezvous::current_round() {
 }
 
 std::string Rendezvous::info_line() const {
-  return fmt::format("{} {} {} {} {}", local_addr_, config_.nproc, last_round_, last_group_rank_,
-                     hostname_);
+  return format_node(
+      NodeLine{Member{local_addr_, config_.nproc, hostname_}, last_round_, last_group_rank_});
 }
 
 Round Rendezvous::next_round(int max_restarts) {
@@ -458,8 +444,13 @@ RoundEnd Rendezvous::poll(const Round& round) {
   const std::string& run = config_.run_id;
   try {
     const auto now = Clock::now();
-    // Before every look: the store's host may be gone, which a connection tells within seconds.
-    require_store_reachable();
+    // The store's host may be gone, which a connection tells within seconds; once a second at
+    // most: each probe is a connection and an authentication (at every --monitor-interval, 10 a
+    // second per node, hundreds of nodes would fill the server's admission).
+    if (now >= next_probe_) {
+      next_probe_ = now + kProbeEvery;
+      require_store_reachable();
+    }
     if (now >= next_beat_) {
       next_beat_ = now + kHeartbeatEvery;
       guarded([&](loom::Store& s) {

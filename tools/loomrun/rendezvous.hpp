@@ -131,6 +131,7 @@ class Rendezvous {
   std::vector<std::int64_t> beats_;
   std::vector<std::chrono::steady_clock::time_point> beat_changed_;
   std::chrono::steady_clock::time_point next_beat_;
+  std::chrono::steady_clock::time_point next_probe_;  // poll()'s next look at the store's host
 };
 
 }  // namespace loomrun

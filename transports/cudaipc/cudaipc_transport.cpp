@@ -10,6 +10,7 @@
 #include "device/cuda_util.hpp"
 #include "device/device.hpp"
 #include "store/keys.hpp"
+#include "transports/await_key.hpp"
 
 namespace loom::transport::cudaipc {
 using device::error_text;
@@ -53,6 +54,7 @@ CudaIpcTransport::CudaIpcTransport(Store& store, int rank, std::uint64_t job_tok
       slot_bytes_(config.cuda_buffer_bytes / static_cast<std::size_t>(config.slots)),
       slots_(static_cast<std::size_t>(config.slots)),
       local_peers_(std::move(local_peers)),
+      pids_(pids),
       control_(store, rank, job_token, control_config(config), std::move(pids),
                store::keys::Space::cudaipc_control) {}
 
@@ -111,8 +113,12 @@ Connection& CudaIpcTransport::connect(int peer, const base::Deadline& deadline,
         "cudaipc: rank {}: connect to rank {} before prepare() or across hosts", rank_, peer));
   // The control FIFO first: it is where a peer that never makes device calls is noticed.
   auto& control = static_cast<shm::ShmConnection&>(control_.connect(peer, deadline, halt));
-  const Bytes handle_bytes = store_.get(store::keys::cudaipc_handle(peer, rank_),
-                                        std::chrono::milliseconds(deadline.remaining_ms(1 << 30)));
+  // Published at the peer's first device call (prepare), which a peer that dies first never
+  // makes: wait as for a connection, watching the halt and the peer's process.
+  const Bytes handle_bytes =
+      await_key(store_, store::keys::cudaipc_handle(peer, rank_), deadline, halt, peer,
+                pids_.at(static_cast<std::size_t>(peer)),
+                fmt::format("cudaipc: rank {} (waiting for rank {}'s device slots)", rank_, peer));
   cudaIpcMemHandle_t handle{};
   if (handle_bytes.size() != sizeof(handle))
     throw PeerError(fmt::format("cudaipc: rank {} with rank {}: malformed IPC handle ({} bytes)",

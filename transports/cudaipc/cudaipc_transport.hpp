@@ -60,6 +60,7 @@ class CudaIpcTransport final : public IpcTransport {
   std::size_t slot_bytes_;
   std::size_t slots_;
   std::vector<bool> local_peers_;
+  std::vector<int> pids_;  // by rank: whose end a wait for a peer's handle watches
   int device_ = -1;
   shm::ShmTransport control_;
   std::map<int, std::byte*> own_;     // receiving slots by peer (cudaMalloc)

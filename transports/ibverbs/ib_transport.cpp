@@ -392,18 +392,15 @@ std::vector<Connection::Region> IbConnection::host_regions() const {
 
 // ---- Transport
 
-IbTransport::IbTransport(Store& store, int rank, const base::Config& config, PortChoice port)
+IbTransport::IbTransport(Store& store, int rank, const base::Config& config, PortChoice port,
+                         std::uint64_t job_token)
     : store_(store),
       rank_(rank),
       secret_(config.secret),
+      job_token_(job_token),
       slot_bytes_(config.buffer_bytes / static_cast<std::size_t>(config.slots)),
       slots_(static_cast<std::size_t>(config.slots)),
       port_(std::move(port)) {
-  // Agreed by every rank before any transport exists (the communicator's first step).
-  const Bytes token = store_.get(store::keys::job_token(), config.timeout);
-  if (token.size() != sizeof(job_token_))
-    throw Error(fmt::format("ibverbs: rank {}: the job token in the store is malformed", rank));
-  std::memcpy(&job_token_, token.data(), sizeof(job_token_));
   int count = 0;
   ibv_device** list = ibv_get_device_list(&count);
   for (int d = 0; list && d < count && !context_; ++d)
@@ -451,8 +448,8 @@ Connection& IbTransport::connect(int peer, const base::Deadline&, const base::Ha
 }
 
 std::unique_ptr<Transport> make_transport(Store& store, int rank, const base::Config& config,
-                                          const PortChoice& port) {
-  return std::make_unique<IbTransport>(store, rank, config, port);
+                                          const PortChoice& port, std::uint64_t job_token) {
+  return std::make_unique<IbTransport>(store, rank, config, port, job_token);
 }
 
 }  // namespace loom::transport::ibverbs

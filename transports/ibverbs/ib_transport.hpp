@@ -110,7 +110,10 @@ class IbConnection final : public Connection {
 class IbTransport final : public Transport {
  public:
   // Opens the port's device; raises Error when it cannot.
-  IbTransport(Store& store, int rank, const base::Config& config, PortChoice port);
+  // job_token: the communicator's own (a child of split or shrink derives its own): with the
+  // secret it seals the connection records.
+  IbTransport(Store& store, int rank, const base::Config& config, PortChoice port,
+              std::uint64_t job_token);
   ~IbTransport() override;
   TransportKind kind_to(int) const override { return TransportKind::ibverbs; }
   Connection& connect(int peer, const base::Deadline& deadline, const base::Halt& halt) override;
@@ -129,9 +132,9 @@ class IbTransport final : public Transport {
   std::map<int, std::unique_ptr<IbConnection>> connections_;
 };
 
-// For the communicator, without the verbs headers: the transport over `port`, or nullptr in a
-// build without libibverbs.
+// For the communicator, without the verbs headers: the transport over `port` for the
+// communicator whose token is `job_token`, or nullptr in a build without libibverbs.
 std::unique_ptr<Transport> make_transport(Store& store, int rank, const base::Config& config,
-                                          const PortChoice& port);
+                                          const PortChoice& port, std::uint64_t job_token);
 
 }  // namespace loom::transport::ibverbs

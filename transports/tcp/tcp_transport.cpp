@@ -16,8 +16,10 @@
 
 #include "base/cpu_cache.hpp"
 #include "base/logging.hpp"
+#include "base/process_memory.hpp"
 #include "base/socket_io.hpp"
 #include "store/keys.hpp"
+#include "transports/await_key.hpp"
 
 namespace loom::transport::tcp {
 namespace {
@@ -139,9 +141,12 @@ Connection& TcpTransport::connect(int peer, const base::Deadline& deadline,
   std::string address;
   std::vector<int> fds;
   if (rank_ < peer) {
-    // Published before the topology exchange that every rank has passed: present already.
-    address = store_.get_string(store::keys::tcp_address(peer),
-                                std::chrono::milliseconds(deadline.remaining_ms(1 << 30)));
+    // A top-level communicator's peers published theirs before the topology exchange, but a
+    // child's (split, shrink) publish while they build it: wait for it as for a connection.
+    const Bytes published =
+        await_key(store_, store::keys::tcp_address(peer), deadline, halt, peer, 0,
+                  fmt::format("tcp: rank {} (waiting for rank {}'s address)", rank_, peer));
+    address.assign(published.begin(), published.end());
     try {
       for (int k = 0; k < n; ++k) fds.push_back(dial(peer, k, address, deadline, halt));
     } catch (...) {
@@ -250,6 +255,15 @@ void TcpTransport::accept_until(int peer, const base::Deadline& deadline, const 
           "tcp connect: rank {} timed out waiting for rank {} to connect (is rank {} alive and in "
           "the same collective?)",
           rank_, peer, peer));
+    // A peer on this host that died before (or while) connecting never will.
+    if (const int pid = static_cast<std::size_t>(peer) < pids_.size()
+                            ? pids_[static_cast<std::size_t>(peer)]
+                            : 0;
+        pid > 0 && !base::process_alive(pid))
+      throw PeerError(fmt::format("tcp connect: rank {} waiting for rank {} to connect: its "
+                                  "process {} is gone (exited or crashed)",
+                                  rank_, peer, pid),
+                      peer);
     poll_handshakes(deadline.remaining_ms(kSetupPollMs), deadline, fds);
   }
 }

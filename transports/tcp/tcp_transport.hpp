@@ -34,6 +34,9 @@ class TcpTransport final : public Transport {
   void abort() override;
   void serve_connecting_peers(int timeout_ms) override;
   const std::string& listen_address() const { return listen_address_; }
+  // By rank, the pid of each peer on this host (0: elsewhere or unknown), once the topology is
+  // known: a wait for a peer to connect ends as soon as its process is gone.
+  void set_peer_pids(std::vector<int> pids) { pids_ = std::move(pids); }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -64,6 +67,7 @@ class TcpTransport final : public Transport {
   Clock::time_point accept_paused_until_{};  // out of descriptors: accept later, do not spin
   Clock::time_point next_warning_{};
   int unreported_warnings_ = 0;
+  std::vector<int> pids_;
 };
 
 // The local IPv4 address to listen on: the interface named by `ifname` (exact name or prefix),

@@ -2,7 +2,12 @@
 // Rank 0 writes them atomically (temporary file, fsync, rename, fsync of the folder) with a
 // CRC32 over the contents, readable by the owner only; at start every rank resumes from the
 // newest snapshot that checks out. Each snapshot names the run that wrote it, so runs may share a
-// folder: a run resumes from and prunes only its own.
+// folder: a run resumes from and prunes only its own. Only this user's regular files, writable by
+// no one else, are read (never through a symbolic link, and a FIFO never blocks): any other file
+// named as a snapshot of the run is an Error naming it. A job claims the run's snapshots in a
+// folder (claim_snapshots) and saves under that claim: a job whose claim a newer one has
+// superseded writes nothing more there, so two jobs never interleave one run's snapshots
+// (docs/reliability.md, "Snapshots").
 #pragma once
 
 #include <cstdint>
@@ -24,6 +29,9 @@ struct TrainingState {
   // goes on from whatever the number of ranks now (DistributedSampler::reshard). 0 in a
   // version 2 snapshot, which did not keep it: count step_in_epoch's samples at the size of then.
   std::uint64_t samples_in_epoch = 0;
+  // The claim (claim_snapshots) this job saves under; a resumed state carries the claim of the
+  // job that wrote the snapshot. 0: none, which any claim supersedes.
+  std::uint64_t fence = 0;
 };
 
 // The run's name: LOOM_RUN_ID, else TORCHELASTIC_RUN_ID (loomrun's or torchrun's --rdzv-id,
@@ -33,14 +41,26 @@ std::string default_run_id();
 
 // Writes dir/snapshot-<run_id>-<global_step>.loom (dir/snapshot-<global_step>.loom for the unnamed
 // run) and removes this run's older snapshots beyond the newest `keep`, and temporary files left
-// by writers that died. Returns the path written, which is never among those removed.
+// by writers that died. Returns the path written, which is never among those removed. Writes
+// nothing and raises Error where the run's snapshots in dir were claimed above state.fence.
 std::string save_snapshot(const std::string& dir, Module& model, Optimizer& optimizer,
                           const TrainingState& state, int keep = 3,
                           const std::string& run_id = default_run_id());
 
-// Every rank: rank 0 finds run_id's newest snapshot in `dir` that is complete, uncorrupted and
-// fits this model (others are skipped with a warning naming them and why), and broadcasts it;
-// every rank loads it into `model` and `optimizer`. nullopt when there is none (a fresh start).
+// Claims run_id's snapshots in dir for this job: returns a fence above every claim taken there
+// before (and above the fence of every snapshot of the run in dir). Save with it in
+// TrainingState::fence; from then on no job that claimed before this one writes there.
+std::uint64_t claim_snapshots(const std::string& dir, const std::string& run_id = default_run_id());
+// Collective: rank 0 claims, every rank returns the fence (any of them may be rank 0 later, after
+// Communicator::shrink). Every rank raises rank 0's error, should it fail.
+std::uint64_t claim_snapshots(Communicator& comm, const std::string& dir,
+                              const std::string& run_id = default_run_id());
+
+// Every rank: the rank whose folder holds run_id's newest snapshot (rank 0 where its does; where
+// another's does, the folders are not shared and a warning says so) finds the newest one that is
+// complete, uncorrupted and fits this model (others are skipped with a warning naming them and
+// why), and broadcasts it; every rank loads it into `model` and `optimizer`. nullopt when there
+// is none (a fresh start). A file refused as above is an Error on every rank.
 std::optional<TrainingState> resume_from_newest(Communicator& comm, const std::string& dir,
                                                 Module& model, Optimizer& optimizer,
                                                 const std::string& run_id = default_run_id());

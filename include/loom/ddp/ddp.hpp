@@ -28,8 +28,10 @@ struct DdpOptions {
   // all-reduce may then read the peers' buckets where they are instead of streaming through the
   // slots (the cost model chooses per call). That memory is the communicator's until it is gone
   // (alloc and free are collective; destroying this object communicates nothing): each DDP
-  // object made on a long-lived communicator adds its buckets' size to it. The gradients move to
-  // memory of their own when this object is destroyed.
+  // object made on a long-lived communicator adds its buckets' size to it. The buckets and the
+  // gradients own that memory (Communicator::alloc_shared): it stays mapped while they need it,
+  // should the communicator go first. The gradients move to memory of their own when this
+  // object is destroyed.
   bool shared_buckets = true;
 };
 
@@ -44,7 +46,8 @@ class DistributedDataParallel {
 
   // Checks that every rank has the same parameter shapes (InvalidArgument naming the first
   // difference, on every rank), broadcasts rank 0's values, and makes each parameter's
-  // gradient a view into its bucket. `module` and `comm` must outlive this object.
+  // gradient a view into its bucket. `module` must outlive this object, and `comm` every call
+  // on it but its destruction (the gradients stay valid when the communicator goes first).
   DistributedDataParallel(Module& module, Communicator& comm, DdpOptions options = {});
   ~DistributedDataParallel();
   DistributedDataParallel(const DistributedDataParallel&) = delete;
@@ -76,9 +79,10 @@ class DistributedDataParallel {
   // After a failure and Communicator::shrink: abandons the pass in flight (every gradient is
   // zeroed, and its optimizer step must not run) and goes on over `comm`, checking the shapes
   // and broadcasting `comm`'s rank 0 parameters as at construction. Gradients are then averaged
-  // over comm.size() ranks. `comm` must outlive this object, and the communicator it leaves
-  // must live until this returns (the buckets may lie in its memory). Should that fail too,
-  // every later call raises InvalidArgument until a continue_on succeeds.
+  // over comm.size() ranks. `comm` must outlive every later call on this object; the
+  // communicator it leaves may be gone already (`comm = comm.shrink(); ddp.continue_on(comm);`):
+  // the buckets own their memory. Should that fail too, every later call raises
+  // InvalidArgument until a continue_on succeeds.
   void continue_on(Communicator& comm);
 
   const std::vector<BucketInfo>& buckets() const;
