@@ -43,8 +43,8 @@ void Waiter::learn(base::Clock::time_point started, bool spun_out) {
 }
 
 void Waiter::note(base::Clock::time_point started, std::uint64_t sleeps) const {
-  engine_.note_wait(
-      std::chrono::duration<double, std::micro>(base::Clock::now() - started).count(), sleeps);
+  engine_.note_wait(std::chrono::duration<double, std::micro>(base::Clock::now() - started).count(),
+                    sleeps);
 }
 
 bool Waiter::spin(int peer, const char* what) {

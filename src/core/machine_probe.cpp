@@ -299,15 +299,46 @@ Loopback loopback(std::chrono::microseconds budget) {
 
 }  // namespace
 
+namespace {
+
+// slice_pipe's trials: 1 MiB through 4 slots in slices of 16 KiB, then of 256 KiB.
+constexpr std::size_t kPipeBytes = std::size_t{1} << 20;
+constexpr std::size_t kPipeSmall = 16 << 10, kPipeLarge = 256 << 10;
+constexpr double kPipeSmallSlices = kPipeBytes / kPipeSmall;
+constexpr double kPipeLargeSlices = kPipeBytes / kPipeLarge;
+
+// The cost of one slice, fitted from the best trials of the small and of the large slices.
+double pipe_slice_us(double small_us, double large_us) {
+  return (small_us - large_us) / (kPipeSmallSlices - kPipeLargeSlices);
+}
+
+// The figures of the best trials; `undisturbed`: the fitted slice cost was plausible.
+SlicePipe fitted_pipe(double small_us, double large_us, bool undisturbed) {
+  SlicePipe p;
+  p.small_best_us = small_us, p.large_best_us = large_us;
+  if (small_us <= 0 || large_us <= 0) return p;
+  // Still disturbed when the grace ran out: the figures are of the sharing, not of the ring, and
+  // steered a whole job (2-8 ranks on 2 cores: 7-20% of launches fitted 27 us a slice against
+  // 1.6 and 6 GB/s against 19, and recursive doubling then ran 1.5x slower than the ring at
+  // 512 KiB-1 MiB). The model keeps the figures built from the other parts.
+  if (!undisturbed) return p;
+  const double slice_us = pipe_slice_us(small_us, large_us);
+  const double bytes_us = large_us - kPipeLargeSlices * slice_us;
+  if (bytes_us <= 0) return p;
+  p.slice_us = slice_us;
+  p.gbps = static_cast<double>(kPipeBytes) / bytes_us / 1e3;
+  return p;
+}
+
+}  // namespace
+
 // The shared-memory ring's work at 2 ranks. Its fit gives the cost of one slice (two hand-overs
 // and a slot's bookkeeping) and of one byte (copied in, then reduced on the other core, through
 // the shared cache) as the transport pays them; the hand-over and copy probes see neither cache
 // lines crossing cores nor the slot's overheads.
 SlicePipe slice_pipe(std::chrono::microseconds budget, std::chrono::microseconds grace,
                      double disturbed_us) {
-  constexpr std::size_t kBytes = std::size_t{1} << 20;
-  constexpr std::size_t kSmall = 16 << 10, kLarge = 256 << 10;
-  constexpr double kSmallSlices = kBytes / kSmall, kLargeSlices = kBytes / kLarge;
+  constexpr std::size_t kBytes = kPipeBytes, kSmall = kPipeSmall, kLarge = kPipeLarge;
   constexpr std::size_t kSlots = 4;
   struct alignas(64) Counter {
     std::atomic<std::uint64_t> value{0};
@@ -399,8 +430,10 @@ SlicePipe slice_pipe(std::chrono::microseconds budget, std::chrono::microseconds
   // A fit of 0 or less (the small slices' best trial no slower than the large ones') is noise,
   // not a cost: under sanitizers and a loaded host it read as 0.01 us a slice.
   double small_us = 0, large_us = 0;
-  const auto fit_slice_us = [&] { return (small_us - large_us) / (kSmallSlices - kLargeSlices); };
-  const auto fitted = [&] { return fit_slice_us() > 0 && fit_slice_us() <= disturbed_us; };
+  const auto fitted = [&] {
+    const double slice_us = pipe_slice_us(small_us, large_us);
+    return slice_us > 0 && slice_us <= disturbed_us;
+  };
   const auto start = Clock::now();
   for (int i = 0; i < 400; ++i) {
     const auto now = Clock::now();
@@ -416,19 +449,7 @@ SlicePipe slice_pipe(std::chrono::microseconds budget, std::chrono::microseconds
   stop.store(true);
   trial.value.store(trial.value.load() + 1, std::memory_order_release);
   echo.join();
-  SlicePipe p;
-  p.small_best_us = small_us, p.large_best_us = large_us;
-  if (small_us <= 0 || large_us <= 0) return p;
-  // Still disturbed when the grace ran out: the figures are of the sharing, not of the ring, and
-  // steered a whole job (2-8 ranks on 2 cores: 7-20% of launches fitted 27 us a slice against
-  // 1.6 and 6 GB/s against 19, and recursive doubling then ran 1.5x slower than the ring at
-  // 512 KiB-1 MiB). The model keeps the figures built from the other parts.
-  if (!fitted()) return p;
-  const double bytes_us = large_us - kLargeSlices * fit_slice_us();
-  if (bytes_us <= 0) return p;
-  p.slice_us = fit_slice_us();
-  p.gbps = static_cast<double>(kBytes) / bytes_us / 1e3;
-  return p;
+  return fitted_pipe(small_us, large_us, fitted());
 }
 
 algorithms::MachineRates probe_machine(std::chrono::microseconds budget, bool tcp_loopback) {

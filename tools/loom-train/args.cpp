@@ -94,6 +94,31 @@ bool on_failure(const std::string& v, const char* source) {
   usage(2);
 }
 
+CommHook comm_hook(const std::string& h) {
+  if (h == "none") return CommHook::none;
+  if (h == "fp16") return CommHook::fp16;
+  if (h == "bf16") return CommHook::bf16;
+  std::fprintf(stderr, "loom-train: --comm-hook: '%s' is not none, fp16 or bf16\n", h.c_str());
+  usage(2);
+}
+
+// The checks of values that each option's parse alone cannot make.
+void check(const Args& a) {
+  if (a.optimizer != "sgd" && a.optimizer != "adamw") {
+    std::fprintf(stderr, "loom-train: --optimizer: '%s' is not sgd or adamw\n",
+                 a.optimizer.c_str());
+    usage(2);
+  }
+  if (a.eval_fraction <= 0 || a.eval_fraction >= 1) {
+    std::fprintf(stderr, "loom-train: --eval-fraction must be above 0 and below 1\n");
+    usage(2);
+  }
+  if (a.batch_size == 0) {
+    std::fprintf(stderr, "loom-train: --batch-size must be at least 1\n");
+    usage(2);
+  }
+}
+
 }  // namespace
 
 Args parse(int argc, char** argv) {
@@ -154,20 +179,9 @@ Args parse(int argc, char** argv) {
       a.bucket_cap_mb = number(i);
     else if (f == "--first-bucket-mb")
       a.first_bucket_mb = number(i);
-    else if (f == "--comm-hook") {
-      const std::string h = value(i);
-      if (h == "none")
-        a.hook = CommHook::none;
-      else if (h == "fp16")
-        a.hook = CommHook::fp16;
-      else if (h == "bf16")
-        a.hook = CommHook::bf16;
-      else {
-        std::fprintf(stderr, "loom-train: --comm-hook: '%s' is not none, fp16 or bf16\n",
-                     h.c_str());
-        usage(2);
-      }
-    } else if (f == "--private-buckets")
+    else if (f == "--comm-hook")
+      a.hook = comm_hook(value(i));
+    else if (f == "--private-buckets")
       a.shared_buckets = false;
     else if (f == "--accumulate")
       a.accumulate = std::max<std::size_t>(1, count(i));
@@ -202,19 +216,7 @@ Args parse(int argc, char** argv) {
       usage(2);
     }
   }
-  if (a.optimizer != "sgd" && a.optimizer != "adamw") {
-    std::fprintf(stderr, "loom-train: --optimizer: '%s' is not sgd or adamw\n",
-                 a.optimizer.c_str());
-    usage(2);
-  }
-  if (a.eval_fraction <= 0 || a.eval_fraction >= 1) {
-    std::fprintf(stderr, "loom-train: --eval-fraction must be above 0 and below 1\n");
-    usage(2);
-  }
-  if (a.batch_size == 0) {
-    std::fprintf(stderr, "loom-train: --batch-size must be at least 1\n");
-    usage(2);
-  }
+  check(a);
   return a;
 }
 

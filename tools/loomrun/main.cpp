@@ -111,7 +111,8 @@ int stopped_at_rendezvous(const RendezvousStopped& e) {
   return 128 + sig;
 }
 
-int run_dynamic(const Args& args, const std::vector<std::string>& base_env) {
+// The rendezvous settings loomrun's options give.
+RendezvousConfig rendezvous_config(const Args& args) {
   RendezvousConfig config;
   config.run_id = args.standalone ? "standalone-" + random_hex(8) : args.rdzv_id;
   config.min_nodes = args.min_nodes;
@@ -127,6 +128,11 @@ int run_dynamic(const Args& args, const std::vector<std::string>& base_env) {
   config.exit_barrier_timeout = args.exit_barrier_timeout;
   config.poll_interval = std::min(args.monitor_interval, std::chrono::milliseconds(100));
   config.stop_requested = [] { return received_signal() != 0; };
+  return config;
+}
+
+int run_dynamic(const Args& args, const std::vector<std::string>& base_env) {
+  const RendezvousConfig config = rendezvous_config(args);
   std::unique_ptr<Rendezvous> rdzv;
   try {
     rdzv = std::make_unique<Rendezvous>(config);

@@ -286,6 +286,42 @@ Round Rendezvous::next_round(int max_restarts) {
   }
 }
 
+// Waits for round `round` to close and returns its size: any node may close it, the first to do
+// so decides the size.
+int Rendezvous::wait_until_closed(std::int64_t round) {
+  const std::string& run = config_.run_id;
+  std::optional<Clock::time_point> enough_since;
+  const auto deadline = Clock::now() + config_.join_timeout;
+  for (;;) {
+    const auto closed_key = keys::rendezvous_closed(run, round);
+    if (guarded([&](loom::Store& s) { return exists(s, closed_key); })) {
+      return static_cast<int>(to_int(
+          guarded([&](loom::Store& s) { return text(s.get(closed_key, config_.read_timeout)); }),
+          "the round's size"));
+    }
+    // While the previous round runs, nodes that arrive wait for its members.
+    const bool may_close = round == 1 || guarded([&](loom::Store& s) {
+                             return exists(s, keys::rendezvous_outcome(run, round - 1));
+                           });
+    const auto count =
+        guarded([&](loom::Store& s) { return s.add(keys::rendezvous_joined(run, round), 0); });
+    if (may_close && count >= config_.min_nodes) {
+      if (!enough_since) enough_since = Clock::now();
+      if (count >= config_.max_nodes || Clock::now() - *enough_since >= config_.last_call_timeout)
+        guarded([&](loom::Store& s) {
+          settle(s, closed_key, std::to_string(std::min<long long>(count, config_.max_nodes)));
+        });
+    } else if (Clock::now() > deadline) {
+      throw RendezvousError(fmt::format(
+          "rendezvous: round {} of run '{}' did not close within join_timeout ({} of {}:{} nodes "
+          "joined)",
+          round, run, count, config_.min_nodes, config_.max_nodes));
+    }
+    stop_if_requested("the round to close");
+    std::this_thread::sleep_for(config_.poll_interval);
+  }
+}
+
 std::optional<Round> Rendezvous::join_round(std::int64_t round, int max_restarts) {
   const std::string& run = config_.run_id;
   const bool continuing = last_round_ > 0 && last_round_ == round - 1;
@@ -327,39 +363,7 @@ std::optional<Round> Rendezvous::join_round(std::int64_t round, int max_restarts
       guarded([&](loom::Store& s) { return s.add(keys::rendezvous_joined(run, round), 1); }) - 1);
   guarded([&](loom::Store& s) { s.set(keys::rendezvous_node(run, round, arrival), info_line()); });
 
-  // Wait for the round to close; any node may close it, the first to do so decides its size.
-  std::optional<Clock::time_point> enough_since;
-  const auto deadline = Clock::now() + config_.join_timeout;
-  int closed = 0;
-  for (;;) {
-    const auto closed_key = keys::rendezvous_closed(run, round);
-    if (guarded([&](loom::Store& s) { return exists(s, closed_key); })) {
-      closed = static_cast<int>(to_int(
-          guarded([&](loom::Store& s) { return text(s.get(closed_key, config_.read_timeout)); }),
-          "the round's size"));
-      break;
-    }
-    // While the previous round runs, nodes that arrive wait for its members.
-    const bool may_close = round == 1 || guarded([&](loom::Store& s) {
-                             return exists(s, keys::rendezvous_outcome(run, round - 1));
-                           });
-    const auto count =
-        guarded([&](loom::Store& s) { return s.add(keys::rendezvous_joined(run, round), 0); });
-    if (may_close && count >= config_.min_nodes) {
-      if (!enough_since) enough_since = Clock::now();
-      if (count >= config_.max_nodes || Clock::now() - *enough_since >= config_.last_call_timeout)
-        guarded([&](loom::Store& s) {
-          settle(s, closed_key, std::to_string(std::min<long long>(count, config_.max_nodes)));
-        });
-    } else if (Clock::now() > deadline) {
-      throw RendezvousError(fmt::format(
-          "rendezvous: round {} of run '{}' did not close within join_timeout ({} of {}:{} nodes "
-          "joined)",
-          round, run, count, config_.min_nodes, config_.max_nodes));
-    }
-    stop_if_requested("the round to close");
-    std::this_thread::sleep_for(config_.poll_interval);
-  }
+  const int closed = wait_until_closed(round);
   if (arrival >= closed) {  // too late for this round: wait for the next
     guarded([&](loom::Store& s) {
       s.compare_set(keys::rendezvous_round(run), bytes(std::to_string(round)),

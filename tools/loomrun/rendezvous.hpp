@@ -110,6 +110,7 @@ class Rendezvous {
   bool try_join(const std::string& addr, int port, std::chrono::milliseconds timeout);
   void seed();
   std::optional<Round> join_round(std::int64_t round, int max_restarts);
+  int wait_until_closed(std::int64_t round);
   std::int64_t current_round();
   std::string info_line() const;
   // Whether member g's heartbeat has not moved for keep_alive_timeout (reads it once).

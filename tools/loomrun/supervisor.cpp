@@ -158,17 +158,13 @@ pid_t start_worker(char* const* argv, char* const* envp, const cpu_set_t* cpus, 
   return pid;
 }
 
-Outcome run_workers_impl(const std::vector<std::string>& command,
-                         const std::vector<WorkerSpec>& specs, double grace_s, bool prefix,
-                         const std::function<bool()>& should_stop, bool others_go_on,
-                         const LeftOutLookup& left_out_in_store) {
-  std::vector<Worker> workers;
-  std::optional<int> failure;  // the first failing worker's exit code
-  int failed_rank = -1;
-  int last_code = 0, last_rank = -1;  // the last worker to end (others_go_on)
-  bool stopped = false;
-  std::optional<LeftOutDir> left_out_dir;
-  if (others_go_on) left_out_dir.emplace();
+// Starts a worker for each spec, into `workers`. A worker that cannot be started ends the
+// launch: its rank goes to `failed_rank` and the result is exit code 1 (those started are
+// stopped by the caller).
+std::optional<int> start_workers(const std::vector<std::string>& command,
+                                 const std::vector<WorkerSpec>& specs,
+                                 const std::optional<LeftOutDir>& left_out_dir,
+                                 std::vector<Worker>& workers, int& failed_rank) {
   for (const WorkerSpec& spec : specs) {
     Worker w;
     w.rank = spec.rank;
@@ -198,9 +194,8 @@ Outcome run_workers_impl(const std::vector<std::string>& command,
                    w.rank, step, std::strerror(errno));
       for (int fd : {out[0], out[1], err[0], err[1]})
         if (fd >= 0) close(fd);
-      failure = 1;
       failed_rank = w.rank;
-      break;
+      return 1;
     }
     close(out[1]);
     close(err[1]);
@@ -209,6 +204,82 @@ Outcome run_workers_impl(const std::vector<std::string>& command,
     w.err = {err[0], stderr, {}};
     workers.push_back(std::move(w));
   }
+  return std::nullopt;
+}
+
+// Waits up to 50 ms for output from the workers and passes on every whole line; a pipe that
+// ends is flushed and closed.
+void pump_output(std::vector<Worker>& workers, bool prefix) {
+  std::vector<pollfd> fds;
+  std::vector<OutputStream*> streams;
+  std::vector<int> ranks;
+  for (auto& w : workers)
+    for (OutputStream* s : {&w.out, &w.err})
+      if (s->fd >= 0) {
+        fds.push_back({s->fd, POLLIN, 0});
+        streams.push_back(s);
+        ranks.push_back(w.rank);
+      }
+  ::poll(fds.data(), fds.size(), 50);
+  for (std::size_t i = 0; i < fds.size(); ++i) {
+    if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    char buf[65536];
+    ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+    if (n > 0) {
+      streams[i]->pending.append(buf, static_cast<std::size_t>(n));
+      flush_lines(*streams[i], ranks[i], prefix, false);
+    } else if (n == 0 || errno != EINTR) {
+      flush_lines(*streams[i], ranks[i], prefix, true);
+      close(streams[i]->fd);
+      streams[i]->fd = -1;
+    }
+  }
+}
+
+// Workers the survivors' shrink left out, named by pid (this node's folder) or by rank (the
+// store): each still running `grace_s` after it was named is killed.
+void stop_left_out(std::vector<Worker>& workers, std::optional<LeftOutDir>& left_out_dir,
+                   bool others_go_on, const LeftOutLookup& left_out_in_store, double grace_s) {
+  const auto now = std::chrono::steady_clock::now();
+  const auto leave_at = now + std::chrono::milliseconds(static_cast<long long>(grace_s * 1000));
+  auto name = [&](Worker& w) {
+    if (!w.exit_code && !w.left_out && !w.leave_at) w.leave_at = leave_at;
+  };
+  if (left_out_dir)
+    for (pid_t pid : left_out_dir->take_names()) {
+      // The worker itself, or a process it started (its group: a wrapper that did not exec).
+      const pid_t group = ::getpgid(pid);
+      for (auto& w : workers)
+        if (w.pid == pid || w.pid == group) name(w);
+    }
+  if (others_go_on && left_out_in_store)
+    for (int rank : left_out_in_store())
+      for (auto& w : workers)
+        if (w.rank == rank) name(w);
+  for (auto& w : workers) {
+    // One that ended since the look above ends as itself.
+    if (!w.leave_at || now < *w.leave_at || w.exit_code || w.left_out || ended(w)) continue;
+    std::fprintf(stderr,
+                 "loomrun: rank %d was left out by the others' shrink and still ran %.0f s "
+                 "later (frozen, or too late to join); stopping it\n",
+                 w.rank, grace_s);
+    w.left_out = true;
+    kill(-w.pid, SIGKILL);
+  }
+}
+
+Outcome run_workers_impl(const std::vector<std::string>& command,
+                         const std::vector<WorkerSpec>& specs, double grace_s, bool prefix,
+                         const std::function<bool()>& should_stop, bool others_go_on,
+                         const LeftOutLookup& left_out_in_store) {
+  std::vector<Worker> workers;
+  std::optional<int> failure;  // the first failing worker's exit code
+  int failed_rank = -1;
+  int last_code = 0, last_rank = -1;  // the last worker to end (others_go_on)
+  bool stopped = false;
+  std::optional<LeftOutDir> left_out_dir;
+  if (others_go_on) left_out_dir.emplace();
+  failure = start_workers(command, specs, left_out_dir, workers, failed_rank);
 
   std::optional<std::chrono::steady_clock::time_point> kill_at;
   // Signals go to each worker's process group, which outlives the worker when it left children.
@@ -224,30 +295,7 @@ Outcome run_workers_impl(const std::vector<std::string>& command,
   std::optional<std::chrono::steady_clock::time_point> all_exited_at;
 
   for (;;) {
-    std::vector<pollfd> fds;
-    std::vector<OutputStream*> streams;
-    std::vector<int> ranks;
-    for (auto& w : workers)
-      for (OutputStream* s : {&w.out, &w.err})
-        if (s->fd >= 0) {
-          fds.push_back({s->fd, POLLIN, 0});
-          streams.push_back(s);
-          ranks.push_back(w.rank);
-        }
-    ::poll(fds.data(), fds.size(), 50);
-    for (std::size_t i = 0; i < fds.size(); ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      char buf[65536];
-      ssize_t n = read(fds[i].fd, buf, sizeof(buf));
-      if (n > 0) {
-        streams[i]->pending.append(buf, static_cast<std::size_t>(n));
-        flush_lines(*streams[i], ranks[i], prefix, false);
-      } else if (n == 0 || errno != EINTR) {
-        flush_lines(*streams[i], ranks[i], prefix, true);
-        close(streams[i]->fd);
-        streams[i]->fd = -1;
-      }
-    }
+    pump_output(workers, prefix);
     for (auto& w : workers) {
       if (w.exit_code) continue;
       w.exit_code = ended(w);
@@ -267,33 +315,7 @@ Outcome run_workers_impl(const std::vector<std::string>& command,
         begin_stopping();
       }
     }
-    // Workers the survivors left out: named by pid (this node's folder) or by rank (the store).
-    const auto now = std::chrono::steady_clock::now();
-    const auto leave_at = now + std::chrono::milliseconds(static_cast<long long>(grace_s * 1000));
-    auto name = [&](Worker& w) {
-      if (!w.exit_code && !w.left_out && !w.leave_at) w.leave_at = leave_at;
-    };
-    if (left_out_dir)
-      for (pid_t pid : left_out_dir->take_names()) {
-        // The worker itself, or a process it started (its group: a wrapper that did not exec).
-        const pid_t group = ::getpgid(pid);
-        for (auto& w : workers)
-          if (w.pid == pid || w.pid == group) name(w);
-      }
-    if (others_go_on && left_out_in_store)
-      for (int rank : left_out_in_store())
-        for (auto& w : workers)
-          if (w.rank == rank) name(w);
-    for (auto& w : workers) {
-      // One that ended since the look above ends as itself.
-      if (!w.leave_at || now < *w.leave_at || w.exit_code || w.left_out || ended(w)) continue;
-      std::fprintf(stderr,
-                   "loomrun: rank %d was left out by the others' shrink and still ran %.0f s "
-                   "later (frozen, or too late to join); stopping it\n",
-                   w.rank, grace_s);
-      w.left_out = true;
-      kill(-w.pid, SIGKILL);
-    }
+    stop_left_out(workers, left_out_dir, others_go_on, left_out_in_store, grace_s);
     if (!kill_at && should_stop && should_stop()) {
       stopped = true;
       begin_stopping();
