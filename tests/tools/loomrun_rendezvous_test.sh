@@ -158,7 +158,7 @@ stopped_waiting TERM 143 alone.log "${pids[0]}"
 # A node whose endpoint does not answer (nothing listens there).
 "$loomrun" --nnodes 2 --rdzv-endpoint "127.0.0.2:$(free_port)" --rdzv-id nobody true > "$dir/nobody.log" 2>&1 &
 pids=($!)
-sleep 1
+sleep 2  # started and trying the endpoint, on a loaded host too
 stopped_waiting INT 130 nobody.log "${pids[0]}"
 # At the exit barrier: A's worker has finished, B's still runs.
 port=$(free_port)
@@ -169,7 +169,7 @@ for n in A B; do
   pids+=($!)
 done
 wait_for 30 "[ -e '$dir/barrier-done' ]" || fail "the exit-barrier pair did not meet"
-sleep 1  # A's loomrun sees its worker end within --monitor-interval (0.1 s)
+sleep 2  # A's loomrun sees its worker end within --monitor-interval (0.1 s), on a loaded host too
 stopped_waiting HUP 129 barrierA.log "${pids[0]}"
 grep -q "exit barrier" "$dir/barrierA.log" || fail "A was not at the exit barrier: $(tail -2 "$dir/barrierA.log")"
 kill "${pids[1]}"; wait "${pids[1]}"
