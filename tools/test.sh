@@ -49,9 +49,14 @@ case "$sanitize" in
   thread)
     build=build-tsan type=RelWithDebInfo
     # TSan checks the threaded parts: Work and the worker thread, abort from another thread, the
-    # health monitor, the store server and clients, DDP's overlapped buckets.
-    ctest_filter=(-L "unit|multiproc|fault" -R "^(StoreServer|StoreAuth|Stores|Async|Config|Init|Fault|Lifecycle|BadInput|Monitors|Auth|Ddp|FrozenRank|FileStoreFile|TcpConnect|SecretFile|HandshakeAdmission)[./]")
-    targets=(--target unit_tests multiproc_tests fault_tests ddp_multiproc_tests init_tests)
+    # health monitor, the store server and clients, DDP's overlapped buckets; split, shrink and
+    # their children; point-to-point batches; the shared windows and single-copy all-to-all; the
+    # shared-memory transport; kills, the teardown drill; the collective matrix with the model's
+    # choice at every world size (but the mega-element counts: 3 minutes under TSan, the same
+    # threads as the others). What it leaves out, and why, is in docs/testing.md.
+    ctest_filter=(-L "unit|multiproc|fault" -R "^(StoreServer|StoreAuth|Stores|Async|Config|Init|Fault|Lifecycle|BadInput|Monitors|Auth|Ddp|FrozenRank|FileStoreFile|TcpConnect|SecretFile|HandshakeAdmission|ShrinkMembership|Split[A-Za-z]*|CreateGroup|SetTimeout|ChildCommunicator|KilledRank|Cases|Kinds|Drill|DataPort|AwaitKey|Waiter|Transports|PointToPoint|SharedMemory|SharedWindows|Windows|HostWindows|SingleCopyAllToAll|OneCopy|TcpCallerMemory|SpinBudget|WorldSizes/Split|WorldSizes/Collectives\.Every[A-Za-z]+/[a-z]+_world[0-9]+_auto|WorldSizes/MoreCollectives\.[A-Za-z]+/[a-z]+_world[0-9]+_auto)[ ./]")
+    targets=(--target unit_tests transport_unit_tests multiproc_tests fault_tests ddp_multiproc_tests
+             init_tests)
     cuda=OFF  # none of these tests runs a GPU path, so there are no kernels to compile
     export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
     ;;

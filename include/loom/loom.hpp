@@ -103,9 +103,6 @@ class LOOM_API StoreError : public Error {
  public:
   explicit StoreError(const std::string& what) : Error(what, ErrorKind::store) {}
 };
-// The same error with `context` in front of its message ("all_reduce #3 (f32 x 8, sum): "),
-// unless the message starts with it already.
-[[noreturn]] void rethrow_with_context(const Error& error, const std::string& context);
 
 // ---- Options ------------------------------------------------------------------------------------
 // Every field left unset takes its value from the LOOM_* environment, then from the default.

@@ -1,4 +1,4 @@
-#include "loom/loom.hpp"
+#include "base/errors.hpp"
 
 namespace loom {
 

@@ -13,6 +13,7 @@
 #include <system_error>
 
 #include "base/config.hpp"
+#include "base/errors.hpp"
 #include "base/local_address.hpp"
 #include "base/logging.hpp"
 #include "core/communicator_impl.hpp"

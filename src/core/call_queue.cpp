@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "algorithms/algorithms.hpp"
+#include "base/errors.hpp"
 #include "core/communicator_impl.hpp"
 #include "loom/trace.hpp"
 

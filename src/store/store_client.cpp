@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "base/auth.hpp"
+#include "base/errors.hpp"
 #include "base/socket_io.hpp"
 #include "base/tcp_connect.hpp"
 #include "base/wire.hpp"
