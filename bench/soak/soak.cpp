@@ -120,6 +120,33 @@ std::uint64_t step_once(Communicator& comm, std::uint64_t seed, std::uint64_t st
   }
 }
 
+// The survivors shrink, then go on from the furthest step any of them reached. A rank lost while
+// they do (after the shrink stood) makes them shrink again from the newest communicator, up to
+// once per rank there was, as loom-train does: a worker that gave up instead left a frozen rank,
+// which no survivor then named, running under loomrun for ever. False when this rank cannot go
+// on.
+bool shrink_and_agree(std::optional<Communicator>& comm, std::uint64_t& step, Counters& c,
+                      int first_rank) {
+  const int before = comm->size();
+  for (int tries = 1;; ++tries) {
+    bool shrunk = false;
+    try {
+      comm.emplace(comm->shrink(std::chrono::seconds(20)));
+      shrunk = true;
+      ++c.shrinks;
+      comm->all_reduce(&step, 1, DataType::u64, ReduceOp::max);
+      return true;
+    } catch (const loom::Error& again) {
+      ++c.failures;
+      std::printf("soak: rank %d failure: %s (while shrinking)\n", first_rank, again.what());
+      std::fflush(stdout);
+      const bool lost_meanwhile =
+          again.kind() == loom::ErrorKind::peer || again.kind() == loom::ErrorKind::timeout;
+      if (!shrunk || !lost_meanwhile || tries >= before) return false;
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -162,16 +189,7 @@ int main(int argc, char** argv) {
       ++c.failures;
       std::printf("soak: rank %d failure: %s\n", first_rank, e.what());
       std::fflush(stdout);
-      if (!shrink) return 1;
-      try {
-        comm.emplace(comm->shrink(std::chrono::seconds(20)));
-        ++c.shrinks;
-        // The survivors may have reached different steps: they go on from the furthest.
-        comm->all_reduce(&step, 1, DataType::u64, ReduceOp::max);
-      } catch (const loom::Error& again) {
-        std::printf("soak: rank %d failure: %s (while shrinking)\n", first_rank, again.what());
-        return 1;
-      }
+      if (!shrink || !shrink_and_agree(comm, step, c, first_rank)) return 1;
     }
   }
   std::printf("soak: rank %d done steps %llu ops %llu wrong %llu failures %llu shrinks %llu\n",
