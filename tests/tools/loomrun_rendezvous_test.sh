@@ -132,7 +132,11 @@ done
 three_agents 1:3
 kill -9 "${pids[0]}" "${pids[1]}"
 start=$SECONDS
-survivors_finish 25 "${pids[2]}"
+# Noticing takes up to 4 s and the wait for a sibling at the lost address 10 s: 20 s leaves room
+# for a loaded host and none for the read timeout (30 s).
+wait_for 20 "grep -q 'this node (127.0.0.2) took it over' '$dir/agentC.log'" ||
+  fail "C did not take the store over within 20 s of losing the host's machine"
+survivors_finish 40 "${pids[2]}"
 pids=()
 grep -q "this node (127.0.0.2) took it over on port $port" "$dir/agentC.log" ||
   fail "C did not take the store over when the host's machine was lost"

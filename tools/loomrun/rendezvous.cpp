@@ -29,8 +29,11 @@ namespace {
 constexpr auto kHeartbeatEvery = 1s;
 constexpr auto kProbeEvery = 1s;    // poll()'s probes of the store's host
 constexpr auto kProbeTimeout = 3s;  // a store that accepts no connection this long is lost
-// How long an agent at the lost host's address takes to notice the loss and serve the store.
-constexpr auto kSiblingWait = 2 * kProbeTimeout + kHeartbeatEvery;
+// How long an agent at the lost host's address may take to notice the loss and serve the store:
+// a probe's interval and timeout to notice, against the other node's own noticing as early as a
+// probe's timeout, and the hosting, with a second of each to spare on a loaded host (7 s split
+// the store in two under load: the other node took over beside the sibling).
+constexpr auto kSiblingWait = 2 * kProbeTimeout + 2 * kProbeEvery + 2 * kHeartbeatEvery;
 
 loom::Bytes bytes(const std::string& s) {
   return loom::Bytes(s.begin(), s.end());
@@ -448,13 +451,15 @@ RoundEnd Rendezvous::poll(const Round& round) {
   const std::string& run = config_.run_id;
   try {
     const auto now = Clock::now();
-    // The store's host may be gone, which a connection tells within seconds; once a second at
-    // most: each probe is a connection and an authentication (at every --monitor-interval, 10 a
-    // second per node, hundreds of nodes would fill the server's admission).
-    if (now >= next_probe_) {
-      next_probe_ = now + kProbeEvery;
-      require_store_reachable();
-    }
+    // Once a second at most, and the probe first. The store's host may be gone, which a new
+    // connection tells within seconds (each is a connection and an authentication: at every
+    // --monitor-interval, 10 a second per node, hundreds of nodes would fill the server's
+    // admission). A call on the store's own connection made between probes would, once the host
+    // is gone, try to reconnect for the read timeout (30 s) before the loss is seen: the other
+    // nodes then took the store over without this one.
+    if (now < next_probe_) return RoundEnd::running;
+    next_probe_ = now + kProbeEvery;
+    require_store_reachable();
     if (now >= next_beat_) {
       next_beat_ = now + kHeartbeatEvery;
       guarded([&](loom::Store& s) {
