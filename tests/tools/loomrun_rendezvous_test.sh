@@ -95,7 +95,8 @@ WORKER
 agent() {  # NAME NNODES [loomrun options]
   local name=$1 nnodes=$2; shift 2
   "$loomrun" --nnodes "$nnodes" --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "hostlost$port" --max-restarts 1 \
-    --rdzv-conf last_call_timeout=1,keep_alive_timeout=10 --grace 1 "$@" sh "$dir/worker.sh" "$name" \
+    --rdzv-conf last_call_timeout=1,keep_alive_timeout=10,read_timeout=60 --grace 1 "$@" \
+    sh "$dir/worker.sh" "$name" \
     > "$dir/agent$name.log" 2>&1 &
   pids+=($!)
 }
@@ -132,10 +133,10 @@ done
 three_agents 1:3
 kill -9 "${pids[0]}" "${pids[1]}"
 start=$SECONDS
-# Noticing takes up to 4 s and the wait for a sibling at the lost address 10 s: 20 s leaves room
-# for a loaded host and none for the read timeout (30 s).
-wait_for 20 "grep -q 'this node (127.0.0.2) took it over' '$dir/agentC.log'" ||
-  fail "C did not take the store over within 20 s of losing the host's machine"
+# Noticing takes up to 4 s and the wait for a sibling at the lost address 10 s: 30 s leaves room
+# for a loaded host and none for the read timeout (60 s here).
+wait_for 30 "grep -q 'this node (127.0.0.2) took it over' '$dir/agentC.log'" ||
+  fail "C did not take the store over within 30 s of losing the host's machine"
 survivors_finish 40 "${pids[2]}"
 pids=()
 grep -q "this node (127.0.0.2) took it over on port $port" "$dir/agentC.log" ||

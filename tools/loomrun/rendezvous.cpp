@@ -177,7 +177,10 @@ bool Rendezvous::try_join(const std::string& addr, int port, std::chrono::millis
       if (Clock::now() > deadline) return false;
       std::this_thread::sleep_for(config_.poll_interval);
     }
-    store_ = std::move(store);
+    // Calls go on a connection whose refused reconnection fails at once: a host that dies between
+    // poll()'s probes is then lost at the next call, not after read_timeout of retries (the other
+    // nodes would take the store over without this one).
+    store_ = store->clone_bounded(config_.read_timeout);
   } catch (const loom::Error&) {
     return false;
   }
