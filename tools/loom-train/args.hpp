@@ -41,9 +41,8 @@ struct Args {
   double shrink_timeout_s = 30;
 };
 
-// Prints the usage (to stdout for code 0, else to stderr) and exits with `code`.
-[[noreturn]] void usage(int code);
-// The arguments, or usage(2) on anything it does not accept.
+// The arguments; --help prints the help and exits 0, anything it does not accept exits 2 naming
+// the option and why (tools/cli/cli.hpp).
 Args parse(int argc, char** argv);
 
 }  // namespace loom_train
