@@ -45,15 +45,18 @@ class Engine {
       : rank_(rank),
         size_(size),
         transport_(transport),
-        config_(config),
+        pacing_(config.pacing),
+        slots_(config.link.slots),
         halt_(halt),
         callers_waiting_(callers_waiting),
         selector_(std::move(selector)),
         timeout_ms_(config.timeout.count()),
-        spin_budget_(config.spin_us) {}
+        spin_budget_(config.pacing.spin_us) {}
   int rank() const { return rank_; }
   int size() const { return size_; }
-  const base::Config& config() const { return config_; }
+  // How waits spin or yield (base::Pacing), and the slots each connection has.
+  const base::Pacing& pacing() const { return pacing_; }
+  int slots() const { return slots_; }
   const Collective& call() const { return *call_; }
   const base::Deadline& deadline() const { return deadline_; }
   const base::Halt& halt() const { return halt_; }
@@ -161,7 +164,7 @@ class Engine {
   // Whether a call whose buffers take `bytes` on each rank outgrows the last-level cache, counted
   // over the ranks on this host (they share it).
   bool beyond_cache(std::size_t bytes) const {
-    return selector_->inputs().beyond_cache(static_cast<double>(bytes), config_.local_world_size);
+    return selector_->inputs().beyond_cache(static_cast<double>(bytes), pacing_.local_world_size);
   }
   // Whether the ring passes stream their copies out of the slots (Primitives::stream_outputs):
   // beyond the cache, and where ranks outnumber the cores from half of it on, since ranks taking
@@ -178,7 +181,7 @@ class Engine {
   // A background call shares the rank's core with the rank's computation, unless the rank's
   // thread is waiting for it.
   bool sharing_core() const {
-    return background_ && config_.background_oversubscribed &&
+    return background_ && pacing_.background_oversubscribed &&
            callers_waiting_.load(std::memory_order_relaxed) == 0;
   }
 
@@ -192,7 +195,8 @@ class Engine {
   int rank_;
   int size_;
   transport::Transport& transport_;
-  base::Config config_;
+  base::Pacing pacing_;
+  int slots_;
   const base::Halt& halt_;
   const std::atomic<int>& callers_waiting_;
   std::shared_ptr<const Selector> selector_;

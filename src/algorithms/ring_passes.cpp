@@ -6,7 +6,7 @@ namespace loom::algorithms {
 
 std::size_t ring_chunk_elems(Engine& engine, transport::Connection& next, DataType dtype) {
   std::size_t slots =
-      engine.round_slices() != 0 ? engine.round_slices() : ring_round_slots(engine.config().slots);
+      engine.round_slices() != 0 ? engine.round_slices() : ring_round_slots(engine.slots());
   std::size_t slice = next.slot_bytes();
   if (engine.slice_bytes() != 0) slice = std::min(slice, engine.slice_bytes());
   return std::max<std::size_t>(1, slice / size_of(dtype)) * slots;

@@ -25,7 +25,7 @@ base::Clock::time_point Waiter::begin() {
 void Waiter::open_spin_window(base::Clock::time_point now) {
   // Yield, and briefly, when ranks outnumber cores or this call runs beside its rank's work
   // (which changes while the call runs: its caller may start waiting for it).
-  yield_ = engine_.config().oversubscribed || engine_.sharing_core();
+  yield_ = engine_.pacing().oversubscribed || engine_.sharing_core();
   // Yielding hands the core over already: the learned window is for pausing spins.
   const int spin_us = yield_ ? std::min(engine_.spin_budget().ceiling_us(), 20) : window_us_;
   spin_until_ = now + std::chrono::microseconds(spin_us);

@@ -70,39 +70,39 @@ Config Config::resolve(const Options& options, int world_size) {
     c.timeout = std::chrono::seconds(*s);
   }
   if (options.socket_ifname)
-    c.socket_ifname = *options.socket_ifname;
+    c.link.socket_ifname = *options.socket_ifname;
   else if (auto s = env_string("LOOM_SOCKET_IFNAME"))
-    c.socket_ifname = *s;
+    c.link.socket_ifname = *s;
   if (options.sockets_per_peer)
-    c.sockets_per_peer = *options.sockets_per_peer;
+    c.link.sockets_per_peer = *options.sockets_per_peer;
   else if (auto n = env_int("LOOM_NSOCKS", 1, 64))
-    c.sockets_per_peer = static_cast<int>(*n);
+    c.link.sockets_per_peer = static_cast<int>(*n);
   if (options.slots)
-    c.slots = *options.slots;
+    c.link.slots = *options.slots;
   else if (auto n = env_int("LOOM_SLOTS", 2, 64))
-    c.slots = static_cast<int>(*n);
+    c.link.slots = static_cast<int>(*n);
   if (options.buffer_bytes) {
-    c.buffer_bytes = *options.buffer_bytes;
+    c.link.buffer_bytes = *options.buffer_bytes;
   } else if (auto s = env_string("LOOM_BUFFSIZE")) {
     auto bytes = parse_size(*s);
     if (!bytes)
       throw InvalidArgument(fmt::format("configuration: LOOM_BUFFSIZE='{}' is not a size", *s));
-    c.buffer_bytes = *bytes;
+    c.link.buffer_bytes = *bytes;
   }
   if (auto s = env_string("LOOM_CUDA_BUFFSIZE")) {
     auto bytes = parse_size(*s);
-    if (!bytes || *bytes < static_cast<std::size_t>(c.slots) * 4096)
+    if (!bytes || *bytes < static_cast<std::size_t>(c.link.slots) * 4096)
       throw InvalidArgument(
           fmt::format("configuration: LOOM_CUDA_BUFFSIZE='{}' is not a size of at least {} "
                       "pages (one per slot)",
-                      *s, c.slots));
-    c.cuda_buffer_bytes = *bytes;
+                      *s, c.link.slots));
+    c.link.cuda_buffer_bytes = *bytes;
   }
   if (auto s = env_string("LOOM_SOCKBUF")) {
     auto bytes = parse_size(*s);
     if (!bytes)
       throw InvalidArgument(fmt::format("configuration: LOOM_SOCKBUF='{}' is not a size", *s));
-    c.socket_buffer_bytes = *bytes;
+    c.link.socket_buffer_bytes = *bytes;
   }
   if (options.transport)
     c.transport = *options.transport;
@@ -114,49 +114,50 @@ Config Config::resolve(const Options& options, int world_size) {
     throw InvalidArgument(
         fmt::format("configuration: transport '{}' is not auto, tcp or shm", c.transport));
   if (options.algorithm)
-    c.algorithm = *options.algorithm;
+    c.selection.algorithm = *options.algorithm;
   else if (auto s = env_string("LOOM_ALGO"))
-    c.algorithm = *s;
+    c.selection.algorithm = *s;
   if (options.tuning_file)
-    c.tuning_file = *options.tuning_file;
+    c.selection.tuning_file = *options.tuning_file;
   else if (auto s = env_string("LOOM_TUNE_FILE"))
-    c.tuning_file = *s;
+    c.selection.tuning_file = *s;
   else
-    c.tuning_file = default_tuning_file();
-  if (c.tuning_file == "off") c.tuning_file.clear();
+    c.selection.tuning_file = default_tuning_file();
+  if (c.selection.tuning_file == "off") c.selection.tuning_file.clear();
   if (auto s = env_int("LOOM_STALL_WARN", 1, 7 * 24 * 3600))
-    c.stall_warn = std::chrono::seconds(*s);
+    c.failure.stall_warn = std::chrono::seconds(*s);
   if (auto s = env_int("LOOM_HEARTBEAT_TIMEOUT", 0, 7 * 24 * 3600))
-    c.heartbeat_timeout = std::chrono::seconds(*s);
+    c.failure.heartbeat_timeout = std::chrono::seconds(*s);
 
-  c.check_limits();
+  c.link.check_limits();
 
-  c.secret = options.secret ? *options.secret : job_secret();
-  c.left_out_dir = env_string("LOOM_LEFT_OUT_DIR").value_or("");
+  c.link.secret = options.secret ? *options.secret : job_secret();
+  c.failure.left_out_dir = env_string("LOOM_LEFT_OUT_DIR").value_or("");
   // A launcher that restarts workers numbers its attempts; each gets key spaces of its own.
   if (auto n = env_int("LOOM_RESTART_COUNT", 0, 1 << 30))
-    c.restart_count = static_cast<int>(*n);
+    c.failure.restart_count = static_cast<int>(*n);
   else if (auto t = env_int("TORCHELASTIC_RESTART_COUNT", 0, 1 << 30))
-    c.restart_count = static_cast<int>(*t);
+    c.failure.restart_count = static_cast<int>(*t);
   if (auto id = env_string("LOOM_WORKER_ID");
       id && id->find_first_of(" \t\n") == std::string::npos && id->size() < 128)
-    c.worker_id = *id;
-  if (auto n = env_int("LOOM_MIN_NODES", 0, 1 << 20)) c.min_nodes = static_cast<int>(*n);
-  c.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (auto n = env_int("LOOM_CUDA_IPC", 0, 1)) c.cuda_ipc = *n == 1;
-  if (auto n = env_int("LOOM_CUDA_DIRECT", 0, 1)) c.cuda_direct = *n == 1;
-  if (auto n = env_int("LOOM_PROBE_US", 0, 1000000)) c.probe_budget = std::chrono::microseconds(*n);
+    c.failure.worker_id = *id;
+  if (auto n = env_int("LOOM_MIN_NODES", 0, 1 << 20)) c.failure.min_nodes = static_cast<int>(*n);
+  c.pacing.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (auto n = env_int("LOOM_CUDA_IPC", 0, 1)) c.link.cuda_ipc = *n == 1;
+  if (auto n = env_int("LOOM_CUDA_DIRECT", 0, 1)) c.selection.cuda_direct = *n == 1;
+  if (auto n = env_int("LOOM_PROBE_US", 0, 1000000))
+    c.selection.probe_budget = std::chrono::microseconds(*n);
   if (auto n = env_int("LOOM_SPIN_US", 0, 1000000))
-    c.spin_us = static_cast<int>(*n), c.spin_us_set = true;
-  c.set_local_world_size(world_size);
+    c.pacing.spin_us = static_cast<int>(*n), c.pacing.spin_us_set = true;
+  c.pacing.set_local_world_size(world_size);
   if (auto n = env_int("LOCAL_WORLD_SIZE", 1, 1 << 20)) {
-    c.set_local_world_size(static_cast<int>(*n));
-    c.local_world_size_given = true;
+    c.pacing.set_local_world_size(static_cast<int>(*n));
+    c.pacing.local_world_size_given = true;
   }
   return c;
 }
 
-void Config::check_limits() const {
+void LinkConfig::check_limits() const {
   if (sockets_per_peer < 1 || sockets_per_peer > 64)
     throw InvalidArgument(
         fmt::format("configuration: sockets per peer {} not in [1, 64]", sockets_per_peer));
@@ -186,11 +187,11 @@ Config Config::for_child(const Options& options) const {
           fmt::format("Options::timeout {} ms is not positive", options.timeout->count()));
     c.timeout = *options.timeout;
   }
-  if (options.algorithm) c.algorithm = *options.algorithm;
-  if (options.sockets_per_peer) c.sockets_per_peer = *options.sockets_per_peer;
-  if (options.slots) c.slots = *options.slots;
-  if (options.buffer_bytes) c.buffer_bytes = *options.buffer_bytes;
-  c.check_limits();
+  if (options.algorithm) c.selection.algorithm = *options.algorithm;
+  if (options.sockets_per_peer) c.link.sockets_per_peer = *options.sockets_per_peer;
+  if (options.slots) c.link.slots = *options.slots;
+  if (options.buffer_bytes) c.link.buffer_bytes = *options.buffer_bytes;
+  c.link.check_limits();
   return c;
 }
 
@@ -202,7 +203,7 @@ std::string default_tuning_file() {
   return {};
 }
 
-void Config::set_local_world_size(int ranks_on_host) {
+void Pacing::set_local_world_size(int ranks_on_host) {
   local_world_size = ranks_on_host;
   // Spinning only pays while every rank has a core; oversubscribed ranks yield and block sooner.
   oversubscribed = local_world_size > cores;

@@ -100,7 +100,7 @@ Communicator init(Options options) {
   const std::string& method = launch.init_method;
   const base::Config config = base::Config::resolve(options, size);
   // Options::secret, else the environment's, guards the store as it guards data connections.
-  const std::string& secret = config.secret;
+  const std::string& secret = config.link.secret;
   base::log().info("init: {}", launch.describe());
 
   std::shared_ptr<Store> store;

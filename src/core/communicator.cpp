@@ -55,8 +55,9 @@ Communicator::Impl::Impl(std::shared_ptr<Store> store, int rank, int size, const
   // different generations.
   launcher_store_ = store;
   auto base = std::make_shared<PrefixStore>(options.store_prefix, store);
-  const std::string attempt =
-      config_.restart_count < 0 ? "" : fmt::format("attempt{}", config_.restart_count);
+  const std::string attempt = config_.failure.restart_count < 0
+                                  ? ""
+                                  : fmt::format("attempt{}", config_.failure.restart_count);
   const std::int64_t generation = base->add(store::keys::generation(attempt, rank), 1);
   store_ = std::make_shared<PrefixStore>(store::keys::generation_prefix(attempt, generation), base);
 
@@ -118,8 +119,9 @@ void Communicator::Impl::start() {
   base::log().info(
       "{}/{} on {}: {}; tcp at {}, {} sockets per peer; {} slots of {} KiB; timeout {} s; "
       "reduction kernels {}",
-      who(rank_), size_, host_name(), transport_summary_, listen_address_, config_.sockets_per_peer,
-      config_.slots, config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10,
+      who(rank_), size_, host_name(), transport_summary_, listen_address_,
+      config_.link.sockets_per_peer, config_.link.slots,
+      config_.link.buffer_bytes / static_cast<std::size_t>(config_.link.slots) >> 10,
       config_.timeout.count() / 1000, kernels::simd_target());
   if (rank_ == 0) {
     base::log().info("topology: {}", topology_.describe());
@@ -225,10 +227,11 @@ Communicator::Impl::~Impl() {
 }
 
 std::string Communicator::Impl::describe() const {
-  return fmt::format("rank {}/{} on {}, {}, tcp at {}, {} sockets per peer, {} x {} KiB slots",
-                     rank_, size_, host_name(), transport_summary_, listen_address_,
-                     config_.sockets_per_peer, config_.slots,
-                     config_.buffer_bytes / static_cast<std::size_t>(config_.slots) >> 10);
+  return fmt::format(
+      "rank {}/{} on {}, {}, tcp at {}, {} sockets per peer, {} x {} KiB slots", rank_, size_,
+      host_name(), transport_summary_, listen_address_, config_.link.sockets_per_peer,
+      config_.link.slots,
+      config_.link.buffer_bytes / static_cast<std::size_t>(config_.link.slots) >> 10);
 }
 
 Estimate Communicator::Impl::estimate(Operation op, std::size_t bytes, bool device,
@@ -319,7 +322,7 @@ std::optional<Communicator> Communicator::split(int color, int key, const Option
   base::Config config;
   try {
     config = impl_->config().for_child(options);
-    algorithms::Selector::check_rules(config.algorithm);
+    algorithms::Selector::check_rules(config.selection.algorithm);
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(fmt::format("split: rank {}: {}", impl_->rank(), e.what()));
   }
@@ -333,7 +336,7 @@ Communicator Communicator::create_group(std::span<const int> ranks, const Option
   base::Config config;
   try {
     config = impl_->config().for_child(options);
-    algorithms::Selector::check_rules(config.algorithm);
+    algorithms::Selector::check_rules(config.selection.algorithm);
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(fmt::format("create_group: rank {}: {}", impl_->rank(), e.what()));
   }

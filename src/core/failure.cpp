@@ -55,7 +55,7 @@ void Communicator::Impl::close_if_halted() {
 void Communicator::Impl::start_monitor() {
   // Its requests give up soon, so that a stopped store host is noticed in time.
   const auto request_timeout = std::clamp<std::chrono::milliseconds>(
-      config_.heartbeat_timeout / 4, std::chrono::seconds(1), std::chrono::seconds(5));
+      config_.failure.heartbeat_timeout / 4, std::chrono::seconds(1), std::chrono::seconds(5));
   std::shared_ptr<Store> own = store_->clone_bounded(request_timeout);
   if (!own) {
     base::log().debug("rank {}: the store cannot be cloned: no health monitor", rank_);
@@ -64,8 +64,8 @@ void Communicator::Impl::start_monitor() {
   core::HealthMonitor::Settings s;
   s.rank = rank_;
   s.size = size_;
-  s.stall_warn = config_.stall_warn;
-  s.heartbeat_timeout = config_.heartbeat_timeout;
+  s.stall_warn = config_.failure.stall_warn;
+  s.heartbeat_timeout = config_.failure.heartbeat_timeout;
   for (int r = 0; r < size_; ++r) s.hosts.push_back(host_of(r));
   s.who = [this](int r) { return who(r); };
   monitor_ = std::make_shared<core::HealthMonitor>(

@@ -23,7 +23,7 @@ struct RdmaFactory {
   // The transport over `port` for the communicator whose token is `job_token`; nullptr where this
   // build has none. Raises Error when the port cannot be opened.
   std::function<std::unique_ptr<transport::Transport>(
-      Store& store, int rank, const base::Config& config,
+      Store& store, int rank, const base::LinkConfig& link,
       const transport::ibverbs::PortChoice& port, std::uint64_t job_token)>
       make;
 };

@@ -32,7 +32,7 @@ int Communicator::Impl::local_pid(int r) const {
 // (LOOM_WORKER_ID, unique to the worker and its attempt), set by the first member alone; a rank
 // on a host with no survivor is reached only that way.
 void Communicator::Impl::report_left_out(const std::vector<int>& members) const {
-  const std::string& dir = config_.left_out_dir;
+  const std::string& dir = config_.failure.left_out_dir;
   const bool names_in_store = members.front() == rank_;
   for (int r = 0; r < size_; ++r) {
     if (std::binary_search(members.begin(), members.end(), r)) continue;
@@ -151,7 +151,7 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
   }
   const core::ShrinkDecision decision = core::decode_shrink_decision(
       store_->compare_set(members_key, {},
-                          core::encode(core::ShrinkDecision{config_.min_nodes, present})),
+                          core::encode(core::ShrinkDecision{config_.failure.min_nodes, present})),
       size_);
   const std::vector<int>& members = decision.members;
 

@@ -23,11 +23,11 @@ void Communicator::Impl::build_transports() {
   // parent's interface. The parent's LOCAL_WORLD_SIZE (its ranks on this host) would call a child
   // spanning hosts with no more ranks than that one host's.
   if (child) {
-    config_.set_local_world_size(topology_.ranks_on_host_of(rank_));
-    config_.local_world_size_given = true;
+    config_.pacing.set_local_world_size(topology_.ranks_on_host_of(rank_));
+    config_.pacing.local_world_size_given = true;
   }
-  auto tcp = std::make_unique<transport::tcp::TcpTransport>(*store_, rank_, size_, token, config_,
-                                                            route_hint_);
+  auto tcp = std::make_unique<transport::tcp::TcpTransport>(
+      *store_, rank_, size_, token, config_.link, config_.pacing, route_hint_);
   listen_address_ = tcp->listen_address();
   transport::tcp::TcpTransport& tcp_transport = *tcp;
   // RDMA is opened before the topology exchange, so that a port is advertised only when it
@@ -40,7 +40,7 @@ void Communicator::Impl::build_transports() {
     const core::RdmaFactory factory = core::rdma_factory();
     if (auto port = factory.choose_port(rdma_why)) {
       try {
-        rdma = factory.make(*store_, rank_, config_, *port, token);
+        rdma = factory.make(*store_, rank_, config_.link, *port, token);
         rdma_port =
             fmt::format("{}:{}:{}", port->device, port->port, port->ethernet ? "roce" : "ib");
         rdma_why = port->describe();
@@ -62,11 +62,12 @@ void Communicator::Impl::build_transports() {
     // Measured before the exchange, so that every rank models the same machine. TCP loopback
     // only matters when TCP runs within a host, which LOOM_TRANSPORT=tcp alone asks for.
     algorithms::MachineRates rates;
-    if (size_ > 1 && config_.probe_budget.count() > 0)
-      rates = core::probe_machine(config_.probe_budget, config_.transport == "tcp");
+    if (size_ > 1 && config_.selection.probe_budget.count() > 0)
+      rates = core::probe_machine(config_.selection.probe_budget, config_.transport == "tcp");
     // Rank 0's table decides for every rank (it travels in its topology record).
-    topology_ = core::exchange_topology(*store_, rank_, size_, config_.timeout, config_.worker_id,
-                                        rdma_port, rates, config_.tuning_file);
+    topology_ =
+        core::exchange_topology(*store_, rank_, size_, config_.timeout, config_.failure.worker_id,
+                                rdma_port, rates, config_.selection.tuning_file);
   }
   std::vector<int> local_pids(static_cast<std::size_t>(size_), 0);
   for (int r = 0; r < size_; ++r)
@@ -74,8 +75,8 @@ void Communicator::Impl::build_transports() {
       local_pids[static_cast<std::size_t>(r)] = topology_.pid_of_rank[static_cast<std::size_t>(r)];
   tcp_transport.set_peer_pids(std::move(local_pids));
   // The spinning policy follows the ranks that really share this host's cores.
-  config_.set_local_world_size(topology_.ranks_on_host_of(rank_));
-  config_.any_host_oversubscribed = topology_.any_host_oversubscribed();
+  config_.pacing.set_local_world_size(topology_.ranks_on_host_of(rank_));
+  config_.pacing.any_host_oversubscribed = topology_.any_host_oversubscribed();
   std::vector<bool> shm_peers(static_cast<std::size_t>(size_), false);
   for (int r = 0; r < size_; ++r) {
     const bool local = r != rank_ && topology_.same_host(rank_, r);
@@ -87,8 +88,8 @@ void Communicator::Impl::build_transports() {
   const bool any_shm = std::find(shm_peers.begin(), shm_peers.end(), true) != shm_peers.end();
   std::unique_ptr<transport::Transport> shm;
   if (any_shm)
-    shm = std::make_unique<transport::shm::ShmTransport>(*store_, rank_, token, config_,
-                                                         topology_.pid_of_rank);
+    shm = std::make_unique<transport::shm::ShmTransport>(*store_, rank_, token, config_.link,
+                                                         config_.pacing, topology_.pid_of_rank);
   auto table =
       std::make_unique<transport::TransportTable>(std::move(tcp), std::move(shm), shm_peers);
   log_rdma_choice(rdma_port, rdma_why);
@@ -104,9 +105,10 @@ void Communicator::Impl::build_transports() {
     table->set_rdma_transport(std::move(rdma), std::move(rdma_peers));
   }
   // Device buffers of same-host peers: CUDA IPC, when this build and machine have CUDA.
-  if (config_.cuda_ipc && any_shm)
-    if (auto ipc = transport::cudaipc::make_transport(*store_, rank_, token, config_,
-                                                      topology_.pid_of_rank, shm_peers)) {
+  if (config_.link.cuda_ipc && any_shm)
+    if (auto ipc =
+            transport::cudaipc::make_transport(*store_, rank_, token, config_.link, config_.pacing,
+                                               topology_.pid_of_rank, shm_peers)) {
       ipc_ = ipc.get();
       table->set_device_transport(std::move(ipc));
     }
@@ -134,14 +136,14 @@ algorithms::SelectionInputs Communicator::Impl::selection_inputs() const {
         rdma_everywhere = false;
   in.remote = rdma_everywhere ? TransportKind::ibverbs : TransportKind::tcp;
   in.costs = algorithms::CostModel::measured(topology_.machine_rates(), in.hosts.size() == 1);
-  in.slot_bytes = config_.buffer_bytes / static_cast<std::size_t>(config_.slots);
-  in.slots = config_.slots;
+  in.slot_bytes = config_.link.buffer_bytes / static_cast<std::size_t>(config_.link.slots);
+  in.slots = config_.link.slots;
   in.ranks_per_core = topology_.ranks_per_core();
   in.cores = topology_.fewest_cores();
   in.reads_peers = std::all_of(topology_.reads_peers_of_rank.begin(),
                                topology_.reads_peers_of_rank.end(), [](bool b) { return b; });
   in.cache_bytes = base::last_level_cache_bytes();
-  in.overrides = config_.algorithm;
+  in.overrides = config_.selection.algorithm;
   // The tuning table's entry for this transport and shape, if rank 0 read one.
   const auto [transport, shape] = tuning_key(in);
   for (const core::TuningEntry& e : topology_.tuning)

@@ -61,17 +61,16 @@ class EventPool : public std::enable_shared_from_this<EventPool> {
 
 class CudaRuntime final : public Runtime {
  public:
-  CudaRuntime(int device, int rank, const base::Config& config, bool ipc)
+  CudaRuntime(int device, int rank, std::size_t slot, bool direct)
       : device_(device), rank_(rank), events_(std::make_shared<EventPool>(rank, device)) {
     DeviceScope scope(device);
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), rank, "cudaStreamCreate");
-    const std::size_t slot = config.buffer_bytes / static_cast<std::size_t>(config.slots);
     const std::size_t scratch_bytes = 3 * std::max<std::size_t>(slot, 64 << 10);
     void* scratch = nullptr;
     check(cudaMalloc(&scratch, scratch_bytes), rank, "cudaMalloc of the staging buffers");
     scratch_ = static_cast<std::byte*>(scratch);
     path_ = std::make_unique<CudaPath>(rank, device, stream_, scratch_, scratch_bytes);
-    if (ipc && config.cuda_direct) peers_ = std::make_unique<CudaPeerMemory>(rank, device, stream_);
+    if (direct) peers_ = std::make_unique<CudaPeerMemory>(rank, device, stream_);
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, device);
     base::log().info("rank {}: device buffers on device {} ({}, sm_{}{}); {}", rank, device,
@@ -183,11 +182,11 @@ class CudaRuntime final : public Runtime {
 
 }  // namespace
 
-std::unique_ptr<Runtime> make_runtime(int device, int rank, const base::Config& config, bool ipc) {
+std::unique_ptr<Runtime> make_runtime(int device, int rank, std::size_t slot_bytes, bool direct) {
   if (device < 0 || device >= device::count())
     throw InvalidArgument(fmt::format("rank {}: device {} is not one of the {} visible", rank,
                                       device, device::count()));
-  return std::make_unique<CudaRuntime>(device, rank, config, ipc);
+  return std::make_unique<CudaRuntime>(device, rank, slot_bytes, direct);
 }
 
 }  // namespace loom::gpu

@@ -5,7 +5,7 @@
 
 namespace loom::gpu {
 
-std::unique_ptr<Runtime> make_runtime(int device, int rank, const base::Config&, bool) {
+std::unique_ptr<Runtime> make_runtime(int device, int rank, std::size_t, bool) {
   throw InvalidArgument(
       fmt::format("rank {}: device {} buffers need CUDA support: this build of loom has none "
                   "(configure with a CUDA toolkit, LOOM_CUDA=ON)",

@@ -42,8 +42,9 @@ class Runtime {
   virtual std::function<void()> end(const algorithms::Collective& call, bool ok) noexcept = 0;
 };
 
-// The runtime of a communicator whose device calls use `device`. `ipc`: the ranks of this host
-// share device memory directly (CUDA IPC), so the direct path may serve calls among them.
-std::unique_ptr<Runtime> make_runtime(int device, int rank, const base::Config& config, bool ipc);
+// The runtime of a communicator whose device calls use `device`; `slot_bytes`: a slot of its host
+// connections (the staging buffers hold a few). `direct`: the ranks of this host share device
+// memory (CUDA IPC) and LOOM_CUDA_DIRECT allows it, so the direct path may serve calls among them.
+std::unique_ptr<Runtime> make_runtime(int device, int rank, std::size_t slot_bytes, bool direct);
 
 }  // namespace loom::gpu

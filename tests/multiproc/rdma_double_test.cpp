@@ -33,10 +33,10 @@ int refuse_from = -1;
 
 class RdmaDouble final : public transport::Transport {
  public:
-  RdmaDouble(Store& store, int rank, const base::Config& config, std::uint64_t token)
+  RdmaDouble(Store& store, int rank, const base::LinkConfig& config, std::uint64_t token)
       : store_(std::make_shared<PrefixStore>("rdma-double",
                                              std::shared_ptr<Store>(&store, [](Store*) {}))),
-        tcp_(*store_, rank, 2, token, config, "127.0.0.1") {}
+        tcp_(*store_, rank, 2, token, config, base::Pacing{}, "127.0.0.1") {}
   transport::TransportKind kind_to(int) const override { return transport::TransportKind::ibverbs; }
   transport::Connection& connect(int peer, const base::Deadline& deadline,
                                  const base::Halt& halt) override {
@@ -58,7 +58,7 @@ void install_double() {
     port.device = "double0";
     return std::optional<transport::ibverbs::PortChoice>(port);
   };
-  factory.make = [](Store& store, int rank, const base::Config& config,
+  factory.make = [](Store& store, int rank, const base::LinkConfig& config,
                     const transport::ibverbs::PortChoice&,
                     std::uint64_t token) -> std::unique_ptr<transport::Transport> {
     if (refuse_from >= 0 && static_cast<int>(tokens.size()) >= refuse_from)

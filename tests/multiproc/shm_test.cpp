@@ -53,8 +53,8 @@ struct ScratchStore {
   }
 };
 
-base::Config small_config() {
-  base::Config c;
+base::LinkConfig small_config() {
+  base::LinkConfig c;
   c.buffer_bytes = 64 << 10;
   c.slots = 2;
   return c;
@@ -63,7 +63,7 @@ base::Config small_config() {
 // Plays rank 0, the creator, of the pair (0, 1) by hand: the segment, its header, and its name
 // published in the store, for a ShmTransport of rank 1 to open.
 struct HandMadeSegment {
-  HandMadeSegment(Store& store, std::uint64_t token, const base::Config& config) {
+  HandMadeSegment(Store& store, std::uint64_t token, const base::LinkConfig& config) {
     slot_bytes = config.buffer_bytes / static_cast<std::size_t>(config.slots);
     bytes = transport::shm::segment_bytes(slot_bytes, static_cast<std::size_t>(config.slots));
     name = fmt::format("/loom-{:016x}-0-1-{:032x}", token, ++serial);
@@ -254,9 +254,9 @@ TEST(SharedMemory, SlotsAreReservedWhenFirstFilledAndAFullDevShmIsAPeerErrorNami
         ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") != 0)
       return 77;
     ScratchStore scratch;
-    base::Config config;  // 8 slots of 512 KiB: a segment of about 8 MiB, sparse
+    base::LinkConfig config;  // 8 slots of 512 KiB: a segment of about 8 MiB, sparse
     const int pid = static_cast<int>(::getpid());
-    ShmTransport shm(scratch.store, 0, 0x1234, config, {pid, pid});
+    ShmTransport shm(scratch.store, 0, 0x1234, config, base::Pacing{}, {pid, pid});
     base::Halt halt;
     transport::Connection& conn = shm.connect(1, base::Deadline(5s), halt);
     const auto used = [] {
@@ -297,12 +297,12 @@ TEST(SharedMemory, SlotsAreReservedWhenFirstFilledAndAFullDevShmIsAPeerErrorNami
 
 TEST(SharedMemory, TheOpenerRefusesASegmentOfAnotherUser) {
   ScratchStore scratch;
-  const base::Config config = small_config();
+  const base::LinkConfig config = small_config();
   HandMadeSegment segment(scratch.store, 0x5678, config);
   if (::fchown(segment.fd, 65534, 65534) != 0)
     GTEST_SKIP() << "cannot give the segment to another user: " << std::strerror(errno);
   const int pid = static_cast<int>(::getpid());
-  ShmTransport shm(scratch.store, 1, 0x5678, config, {pid, pid});
+  ShmTransport shm(scratch.store, 1, 0x5678, config, base::Pacing{}, {pid, pid});
   base::Halt halt;
   try {
     shm.connect(0, base::Deadline(5s), halt);

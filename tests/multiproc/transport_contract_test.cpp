@@ -30,8 +30,8 @@ using transport::Tag;
 
 constexpr std::uint64_t kToken = 0x70c0ffee;
 
-base::Config small_config() {
-  base::Config c;
+base::LinkConfig small_config() {
+  base::LinkConfig c;
   c.buffer_bytes = 64 << 10;
   c.slots = 4;
   c.sockets_per_peer = 1;
@@ -40,15 +40,17 @@ base::Config small_config() {
 
 // Both ranks' transports of one kind, built as the communicator builds them.
 std::unique_ptr<transport::Transport> make(const std::string& kind, RankContext& ctx) {
-  const base::Config config = small_config();
+  const base::LinkConfig config = small_config();
+  const base::Pacing pacing;
   if (kind == "tcp")
     return std::make_unique<transport::tcp::TcpTransport>(*ctx.store, ctx.rank, ctx.size, kToken,
-                                                          config, "127.0.0.1");
+                                                          config, pacing, "127.0.0.1");
   ctx.store->set("pid/" + std::to_string(ctx.rank), std::to_string(::getpid()));
   std::vector<int> pids;
   for (int r = 0; r < ctx.size; ++r)
     pids.push_back(std::stoi(ctx.store->get_string("pid/" + std::to_string(r), 30s)));
-  return std::make_unique<transport::shm::ShmTransport>(*ctx.store, ctx.rank, kToken, config, pids);
+  return std::make_unique<transport::shm::ShmTransport>(*ctx.store, ctx.rank, kToken, config,
+                                                        pacing, pids);
 }
 
 std::byte pattern(std::size_t message, std::size_t i) {

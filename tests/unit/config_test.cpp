@@ -47,15 +47,15 @@ TEST(Config, EnvironmentSetsDefaultsAndOptionsWin) {
       a("LOOM_ALGO", "ring");
   base::Config c = base::Config::resolve({}, 4);
   EXPECT_EQ(c.timeout, std::chrono::seconds(7));
-  EXPECT_EQ(c.sockets_per_peer, 3);
-  EXPECT_EQ(c.buffer_bytes, 1u << 20);
-  EXPECT_EQ(c.algorithm, "ring");
+  EXPECT_EQ(c.link.sockets_per_peer, 3);
+  EXPECT_EQ(c.link.buffer_bytes, 1u << 20);
+  EXPECT_EQ(c.selection.algorithm, "ring");
   Options o;
   o.timeout = std::chrono::milliseconds(1500);
   o.sockets_per_peer = 1;
   c = base::Config::resolve(o, 4);
   EXPECT_EQ(c.timeout, std::chrono::milliseconds(1500));
-  EXPECT_EQ(c.sockets_per_peer, 1);
+  EXPECT_EQ(c.link.sockets_per_peer, 1);
 }
 
 TEST(Config, BadValuesNameTheVariable) {
@@ -83,7 +83,7 @@ TEST(Config, SpinWindowShrinksWhenRanksOutnumberCores) {
   base::Config many = base::Config::resolve({}, 4096);
   ScopedEnv l1("LOCAL_WORLD_SIZE", "1");
   base::Config one = base::Config::resolve({}, 1);
-  EXPECT_LT(many.spin_us, one.spin_us);
+  EXPECT_LT(many.pacing.spin_us, one.pacing.spin_us);
 }
 
 TEST(Names, DataTypesParseShortAndLongNames) {

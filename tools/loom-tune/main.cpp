@@ -218,9 +218,10 @@ int run(const Args& args, const loom::Options& options) {
   loom::Communicator base = loom::init(options);
   const int rank = base.rank(), n = base.size();
   const loom::base::Config config = loom::base::Config::resolve(loom::Options{}, n);
-  const std::string path = args.file                    ? *args.file
-                           : config.tuning_file.empty() ? loom::base::default_tuning_file()
-                                                        : config.tuning_file;
+  const std::string path = args.file ? *args.file
+                           : config.selection.tuning_file.empty()
+                               ? loom::base::default_tuning_file()
+                               : config.selection.tuning_file;
   const std::string key = base.tuning_key();
   if (n < 2 || key.back() == ' ') {
     if (rank == 0)
@@ -228,7 +229,7 @@ int run(const Args& args, const loom::Options& options) {
                    key.c_str());
     return 2;
   }
-  Tuner tuner(base, args, config.buffer_bytes / static_cast<std::size_t>(config.slots));
+  Tuner tuner(base, args, config.link.buffer_bytes / static_cast<std::size_t>(config.link.slots));
   const std::vector<std::size_t>& sizes = tuner.sizes();
   if (rank == 0)
     std::printf("# loom-tune: %d ranks, %s, %zu sizes %s-%s, %d round(s); table %s\n", n,

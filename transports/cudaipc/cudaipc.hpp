@@ -20,7 +20,8 @@ class IpcTransport : public Transport {
 };
 
 std::unique_ptr<IpcTransport> make_transport(Store& store, int rank, std::uint64_t job_token,
-                                             const base::Config& config, std::vector<int> pids,
+                                             const base::LinkConfig& link,
+                                             const base::Pacing& pacing, std::vector<int> pids,
                                              std::vector<bool> local_peers);
 
 }  // namespace loom::transport::cudaipc

@@ -3,8 +3,9 @@
 
 namespace loom::transport::cudaipc {
 
-std::unique_ptr<IpcTransport> make_transport(Store&, int, std::uint64_t, const base::Config&,
-                                             std::vector<int>, std::vector<bool>) {
+std::unique_ptr<IpcTransport> make_transport(Store&, int, std::uint64_t, const base::LinkConfig&,
+                                             const base::Pacing&, std::vector<int>,
+                                             std::vector<bool>) {
   return nullptr;
 }
 

@@ -39,23 +39,23 @@ std::string CudaIpcConnection::describe() const {
 namespace {
 // The control connections get the device FIFO's geometry; their own host slots stay untouched
 // (the segment's pages are never faulted in).
-base::Config control_config(const base::Config& config) {
-  base::Config c = config;
-  c.buffer_bytes = config.cuda_buffer_bytes;
+base::LinkConfig control_link(const base::LinkConfig& link) {
+  base::LinkConfig c = link;
+  c.buffer_bytes = link.cuda_buffer_bytes;
   return c;
 }
 }  // namespace
 
 CudaIpcTransport::CudaIpcTransport(Store& store, int rank, std::uint64_t job_token,
-                                   const base::Config& config, std::vector<int> pids,
-                                   std::vector<bool> local_peers)
+                                   const base::LinkConfig& link, const base::Pacing& pacing,
+                                   std::vector<int> pids, std::vector<bool> local_peers)
     : store_(store),
       rank_(rank),
-      slot_bytes_(config.cuda_buffer_bytes / static_cast<std::size_t>(config.slots)),
-      slots_(static_cast<std::size_t>(config.slots)),
+      slot_bytes_(link.cuda_buffer_bytes / static_cast<std::size_t>(link.slots)),
+      slots_(static_cast<std::size_t>(link.slots)),
       local_peers_(std::move(local_peers)),
       pids_(pids),
-      control_(store, rank, job_token, control_config(config), std::move(pids),
+      control_(store, rank, job_token, control_link(link), pacing, std::move(pids),
                store::keys::Space::cudaipc_control) {}
 
 CudaIpcTransport::~CudaIpcTransport() {
@@ -145,10 +145,11 @@ Connection& CudaIpcTransport::connect(int peer, const base::Deadline& deadline,
 namespace loom::transport::cudaipc {
 
 std::unique_ptr<IpcTransport> make_transport(Store& store, int rank, std::uint64_t job_token,
-                                             const base::Config& config, std::vector<int> pids,
+                                             const base::LinkConfig& link,
+                                             const base::Pacing& pacing, std::vector<int> pids,
                                              std::vector<bool> local_peers) {
   if (device::count() == 0) return nullptr;
-  return std::make_unique<CudaIpcTransport>(store, rank, job_token, config, std::move(pids),
+  return std::make_unique<CudaIpcTransport>(store, rank, job_token, link, pacing, std::move(pids),
                                             std::move(local_peers));
 }
 

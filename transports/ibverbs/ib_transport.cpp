@@ -392,14 +392,14 @@ std::vector<Connection::Region> IbConnection::host_regions() const {
 
 // ---- Transport
 
-IbTransport::IbTransport(Store& store, int rank, const base::Config& config, PortChoice port,
+IbTransport::IbTransport(Store& store, int rank, const base::LinkConfig& link, PortChoice port,
                          std::uint64_t job_token)
     : store_(store),
       rank_(rank),
-      secret_(config.secret),
+      secret_(link.secret),
       job_token_(job_token),
-      slot_bytes_(config.buffer_bytes / static_cast<std::size_t>(config.slots)),
-      slots_(static_cast<std::size_t>(config.slots)),
+      slot_bytes_(link.buffer_bytes / static_cast<std::size_t>(link.slots)),
+      slots_(static_cast<std::size_t>(link.slots)),
       port_(std::move(port)) {
   int count = 0;
   ibv_device** list = ibv_get_device_list(&count);
@@ -447,9 +447,9 @@ Connection& IbTransport::connect(int peer, const base::Deadline&, const base::Ha
   return *(connections_[peer] = std::move(conn));
 }
 
-std::unique_ptr<Transport> make_transport(Store& store, int rank, const base::Config& config,
+std::unique_ptr<Transport> make_transport(Store& store, int rank, const base::LinkConfig& link,
                                           const PortChoice& port, std::uint64_t job_token) {
-  return std::make_unique<IbTransport>(store, rank, config, port, job_token);
+  return std::make_unique<IbTransport>(store, rank, link, port, job_token);
 }
 
 }  // namespace loom::transport::ibverbs

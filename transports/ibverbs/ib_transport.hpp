@@ -112,7 +112,7 @@ class IbTransport final : public Transport {
   // Opens the port's device; raises Error when it cannot.
   // job_token: the communicator's own (a child of split or shrink derives its own): with the
   // secret it seals the connection records.
-  IbTransport(Store& store, int rank, const base::Config& config, PortChoice port,
+  IbTransport(Store& store, int rank, const base::LinkConfig& link, PortChoice port,
               std::uint64_t job_token);
   ~IbTransport() override;
   TransportKind kind_to(int) const override { return TransportKind::ibverbs; }
@@ -134,7 +134,7 @@ class IbTransport final : public Transport {
 
 // For the communicator, without the verbs headers: the transport over `port` for the
 // communicator whose token is `job_token`, or nullptr in a build without libibverbs.
-std::unique_ptr<Transport> make_transport(Store& store, int rank, const base::Config& config,
+std::unique_ptr<Transport> make_transport(Store& store, int rank, const base::LinkConfig& link,
                                           const PortChoice& port, std::uint64_t job_token);
 
 }  // namespace loom::transport::ibverbs

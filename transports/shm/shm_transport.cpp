@@ -101,12 +101,13 @@ int sweep_orphaned_segments() {
 }
 
 ShmTransport::ShmTransport(Store& store, int rank, std::uint64_t job_token,
-                           const base::Config& config, std::vector<int> pids,
-                           store::keys::Space space)
+                           const base::LinkConfig& link, const base::Pacing& pacing,
+                           std::vector<int> pids, store::keys::Space space)
     : store_(store),
       rank_(rank),
       job_token_(job_token),
-      config_(config),
+      link_(link),
+      pacing_(pacing),
       pids_(std::move(pids)),
       space_(space) {
   if (const int removed = sweep_orphaned_segments(); removed > 0)
@@ -154,8 +155,8 @@ Connection& ShmTransport::connect(int peer, const base::Deadline& deadline,
   if (auto it = connections_.find(peer); it != connections_.end()) return *it->second;
   const int low = std::min(rank_, peer), high = std::max(rank_, peer);
   const std::string key = store::keys::shm_segment(space_, low, high);
-  const std::size_t slot_bytes = config_.buffer_bytes / static_cast<std::size_t>(config_.slots);
-  const std::size_t slots = static_cast<std::size_t>(config_.slots);
+  const std::size_t slot_bytes = link_.buffer_bytes / static_cast<std::size_t>(link_.slots);
+  const std::size_t slots = static_cast<std::size_t>(link_.slots);
   const std::size_t bytes = segment_bytes(slot_bytes, slots);
   std::string name;
   void* base = nullptr;
@@ -223,7 +224,7 @@ std::size_t ShmTransport::placement_span(std::size_t slots) const {
   // 2 ranks with 2 cores, where 1 MiB of passing (its L2) gained half of what 2 MiB did. Where
   // ranks share cores, a rank often reads on the core that wrote, and the longer path only
   // spread the messages over more of the cache: 8 ranks on 2 cores ran up to 2x slower with it.
-  if (config_.oversubscribed || space_ == store::keys::Space::cudaipc_control) return 0;
+  if (pacing_.oversubscribed || space_ == store::keys::Space::cudaipc_control) return 0;
   return 2 * base::core_cache_bytes() / slots;
 }
 
@@ -244,8 +245,8 @@ void* ShmTransport::create_segment(int peer, const std::string& name, std::size_
   // The pages every message touches are reserved now, so that a full /dev/shm is this error
   // rather than SIGBUS at a first touch; each slot's pages when its sender first fills it
   // (ShmConnection), so that a communicator of small messages costs a few pages, not its slots.
-  const std::size_t slot_bytes = config_.buffer_bytes / static_cast<std::size_t>(config_.slots);
-  const std::size_t slots = static_cast<std::size_t>(config_.slots);
+  const std::size_t slot_bytes = link_.buffer_bytes / static_cast<std::size_t>(link_.slots);
+  const std::size_t slots = static_cast<std::size_t>(link_.slots);
   const std::size_t mail = mailboxes_offset(slot_bytes, slots);
   for (const auto& [from, length] :
        {std::pair{std::size_t{0}, 3 * kPage}, std::pair{mail, bytes - mail}})

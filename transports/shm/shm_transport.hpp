@@ -25,8 +25,9 @@ class ShmTransport final : public Transport {
   // pids: every rank's process id (from the topology exchange), to notice dead peers.
   // space: this transport's store keys and segment names, apart from another one's in the same
   // job (shm; cudaipc_control for the FIFO counters of CUDA IPC connections).
-  ShmTransport(Store& store, int rank, std::uint64_t job_token, const base::Config& config,
-               std::vector<int> pids, store::keys::Space space = store::keys::Space::shm);
+  ShmTransport(Store& store, int rank, std::uint64_t job_token, const base::LinkConfig& link,
+               const base::Pacing& pacing, std::vector<int> pids,
+               store::keys::Space space = store::keys::Space::shm);
   ~ShmTransport() override;
   TransportKind kind_to(int) const override { return TransportKind::shm; }
   Connection& connect(int peer, const base::Deadline& deadline, const base::Halt& halt) override;
@@ -56,7 +57,8 @@ class ShmTransport final : public Transport {
   Store& store_;
   int rank_;
   std::uint64_t job_token_;
-  base::Config config_;
+  base::LinkConfig link_;
+  base::Pacing pacing_;
   std::vector<int> pids_;
   store::keys::Space space_;
   std::map<int, std::unique_ptr<ShmConnection>> connections_;

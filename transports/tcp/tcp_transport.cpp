@@ -90,15 +90,16 @@ base::IoResult transfer(int fd, void* buf, std::size_t n, bool sending,
 }  // namespace
 
 TcpTransport::TcpTransport(Store& store, int rank, int size, std::uint64_t job_token,
-                           const base::Config& config, const std::string& route_hint)
-    : store_(store), rank_(rank), job_token_(job_token), config_(config) {
+                           const base::LinkConfig& link, const base::Pacing& pacing,
+                           const std::string& route_hint)
+    : store_(store), rank_(rank), job_token_(job_token), link_(link) {
   // Without a route hint, "every rank on this host" is known only when the launcher says so.
-  const bool single_host = config.local_world_size_given && config.local_world_size >= size;
-  std::string ip = choose_local_address(config.socket_ifname, route_hint, single_host);
+  const bool single_host = pacing.local_world_size_given && pacing.local_world_size >= size;
+  std::string ip = choose_local_address(link.socket_ifname, route_hint, single_host);
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0)
     throw PeerError(fmt::format("tcp: rank {}: socket: {}", rank, std::strerror(errno)));
-  set_buffers(listen_fd_, config.socket_buffer_bytes);  // accepted sockets inherit the sizes
+  set_buffers(listen_fd_, link.socket_buffer_bytes);  // accepted sockets inherit the sizes
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = 0;
@@ -137,7 +138,7 @@ void TcpTransport::abort() {
 Connection& TcpTransport::connect(int peer, const base::Deadline& deadline,
                                   const base::Halt& halt) {
   if (auto it = connections_.find(peer); it != connections_.end()) return *it->second;
-  const int n = config_.sockets_per_peer;
+  const int n = link_.sockets_per_peer;
   std::string address;
   std::vector<int> fds;
   if (rank_ < peer) {
@@ -162,8 +163,8 @@ Connection& TcpTransport::connect(int peer, const base::Deadline& deadline,
   // Frames read ahead wait in slot buffers for the engine: an eighth of the core's cache, the
   // share the cost model gives a slice (the core also holds the buffers reduced into).
   auto conn = std::make_unique<TcpConnection>(
-      rank_, peer, std::move(fds), config_.buffer_bytes / static_cast<std::size_t>(config_.slots),
-      config_.slots, base::core_cache_bytes() / 8, address);
+      rank_, peer, std::move(fds), link_.buffer_bytes / static_cast<std::size_t>(link_.slots),
+      link_.slots, base::core_cache_bytes() / 8, address);
   base::log().debug("connected: {}", conn->describe());
   return *(connections_[peer] = std::move(conn));
 }
@@ -186,7 +187,7 @@ int TcpTransport::dial(int peer, int index, const std::string& address,
   } socket{::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)};
   const int fd = socket.fd;
   if (fd < 0) throw PeerError(fmt::format("{}: socket: {}", what, std::strerror(errno)), peer);
-  set_buffers(fd, config_.socket_buffer_bytes);
+  set_buffers(fd, link_.socket_buffer_bytes);
   auto fail = [&](const std::string& why) {
     return PeerError(fmt::format("{}: {}", what, why), peer);
   };
@@ -218,8 +219,8 @@ int TcpTransport::dial(int peer, int index, const std::string& address,
             "no challenge: ");
   auto challenge = base::Challenge::decode(raw.data(), raw.size());
   if (!challenge) throw fail("the peer's challenge is not Loom's");
-  Hello hello{kHelloMagic, kHelloVersion, job_token_, rank_, peer, index, config_.sockets_per_peer};
-  base::Handshake handshake("loom-data", config_.secret);
+  Hello hello{kHelloMagic, kHelloVersion, job_token_, rank_, peer, index, link_.sockets_per_peer};
+  base::Handshake handshake("loom-data", link_.secret);
   const std::string_view context(reinterpret_cast<const char*>(&hello), sizeof(hello));
   auto reply = handshake.respond(*challenge, context);
   if (!reply.error.empty()) throw fail(reply.error);
@@ -312,19 +313,19 @@ void TcpTransport::accept_waiting(const base::Deadline& deadline) {
     const auto budget = std::min<std::chrono::milliseconds>(
         kHelloBudget, std::chrono::milliseconds(deadline.remaining_ms(kHelloBudget.count())));
     handshakes_.push_back(
-        std::make_unique<AcceptingHandshake>(fd, config_.secret, Clock::now() + budget));
+        std::make_unique<AcceptingHandshake>(fd, link_.secret, Clock::now() + budget));
   }
 }
 
 void TcpTransport::advance_handshakes() {
-  const HelloExpected expected{job_token_, rank_, config_.sockets_per_peer};
+  const HelloExpected expected{job_token_, rank_, link_.sockets_per_peer};
   const auto now = Clock::now();
   std::erase_if(handshakes_, [&](const std::unique_ptr<AcceptingHandshake>& h) {
     switch (h->advance(expected)) {
       case AcceptingHandshake::Step::done: {
         const Hello& hello = h->hello();
         auto& slots = accepted_[hello.from];
-        slots.resize(static_cast<std::size_t>(config_.sockets_per_peer), -1);
+        slots.resize(static_cast<std::size_t>(link_.sockets_per_peer), -1);
         if (slots[hello.index] >= 0) ::close(slots[hello.index]);
         slots[hello.index] = h->release();
         return true;

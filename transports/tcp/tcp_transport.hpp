@@ -25,7 +25,8 @@ class TcpTransport final : public Transport {
  public:
   // Binds the listener and publishes its address (store::keys::tcp_address).
   TcpTransport(Store& store, int rank, int size, std::uint64_t job_token,
-               const base::Config& config, const std::string& route_hint);
+               const base::LinkConfig& link, const base::Pacing& pacing,
+               const std::string& route_hint);
   ~TcpTransport() override;
 
   TransportKind kind_to(int) const override { return TransportKind::tcp; }
@@ -58,7 +59,7 @@ class TcpTransport final : public Transport {
   Store& store_;
   int rank_;
   std::uint64_t job_token_;
-  base::Config config_;
+  base::LinkConfig link_;
   int listen_fd_ = -1;
   std::string listen_address_;
   std::map<int, std::unique_ptr<TcpConnection>> connections_;
