@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "algorithms/algorithms.hpp"
+#include "algorithms/dispatch.hpp"
 #include "algorithms/waiter.hpp"
 
 namespace loom::algorithms {
@@ -47,15 +48,15 @@ const transport::Tag* Engine::own_call_like(const transport::Tag& tag) const {
   return mine.word != 0 && same_space_and_seq ? &mine : nullptr;
 }
 
-void Engine::run(const Collective& call, bool background, DataPath* device_path,
-                 PeerMemory* peer_memory) {
+void Engine::run(const Collective& call, Dispatcher& dispatcher, bool background,
+                 DataPath* device_path, PeerMemory* peer_memory) {
   begin(&call, background, device_path, peer_memory);
   if (call.kind != Kind::send && call.kind != Kind::recv)
     history_[(call.tag().word >> 33) % kHistory] = call.tag();
   // The direct path leaves the GPU to order itself: the host waits for none of its work.
   const bool direct = peer_memory_ && direct_device_call(*this, call);
   try {
-    if (!direct) dispatch_.run(*this, call);
+    if (!direct) dispatcher.run(*this, call);
     flush();
   } catch (...) {
     // The caller's buffers are free once the call ends, failed or not: nothing queued may still

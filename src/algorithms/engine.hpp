@@ -9,7 +9,6 @@
 
 #include "algorithms/collective.hpp"
 #include "algorithms/data_path.hpp"
-#include "algorithms/dispatch.hpp"
 #include "algorithms/peer_memory.hpp"
 #include "algorithms/selection.hpp"
 #include "algorithms/spin_budget.hpp"
@@ -19,6 +18,8 @@
 #include "transports/transport.hpp"
 
 namespace loom::algorithms {
+
+class Dispatcher;
 
 // x mod n in [0, n), for ring positions.
 inline int positive_mod(int x, int n) {
@@ -94,12 +95,13 @@ class Engine {
   // This rank's own call with the sequence number of `tag`, if it is among the last ones run:
   // a peer's message for a call this rank has already finished names what this rank did then.
   const transport::Tag* own_call_like(const transport::Tag& tag) const;
-  // Runs one call to completion: the algorithm, then a flush of every connection it used.
+  // Runs one call to completion: the algorithm `dispatcher` chooses (its owner, the
+  // communicator, keeps its plan across calls), then a flush of every connection it used.
   // background: an asynchronous call, running while the rank's own thread computes.
   // device_path: the GPU's data path for a call on device buffers; peer_memory: what the
   // direct path needs (null: the slots only).
-  void run(const Collective& call, bool background = false, DataPath* device_path = nullptr,
-           PeerMemory* peer_memory = nullptr);
+  void run(const Collective& call, Dispatcher& dispatcher, bool background = false,
+           DataPath* device_path = nullptr, PeerMemory* peer_memory = nullptr);
   bool background() const { return background_; }
   // Several sends and receives side by side (PointToPointBatch, point_to_point.cpp): the batch
   // begins (host buffers, the deadline from its first wait), makes each operation the current
@@ -205,7 +207,6 @@ class Engine {
   bool background_ = false;
   std::size_t slice_bytes_ = 0;
   std::size_t round_slices_ = 0;
-  Dispatcher dispatch_;
   std::vector<bool> refused_;  // by peer: single-copy reads between us failed
   ReadRange reads_;
   mutable SpinBudget spin_budget_;

@@ -131,9 +131,9 @@ void Communicator::Impl::run_engine(const Collective& call, bool background,
     algorithms::PeerMemory* peer_memory = runtime ? runtime->peer_memory() : nullptr;
     if (trace::enabled()) {
       trace::Scope span(call.describe(), "collective");
-      engine_->run(call, background, device_path, peer_memory);
+      engine_->run(call, dispatcher_, background, device_path, peer_memory);
     } else {
-      engine_->run(call, background, device_path, peer_memory);
+      engine_->run(call, dispatcher_, background, device_path, peer_memory);
     }
     progress_.in_call.store(false, std::memory_order_relaxed);
   } catch (...) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "algorithms/dispatch.hpp"
 #include "algorithms/engine.hpp"
 #include "base/abort_record.hpp"
 #include "base/config.hpp"
@@ -178,6 +179,9 @@ class LOOM_INTERNAL Communicator::Impl {
   // Made once the topology is known; kept after shutdown (estimate() still answers).
   std::shared_ptr<const algorithms::Selector> selector_;
   std::unique_ptr<algorithms::Engine> engine_;
+  // Which algorithm runs each call, and its plan across calls: used with the engine, by whichever
+  // thread has it (busy_).
+  algorithms::Dispatcher dispatcher_;
   // alloc()'s memory; outlives the engine (which reads it) and, for the user, shutdown().
   std::unique_ptr<core::HostWindows> windows_;
   std::uint64_t windows_made_ = 0;           // alloc() calls so far: the next window's number

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "algorithms/dispatch.hpp"
 #include "algorithms/engine.hpp"
 #include "base/abort_record.hpp"
 
@@ -79,7 +80,8 @@ Clock::duration time_to_fail(std::chrono::milliseconds timeout, base::Halt& halt
       halt.trigger(base::AbortRecord{base::AbortRecord::Kind::aborted, 0, 0, "test"}, true);
     });
   const auto start = Clock::now();
-  EXPECT_THROW(engine.run(call), Error);
+  Dispatcher dispatcher;
+  EXPECT_THROW(engine.run(call, dispatcher), Error);
   const auto took = Clock::now() - start;
   if (halter.joinable()) halter.join();
   return took;
