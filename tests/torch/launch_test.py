@@ -46,10 +46,25 @@ def train(launcher, ranks, backend, out_dir, script=SCRIPT, extra=()):
     command = launcher(ranks, script) + ["--backend", backend, "--out", out, "--dtype",
                                          "float64", *extra]
     run = subprocess.run(command, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
-    if run.returncode != 0:
+    if run.returncode != 0 and not gloo_died_after_saving(backend, run):
         raise AssertionError(f"{' '.join(command)} exited {run.returncode}:\n{run.stdout}\n"
                              f"{run.stderr[-4000:]}")
     return torch.load(out)
+
+
+def gloo_died_after_saving(backend, run):
+    """The reference run (gloo) saved its parameters and printed its last line, and then a rank
+    died in PyTorch's gloo teardown ("terminate called without an active exception": a gloo
+    worker thread still joinable when the process group is destroyed; seen once in CI with torch
+    2.15 and FSDP2). The saved parameters are whole (rank 0 prints after torch.save), so the
+    reference stands; a loom run that does this still fails."""
+    died = "terminate called without an active exception" in run.stdout + run.stderr
+    trained = f"trained {backend} " in run.stdout
+    if backend == "gloo" and died and trained:
+        print(f"note: the gloo reference saved its parameters, then died at teardown (exit "
+              f"{run.returncode}); its parameters are used", file=sys.stderr)
+        return True
+    return False
 
 
 def relative_difference(a, b):
