@@ -139,8 +139,10 @@ void Communicator::Impl::start() {
     base::log().info("{}: {}; device buffers of local peers via {}", who(rank_), device::describe(),
                      ipc_ ? "cudaipc" : "host slots");
   // The threads last: whatever threw above leaves none behind (their destructors would not run).
+  queue_ = std::make_unique<core::CallQueue>(static_cast<core::CallQueue::Runner&>(*this), rank_,
+                                             callers_waiting_);
   start_monitor();
-  worker_ = std::thread([this] { work_loop(); });
+  queue_->start();
 }
 
 std::shared_ptr<Communicator::Impl> Communicator::Impl::split(int color, int key,
@@ -188,7 +190,7 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
                     who(rank_), fmt::join(members, ",")));
   std::uint64_t n = 0;
   {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(groups_mu_);
     n = groups_made_[members]++;
   }
   const std::string list = fmt::format("{}", fmt::join(members, ","));
@@ -207,12 +209,18 @@ void Communicator::Impl::set_timeout(std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0)
     throw InvalidArgument(fmt::format("set_timeout: {}: the timeout must be positive, not {} ms",
                                       who(rank_), timeout.count()));
-  std::lock_guard lock(mu_);
-  if (destroyed_)
+  bool closed = false;
+  queue_->locked([&](const core::CallQueue::Now& now) {
+    // The engine goes only after the queue closed: under its lock it is here.
+    if (!(closed = now.closed)) {
+      config_.timeout = timeout;
+      engine_->set_timeout(timeout);
+    }
+    return false;
+  });
+  if (closed)
     throw InvalidArgument(
         fmt::format("set_timeout: {}: the communicator was destroyed", who(rank_)));
-  config_.timeout = timeout;
-  engine_->set_timeout(timeout);  // reset only under the lock, after destroyed_ is set
 }
 
 // "rank 3", or "rank 1 (rank 3 of the parent)" in a communicator made by split().
@@ -248,20 +256,9 @@ Estimate Communicator::Impl::estimate(Operation op, std::size_t bytes, bool devi
 }
 
 void Communicator::Impl::shutdown() {
-  {
-    std::lock_guard lock(mu_);
-    if (destroyed_) return;
-    destroyed_ = true;  // admit() refuses every later call
-    closing_.store(true, std::memory_order_seq_cst);
-    wake_.notify_all();
-  }
-  if (worker_.joinable()) worker_.join();  // it runs what was queued, then returns
-  {
-    // A blocking call on another thread still uses the engine: it ends at its deadline, or at
-    // once after abort().
-    std::unique_lock lock(mu_);
-    wake_.wait(lock, [&] { return !busy_.load(std::memory_order_seq_cst); });
-  }
+  // Refuses later calls, runs those queued, waits for a blocking call on another thread (it ends
+  // at its deadline, or at once after abort()).
+  if (!queue_ || !queue_->close()) return;
   monitor_.reset();
   engine_.reset();
   {

@@ -1,16 +1,17 @@
-// The communicator behind loom::Communicator. Its jobs live in files of their own:
+// The communicator behind loom::Communicator. It owns its parts: the call queue (issue order,
+// the worker, the engine's busy mark: core/call_queue.hpp), the health monitor, the transports
+// and the windows; its own jobs live in files of their own:
 //   communicator.cpp     joining, lifetime (construction, shutdown), the public methods
 //   transport_setup.cpp  which transport reaches each peer
 //   call_checks.cpp      arguments and buffer placement, checked before anything is queued
-//   call_queue.cpp       numbering calls and running them in issue order
+//   call_runner.cpp      what the call queue runs: a call on the engine, a batch of sends and
+//                        receives
 //   failure.cpp          abort(), the failure protocol, the health monitor's hand-over
 //   windows.cpp          alloc() and free(): host memory the ranks of a host share
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,6 +23,7 @@
 #include "base/abort_record.hpp"
 #include "base/config.hpp"
 #include "base/halt.hpp"
+#include "core/call_queue.hpp"
 #include "core/health_monitor.hpp"
 #include "core/host_windows.hpp"
 #include "core/topology.hpp"
@@ -34,7 +36,7 @@
 
 namespace loom {
 
-class LOOM_INTERNAL Communicator::Impl {
+class LOOM_INTERNAL Communicator::Impl final : private core::CallQueue::Runner {
  public:
   // route_hint: the store's host, so that data connections listen where it is reached.
   Impl(std::shared_ptr<Store> store, int rank, int size, const Options& options,
@@ -125,25 +127,20 @@ class LOOM_INTERNAL Communicator::Impl {
   bool writes(const algorithms::Collective& c) const;
   void place(algorithms::Collective& c);
 
-  // call_queue.cpp
-  void enqueue(std::shared_ptr<Work::State> state, const algorithms::Collective& call);
-  // Under mu_: the queue's front is a send or receive on host buffers.
-  bool point_to_point_first() const;
-  // Runs the sends and receives at the queue's front side by side, with those issued meanwhile
-  // (PointToPointBatch); `lock` (on mu_) is released while they run and held again after.
-  void run_point_to_point(std::unique_lock<std::mutex>& lock);
-  void admit(algorithms::Collective& call);
-  std::function<void()> execute(const algorithms::Collective& call, bool background);
+  // call_runner.cpp: core::CallQueue::Runner
+  void refuse(const algorithms::Collective& call) override;
+  void issue(algorithms::Collective& call) override;
+  std::function<void()> execute(const algorithms::Collective& call, bool background) override;
+  void run_batch(core::CallQueue::Batch& batch) override;
+  bool halted() const noexcept override { return halt_.triggered(); }
+  void engine_idle(bool closed) override;  // failure.cpp
   void run_engine(const algorithms::Collective& call, bool background, gpu::Runtime* runtime);
   // A call queued before the communicator halted raises what the halt says.
   void refuse_if_halted(const algorithms::Collective& call);
   // In a handler: the error in flight, named with `call`, fails the communicator (fail()).
   [[noreturn]] void fail_in_flight(const algorithms::Collective& call);
-  void work_loop();
-  void engine_idle();
 
   // failure.cpp
-  void close_if_halted();
   void start_monitor();
   void halt_from_record(const base::AbortRecord& record);
   [[noreturn]] void fail(const algorithms::Collective& call, const Error& e);
@@ -170,7 +167,9 @@ class LOOM_INTERNAL Communicator::Impl {
   // stops them: one left out of a subset may be healthy in the job.
   bool whole_job_ = true;
   std::uint64_t splits_ = 0;  // split() calls so far: each gets a key space of its own
-  // create_group() calls so far, by member list (each member counts alike: all of them call).
+  // create_group() calls so far, by member list (each member counts alike: all of them call);
+  // members of disjoint groups may call it from threads of their own.
+  std::mutex groups_mu_;
   std::map<std::vector<int>, std::uint64_t> groups_made_;
   std::uint64_t shrinks_ = 0;  // shrink() calls so far: likewise
   std::string listen_address_;
@@ -193,18 +192,6 @@ class LOOM_INTERNAL Communicator::Impl {
   std::unique_ptr<gpu::Runtime> gpu_;
   transport::cudaipc::IpcTransport* ipc_ = nullptr;  // owned by transport_
 
-  std::mutex mu_;
-  std::condition_variable wake_;
-  struct Queued {
-    std::shared_ptr<Work::State> state;
-    algorithms::Collective call;
-  };
-  std::deque<Queued> queue_;
-  // The engine is running a call (on the worker or a caller's thread). Set under mu_; a caller's
-  // thread clears it without the lock.
-  std::atomic<bool> busy_{false};
-  std::atomic<std::uint32_t> queued_{0};  // queue_.size(), readable without the lock
-  std::atomic<bool> closing_{false};      // shutdown() waits for the engine: wake it when idle
   base::Halt halt_;
   core::Progress progress_;
   std::shared_ptr<core::HealthMonitor> monitor_;  // shared: abort() publishes outside the lock
@@ -213,11 +200,8 @@ class LOOM_INTERNAL Communicator::Impl {
   std::string store_where_;
   // Threads in Work::wait on this communicator's calls (see Engine::sharing_core).
   std::shared_ptr<std::atomic<int>> callers_waiting_ = std::make_shared<std::atomic<int>>(0);
-  bool destroyed_ = false;
-  std::uint64_t next_seq_ = 0;
-  std::map<int, std::uint64_t> sent_;
-  std::map<int, std::uint64_t> received_;
-  std::thread worker_;  // last: started once everything else exists
+  // Last: made and started once everything else exists, closed first.
+  std::unique_ptr<core::CallQueue> queue_;
 };
 
 }  // namespace loom

@@ -31,23 +31,24 @@ void Communicator::Impl::abort() {
       base::AbortRecord::Kind::aborted, rank_, rank_,
       fmt::format("{} on host {} aborted its communicator", who(rank_), host_of(rank_))};
   std::shared_ptr<core::HealthMonitor> monitor;
-  {
-    std::lock_guard lock(mu_);
-    if (destroyed_ || !halt_.trigger(mine, true)) return;
-    // A running call sees the halt at its next wait (within its spin window or 100 ms of
-    // sleep), fails, and tells the others; the connections are closed once the engine is idle,
-    // here or by the thread that ran the call, never while the engine uses them.
-    if (busy_) return;
-    transport_->abort();
-    monitor = monitor_;
-  }
+  bool idle = false;
+  // A running call sees the halt at its next wait (within its spin window or 100 ms of sleep),
+  // fails, and tells the others; the connections are closed once the engine is idle (here, or by
+  // the thread that ran the call: engine_idle), never while the engine uses them.
+  queue_->locked([&](const core::CallQueue::Now& now) {
+    if (now.closed || !halt_.trigger(mine, true)) return false;
+    idle = !now.busy;
+    if (idle) monitor = monitor_;
+    return true;
+  });
   // Not under the lock: the store may take its time, or never answer.
-  publish(mine, std::chrono::milliseconds(0), monitor.get());
+  if (idle) publish(mine, std::chrono::milliseconds(0), monitor.get());
 }
 
-// Under mu_, with the engine idle (busy_ clear; seq_cst with abort(): one of the two closes).
-void Communicator::Impl::close_if_halted() {
-  if (halt_.triggered() && !destroyed_) transport_->abort();
+// The one place the connections close on a halt: under the call queue's lock, the engine idle
+// (seq_cst with the halt's trigger: whichever of a halt and a call's end comes last closes).
+void Communicator::Impl::engine_idle(bool closed) {
+  if (halt_.triggered() && !closed) transport_->abort();
 }
 
 // The watch over the other ranks, on its own connection to the store (none when the store
@@ -76,11 +77,12 @@ void Communicator::Impl::start_monitor() {
 
 // The health monitor found another rank's record: stop, the way abort() does.
 void Communicator::Impl::halt_from_record(const base::AbortRecord& record) {
-  std::lock_guard lock(mu_);
-  if (destroyed_ || !halt_.trigger(record, false)) return;
-  base::log().error("{}: stopping: {} (reported by {})", who(rank_), record.cause,
-                    who(record.reporter));
-  if (!busy_) transport_->abort();
+  queue_->locked([&](const core::CallQueue::Now& now) {
+    if (now.closed || !halt_.trigger(record, false)) return false;
+    base::log().error("{}: stopping: {} (reported by {})", who(rank_), record.cause,
+                      who(record.reporter));
+    return true;
+  });
 }
 
 // After a failure: tell the other ranks through the store (or learn what another rank told),

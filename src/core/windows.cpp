@@ -87,12 +87,8 @@ std::shared_ptr<void> Communicator::Impl::alloc_shared(std::size_t bytes) {
 
 void Communicator::Impl::free(void* p) {
   const std::uint64_t mine = windows_->number_of(p).value_or(kNotAWindow);
-  bool closed = false;
-  {
-    std::lock_guard lock(mu_);
-    closed = destroyed_;
-  }
-  if (closed) {  // no calls any more: the peers have unmapped theirs, or will at their end
+  if (queue_
+          ->closed()) {  // no calls any more: the peers have unmapped theirs, or will at their end
     if (mine == kNotAWindow)
       throw InvalidArgument(
           fmt::format("free: {}: {} is not memory alloc() returned", who(rank_), fmt::ptr(p)));
