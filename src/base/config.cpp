@@ -163,7 +163,7 @@ void LinkConfig::check_limits() const {
         fmt::format("configuration: sockets per peer {} not in [1, 64]", sockets_per_peer));
   if (slots < 2 || slots > 64)
     throw InvalidArgument(fmt::format("configuration: slots {} not in [2, 64]", slots));
-  if (buffer_bytes / static_cast<std::size_t>(slots) < 4096 || buffer_bytes > (1ull << 30))
+  if (slot_bytes() < 4096 || buffer_bytes > (1ull << 30))
     throw InvalidArgument(
         fmt::format("configuration: buffer of {} bytes over {} slots: each slot needs at least 4 "
                     "KiB, the buffer at most 1 GiB",

@@ -32,6 +32,12 @@ struct LinkConfig {
   // FIFO, since every slot hand-over waits for the GPU and GPU copies run at TB/s.
   std::size_t cuda_buffer_bytes = std::size_t{32} << 20;
 
+  // The bytes of one slot of a host connection's FIFO, and of a CUDA IPC connection's.
+  std::size_t slot_bytes() const { return buffer_bytes / static_cast<std::size_t>(slots); }
+  std::size_t cuda_slot_bytes() const {
+    return cuda_buffer_bytes / static_cast<std::size_t>(slots);
+  }
+
   // InvalidArgument for sockets, slots or buffers out of range.
   void check_limits() const;
 };

@@ -164,9 +164,8 @@ void Communicator::Impl::place(Collective& c) {
   }
   std::lock_guard lock(gpu_mu_);
   if (!gpu_) {
-    gpu_ = gpu::make_runtime(
-        device, rank_, config_.link.buffer_bytes / static_cast<std::size_t>(config_.link.slots),
-        ipc_ != nullptr && config_.selection.cuda_direct);
+    gpu_ = gpu::make_runtime(device, rank_, config_.link.slot_bytes(),
+                             ipc_ != nullptr && config_.selection.cuda_direct);
     if (ipc_) ipc_->prepare(device);
   } else if (gpu_->device() != device) {
     throw bad(

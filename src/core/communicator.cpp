@@ -120,8 +120,7 @@ void Communicator::Impl::start() {
       "{}/{} on {}: {}; tcp at {}, {} sockets per peer; {} slots of {} KiB; timeout {} s; "
       "reduction kernels {}",
       who(rank_), size_, host_name(), transport_summary_, listen_address_,
-      config_.link.sockets_per_peer, config_.link.slots,
-      config_.link.buffer_bytes / static_cast<std::size_t>(config_.link.slots) >> 10,
+      config_.link.sockets_per_peer, config_.link.slots, config_.link.slot_bytes() >> 10,
       config_.timeout.count() / 1000, kernels::simd_target());
   if (rank_ == 0) {
     base::log().info("topology: {}", topology_.describe());
@@ -235,11 +234,10 @@ Communicator::Impl::~Impl() {
 }
 
 std::string Communicator::Impl::describe() const {
-  return fmt::format(
-      "rank {}/{} on {}, {}, tcp at {}, {} sockets per peer, {} x {} KiB slots", rank_, size_,
-      host_name(), transport_summary_, listen_address_, config_.link.sockets_per_peer,
-      config_.link.slots,
-      config_.link.buffer_bytes / static_cast<std::size_t>(config_.link.slots) >> 10);
+  return fmt::format("rank {}/{} on {}, {}, tcp at {}, {} sockets per peer, {} x {} KiB slots",
+                     rank_, size_, host_name(), transport_summary_, listen_address_,
+                     config_.link.sockets_per_peer, config_.link.slots,
+                     config_.link.slot_bytes() >> 10);
 }
 
 Estimate Communicator::Impl::estimate(Operation op, std::size_t bytes, bool device,

@@ -136,7 +136,7 @@ algorithms::SelectionInputs Communicator::Impl::selection_inputs() const {
         rdma_everywhere = false;
   in.remote = rdma_everywhere ? TransportKind::ibverbs : TransportKind::tcp;
   in.costs = algorithms::CostModel::measured(topology_.machine_rates(), in.hosts.size() == 1);
-  in.slot_bytes = config_.link.buffer_bytes / static_cast<std::size_t>(config_.link.slots);
+  in.slot_bytes = config_.link.slot_bytes();
   in.slots = config_.link.slots;
   in.ranks_per_core = topology_.ranks_per_core();
   in.cores = topology_.fewest_cores();

@@ -64,7 +64,7 @@ base::LinkConfig small_config() {
 // published in the store, for a ShmTransport of rank 1 to open.
 struct HandMadeSegment {
   HandMadeSegment(Store& store, std::uint64_t token, const base::LinkConfig& config) {
-    slot_bytes = config.buffer_bytes / static_cast<std::size_t>(config.slots);
+    slot_bytes = config.slot_bytes();
     bytes = transport::shm::segment_bytes(slot_bytes, static_cast<std::size_t>(config.slots));
     name = fmt::format("/loom-{:016x}-0-1-{:032x}", token, ++serial);
     fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);

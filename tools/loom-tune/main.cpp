@@ -229,7 +229,7 @@ int run(const Args& args, const loom::Options& options) {
                    key.c_str());
     return 2;
   }
-  Tuner tuner(base, args, config.link.buffer_bytes / static_cast<std::size_t>(config.link.slots));
+  Tuner tuner(base, args, config.link.slot_bytes());
   const std::vector<std::size_t>& sizes = tuner.sizes();
   if (rank == 0)
     std::printf("# loom-tune: %d ranks, %s, %zu sizes %s-%s, %d round(s); table %s\n", n,

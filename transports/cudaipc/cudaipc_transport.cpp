@@ -51,7 +51,7 @@ CudaIpcTransport::CudaIpcTransport(Store& store, int rank, std::uint64_t job_tok
                                    std::vector<int> pids, std::vector<bool> local_peers)
     : store_(store),
       rank_(rank),
-      slot_bytes_(link.cuda_buffer_bytes / static_cast<std::size_t>(link.slots)),
+      slot_bytes_(link.cuda_slot_bytes()),
       slots_(static_cast<std::size_t>(link.slots)),
       local_peers_(std::move(local_peers)),
       pids_(pids),

@@ -398,7 +398,7 @@ IbTransport::IbTransport(Store& store, int rank, const base::LinkConfig& link, P
       rank_(rank),
       secret_(link.secret),
       job_token_(job_token),
-      slot_bytes_(link.buffer_bytes / static_cast<std::size_t>(link.slots)),
+      slot_bytes_(link.slot_bytes()),
       slots_(static_cast<std::size_t>(link.slots)),
       port_(std::move(port)) {
   int count = 0;

@@ -155,7 +155,7 @@ Connection& ShmTransport::connect(int peer, const base::Deadline& deadline,
   if (auto it = connections_.find(peer); it != connections_.end()) return *it->second;
   const int low = std::min(rank_, peer), high = std::max(rank_, peer);
   const std::string key = store::keys::shm_segment(space_, low, high);
-  const std::size_t slot_bytes = link_.buffer_bytes / static_cast<std::size_t>(link_.slots);
+  const std::size_t slot_bytes = link_.slot_bytes();
   const std::size_t slots = static_cast<std::size_t>(link_.slots);
   const std::size_t bytes = segment_bytes(slot_bytes, slots);
   std::string name;
@@ -245,7 +245,7 @@ void* ShmTransport::create_segment(int peer, const std::string& name, std::size_
   // The pages every message touches are reserved now, so that a full /dev/shm is this error
   // rather than SIGBUS at a first touch; each slot's pages when its sender first fills it
   // (ShmConnection), so that a communicator of small messages costs a few pages, not its slots.
-  const std::size_t slot_bytes = link_.buffer_bytes / static_cast<std::size_t>(link_.slots);
+  const std::size_t slot_bytes = link_.slot_bytes();
   const std::size_t slots = static_cast<std::size_t>(link_.slots);
   const std::size_t mail = mailboxes_offset(slot_bytes, slots);
   for (const auto& [from, length] :

@@ -162,9 +162,8 @@ Connection& TcpTransport::connect(int peer, const base::Deadline& deadline,
   }
   // Frames read ahead wait in slot buffers for the engine: an eighth of the core's cache, the
   // share the cost model gives a slice (the core also holds the buffers reduced into).
-  auto conn = std::make_unique<TcpConnection>(
-      rank_, peer, std::move(fds), link_.buffer_bytes / static_cast<std::size_t>(link_.slots),
-      link_.slots, base::core_cache_bytes() / 8, address);
+  auto conn = std::make_unique<TcpConnection>(rank_, peer, std::move(fds), link_.slot_bytes(),
+                                              link_.slots, base::core_cache_bytes() / 8, address);
   base::log().debug("connected: {}", conn->describe());
   return *(connections_[peer] = std::move(conn));
 }
