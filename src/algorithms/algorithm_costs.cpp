@@ -352,22 +352,32 @@ ReadRange single_copy_reads(const SelectionInputs& in) {
 
 // ---- in place in the peers' buffers
 
+// Device buffers through the peers' memory: the host sends two small messages and waits for
+// none of the work, which the GPU orders itself (copy engines and kernels at its own rate), so
+// the host's price is nothing; wherever the peers' memory is mapped, the direct path wins.
+double direct_device_cost(const SelectionInputs&, std::size_t, bool) {
+  return 0.0;
+}
 // Rank r reduces block r of every input (n-1 reductions of S/n) and writes it to the other
 // outputs (two ranks: the reduction writes both).
-double direct_all_reduce_cost(const SelectionInputs& in, std::size_t bytes, bool) {
+double direct_all_reduce_cost(const SelectionInputs& in, std::size_t bytes, bool device) {
+  if (device) return direct_device_cost(in, bytes, device);
   const double block = to_d(bytes) / in.size;
   return in_place_cost(in, in.size > 2 ? n_minus_1(in) * block : 0.0, n_minus_1(in) * block);
 }
-double direct_reduce_cost(const SelectionInputs& in, std::size_t bytes, bool) {
+double direct_reduce_cost(const SelectionInputs& in, std::size_t bytes, bool device) {
+  if (device) return direct_device_cost(in, bytes, device);
   return in_place_cost(in, 0.0, n_minus_1(in) * to_d(bytes));
 }
 // Every block but the rank's own copied in. All-to-all copies its own block too, but so do
 // pairwise and the single copy, whose prices count only the peers' blocks (docs/tuning.md,
 // "In place").
-double direct_gather_cost(const SelectionInputs& in, std::size_t bytes, bool) {
+double direct_gather_cost(const SelectionInputs& in, std::size_t bytes, bool device) {
+  if (device) return direct_device_cost(in, bytes, device);
   return in_place_cost(in, n_minus_1(in) * to_d(bytes), 0.0);
 }
-double direct_copy_cost(const SelectionInputs& in, std::size_t bytes, bool) {
+double direct_copy_cost(const SelectionInputs& in, std::size_t bytes, bool device) {
+  if (device) return direct_device_cost(in, bytes, device);
   return in_place_cost(in, to_d(bytes), 0.0);
 }
 

@@ -56,7 +56,9 @@ struct ReadRange {
 };
 ReadRange single_copy_reads(const SelectionInputs& in);
 
-// ---- in place in the peers' buffers (Communicator::alloc's windows, one host over shm)
+// ---- in place in the peers' buffers: device buffers through CUDA IPC, host buffers in
+// Communicator::alloc's windows (one host over shm)
+double direct_device_cost(const SelectionInputs& in, std::size_t bytes, bool device);
 double direct_all_reduce_cost(const SelectionInputs& in, std::size_t bytes, bool device);
 double direct_reduce_cost(const SelectionInputs& in, std::size_t bytes, bool device);
 double direct_gather_cost(const SelectionInputs& in, std::size_t bytes, bool device);

@@ -57,6 +57,17 @@ const char* one_host_shm(const SelectionInputs& in, std::size_t, bool device) {
   if (!in.one_host() || in.local != TransportKind::shm) return "ranks on one host over shm only";
   return nullptr;
 }
+// The in-place rows: every rank on one host, device buffers (through CUDA IPC) or host buffers
+// over shm (the windows' messages go through it).
+const char* one_host_mapped(const SelectionInputs& in, std::size_t bytes, bool device) {
+  if (device) return in.one_host() ? nullptr : "ranks on one host only";
+  return one_host_shm(in, bytes, device);
+}
+// ... of uneven blocks: device buffers only (the host windows serve the even kinds).
+const char* one_host_device(const SelectionInputs& in, std::size_t, bool device) {
+  if (!device) return "device buffers only";
+  return in.one_host() ? nullptr : "ranks on one host only";
+}
 // ... where the kernel also lets every rank read its peers' memory.
 const char* one_host_readable(const SelectionInputs& in, std::size_t bytes, bool device) {
   if (const char* why = one_host_shm(in, bytes, device)) return why;
@@ -121,24 +132,24 @@ const std::vector<Algorithm>& algorithm_table() {
       {Kind::all_to_all_v, "pairwise", fits_always, pairwise_cost, no_slice, pairwise_all_to_all},
       {Kind::all_gather_v, "ring", fits_always, chain_cost, uneven_slice, ring_all_gather,
        kAnySlice},
-      {Kind::all_reduce, "direct", one_host_shm, direct_all_reduce_cost, no_slice, direct_host_call,
+      {Kind::all_reduce, "direct", one_host_mapped, direct_all_reduce_cost, no_slice, direct,
        kInPlace},
-      {Kind::reduce_scatter, "direct", one_host_shm, direct_reduce_cost, no_slice, direct_host_call,
+      {Kind::reduce_scatter, "direct", one_host_mapped, direct_reduce_cost, no_slice, direct,
        kInPlace},
-      {Kind::all_gather, "direct", one_host_shm, direct_gather_cost, no_slice, direct_host_call,
-       kInPlace},
-      {Kind::broadcast, "direct", one_host_shm, direct_copy_cost, no_slice, direct_host_call,
-       kInPlace},
-      {Kind::reduce, "direct", one_host_shm, direct_reduce_cost, no_slice, direct_host_call,
-       kInPlace},
-      {Kind::gather, "direct", one_host_shm, direct_gather_cost, no_slice, direct_host_call,
-       kInPlace},
-      {Kind::scatter, "direct", one_host_shm, direct_copy_cost, no_slice, direct_host_call,
-       kInPlace},
-      {Kind::all_to_all, "direct", one_host_shm, direct_gather_cost, no_slice, direct_host_call,
-       kInPlace},
+      {Kind::all_gather, "direct", one_host_mapped, direct_gather_cost, no_slice, direct, kInPlace},
+      {Kind::broadcast, "direct", one_host_mapped, direct_copy_cost, no_slice, direct, kInPlace},
+      {Kind::reduce, "direct", one_host_mapped, direct_reduce_cost, no_slice, direct, kInPlace},
+      {Kind::gather, "direct", one_host_mapped, direct_gather_cost, no_slice, direct, kInPlace},
+      {Kind::scatter, "direct", one_host_mapped, direct_copy_cost, no_slice, direct, kInPlace},
+      {Kind::all_to_all, "direct", one_host_mapped, direct_gather_cost, no_slice, direct, kInPlace},
       {Kind::reduce_scatter_v, "ring", fits_always, chain_cost, uneven_slice, ring_reduce_scatter,
        kAnySlice},
+      {Kind::all_to_all_v, "direct", one_host_device, direct_device_cost, no_slice, direct,
+       kInPlace},
+      {Kind::all_gather_v, "direct", one_host_device, direct_device_cost, no_slice, direct,
+       kInPlace},
+      {Kind::reduce_scatter_v, "direct", one_host_device, direct_device_cost, no_slice, direct,
+       kInPlace},
   };
   return table;
 }

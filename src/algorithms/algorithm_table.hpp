@@ -22,8 +22,9 @@ struct Algorithm {
     // size. The others size their own (whole buffers that must fit half the FIFO) or send
     // whole slots.
     bool any_slice = false;
-    // It reads and writes the peers' buffers in place: chosen only for calls of a communicator
-    // with shared windows (Communicator::alloc).
+    // It reads and writes the peers' buffers in place: chosen only where their memory is mapped
+    // here (device buffers through CUDA IPC; host buffers in the shared windows of
+    // Communicator::alloc).
     bool needs_windows = false;
     // It reads the peers' blocks in place where the model prices that cheaper, and sends the
     // others through the slots (the single copy): its choice carries the blocks it reads.

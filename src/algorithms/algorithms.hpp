@@ -64,13 +64,12 @@ void linear_gather(Engine& engine, const Collective& call);
 void binomial_gather(Engine& engine, const Collective& call);
 void linear_scatter(Engine& engine, const Collective& call);
 void binomial_scatter(Engine& engine, const Collective& call);
-// Device buffers of one host's ranks read and written in place (direct.cpp); false, on every
-// rank alike, when the call must go through the slots instead.
-bool direct_device_call(Engine& engine, const Collective& call);
-// Host buffers in the communicator's shared windows (Communicator::alloc), read and written in
-// place on one host; where some rank's are not, the model's best other algorithm runs instead.
-void direct_host_call(Engine& engine, const Collective& call);
-// Calls direct_host_call served in place, in this process (tests check the path was taken).
+// The buffers of one host's ranks read and written in place (direct.cpp): device buffers through
+// the peers' memory (CUDA IPC), host buffers in the communicator's shared windows
+// (Communicator::alloc). Where some rank's cannot be shared, the model's best other algorithm
+// runs instead.
+void direct(Engine& engine, const Collective& call);
+// Host calls direct served in place, in this process (tests check the path was taken).
 std::uint64_t direct_host_calls();
 
 // The ring all-reduce of `count` elements over any ring; `divisor` divides the sums (avg).

@@ -338,21 +338,22 @@ bool direct_call(Engine& engine, PeerMemory& memory, const Collective& call) {
 
 }  // namespace
 
-bool direct_device_call(Engine& engine, const Collective& call) {
-  PeerMemory* memory = engine.peer_memory();
-  return memory != nullptr && direct_call(engine, *memory, call);
-}
-
-void direct_host_call(Engine& engine, const Collective& call) {
-  PeerMemory* windows = engine.host_windows();
-  if (windows != nullptr && direct_call(engine, *windows, call)) {
-    host_calls_served.fetch_add(1, std::memory_order_relaxed);
+void direct(Engine& engine, const Collective& call) {
+  const bool device = call.device >= 0;
+  PeerMemory* memory = device ? engine.peer_memory() : engine.host_windows();
+  if (memory != nullptr && direct_call(engine, *memory, call)) {
+    // The GPU orders itself: the host waits for none of its work.
+    if (device)
+      engine.leave_ordering_to_device();
+    else
+      host_calls_served.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  // Some rank's buffers are outside the windows (every rank learnt it from the same messages):
-  // what the model would run without them.
-  const Selector::Choice other = engine.selector().choose(call.kind, call.bytes(), false, false);
-  engine.set_slice_bytes(other.slice);
+  // Some rank's buffers cannot be shared (every rank learnt it from the same messages): what the
+  // model would run without the peers' memory.
+  const Selector::Choice other = engine.selector().choose(call.kind, call.bytes(), device, false);
+  engine.set_slicing(other.slice, other.round_slices);
+  engine.set_reads(other.reads);
   other.algorithm->run(engine, call);
 }
 

@@ -70,7 +70,9 @@ void log_choice(const Selector& selector, const Collective& call, const Selector
 void Dispatcher::run(Engine& engine, const Collective& call) {
   const std::size_t bytes = call.bytes();
   const bool device = call.device >= 0;
-  const bool windows = !device && engine.host_windows() != nullptr;
+  // Whether the peers' memory is mapped here: the direct rows' condition (device buffers through
+  // CUDA IPC, host buffers in the shared windows).
+  const bool windows = (device ? engine.peer_memory() : engine.host_windows()) != nullptr;
   if (plan_.kind != call.kind || plan_.bytes != bytes || plan_.device != device ||
       plan_.windows != windows || plan_.algorithm == nullptr) {
     const Selector::Choice choice = engine.selector().choose(call.kind, bytes, device, windows);

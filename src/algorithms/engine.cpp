@@ -53,10 +53,8 @@ void Engine::run(const Collective& call, Dispatcher& dispatcher, bool background
   begin(&call, background, device_path, peer_memory);
   if (call.kind != Kind::send && call.kind != Kind::recv)
     history_[(call.tag().word >> 33) % kHistory] = call.tag();
-  // The direct path leaves the GPU to order itself: the host waits for none of its work.
-  const bool direct = peer_memory_ && direct_device_call(*this, call);
   try {
-    if (!direct) dispatcher.run(*this, call);
+    dispatcher.run(*this, call);
     flush();
   } catch (...) {
     // The caller's buffers are free once the call ends, failed or not: nothing queued may still
@@ -67,7 +65,7 @@ void Engine::run(const Collective& call, Dispatcher& dispatcher, bool background
     }
     throw;
   }
-  if (device_path_ && !direct) device_path_->complete();
+  if (device_path_ && !device_ordered_) device_path_->complete();
 }
 
 void Engine::flush() {
@@ -83,6 +81,7 @@ void Engine::begin(const Collective* call, bool background, DataPath* device_pat
   device_path_ = device_path;
   peer_memory_ = peer_memory;
   background_ = background;
+  device_ordered_ = false;
   slice_bytes_ = 0;
   round_slices_ = 0;
   restart_deadline();

@@ -83,6 +83,9 @@ class Engine {
   // Device memory this host's ranks share, for a call on device buffers that may take the
   // direct path; else null.
   PeerMemory* peer_memory() const { return peer_memory_; }
+  // The call's device work orders itself on the GPU (the direct path): the host waits for none
+  // of it at the call's end.
+  void leave_ordering_to_device() { device_ordered_ = true; }
   // Host memory the ranks of this host share (Communicator::alloc's windows): null until the
   // first window every rank mapped. Set between calls, on every rank at the same place in its
   // sequence of calls (the windows are made collectively), so every rank chooses alike.
@@ -217,6 +220,7 @@ class Engine {
   HostDataPath host_path_;
   DataPath* device_path_ = nullptr;  // this call's, when its buffers are on a GPU
   PeerMemory* peer_memory_ = nullptr;
+  bool device_ordered_ = false;
   std::atomic<PeerMemory*> host_windows_{nullptr};
   base::Deadline deadline_{std::chrono::milliseconds(0)};
   std::vector<transport::Connection*> used_;

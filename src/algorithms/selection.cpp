@@ -23,7 +23,9 @@ const char* Selector::unfit(const Algorithm& a, std::size_t bytes, bool device,
   // The in-place algorithms need the windows, and a rank whose call is outside them falls back
   // to the choice without them.
   if (const char* why = a.unfit(inputs_, bytes, device)) return why;
-  return a.traits.needs_windows && !windows ? "no shared windows" : nullptr;
+  if (a.traits.needs_windows && !windows)
+    return device ? "the peers' device memory is not mapped" : "no shared windows";
+  return nullptr;
 }
 
 const Rule* Selector::rule_for(const std::vector<Rule>& rules, Kind kind, std::size_t bytes,
