@@ -1,6 +1,7 @@
 // The algorithm chooser: the cost model's picks, the LOOM_ALGO rules, and their refusals.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "selection_inputs.hpp"
@@ -136,6 +137,34 @@ TEST(Selection, TheTuningTableChoosesBelowLoomAlgoForPlainHostBuffers) {
   in.tuned = "allreduce:warp_drive";
   EXPECT_NO_THROW(Selector{in});
   EXPECT_FALSE(Selector(in).choose(Kind::all_reduce, 8, false).tuned);
+}
+
+// Device buffers whose peers' memory is mapped here (CUDA IPC) take the direct rows of every
+// collective, the uneven ones too, at any size; without the mapping, or across hosts, they go
+// through the slots; host buffers never take the device-only rows; LOOM_ALGO overrides.
+TEST(Selection, MappedDeviceBuffersTakeTheDirectRowsUnlessARuleNamesAnother) {
+  const auto in = one_host(4);
+  for (Kind k : {Kind::all_reduce, Kind::reduce_scatter, Kind::all_gather, Kind::broadcast,
+                 Kind::reduce, Kind::gather, Kind::scatter, Kind::all_to_all, Kind::all_to_all_v,
+                 Kind::all_gather_v, Kind::reduce_scatter_v})
+    for (std::size_t bytes : {std::size_t{8}, std::size_t{64} << 20}) {
+      EXPECT_EQ(pick(in, k, bytes, true, true), "direct") << rule_name(k) << " " << bytes;
+      EXPECT_NE(pick(in, k, bytes, true, false), "direct") << rule_name(k) << " " << bytes;
+      EXPECT_NE(pick(hosts(2, 2), k, bytes, true, true), "direct") << rule_name(k);
+    }
+  for (Kind k : {Kind::all_to_all_v, Kind::all_gather_v, Kind::reduce_scatter_v})
+    EXPECT_NE(pick(in, k, 1 << 20, false, true), "direct") << rule_name(k);
+  SelectionInputs forced = in;
+  forced.overrides = "allreduce:ring";
+  EXPECT_EQ(pick(forced, Kind::all_reduce, 1 << 20, true, true), "ring");
+  const Selector s(in);
+  const auto& table = algorithm_table();
+  const auto direct_v = std::find_if(table.begin(), table.end(), [](const Algorithm& a) {
+    return a.collective == Kind::all_gather_v && a.name == "direct";
+  });
+  ASSERT_NE(direct_v, table.end());
+  EXPECT_STREQ(s.unfit(*direct_v, 8, true, false), "the peers' device memory is not mapped");
+  EXPECT_STREQ(s.unfit(*direct_v, 8, false, true), "device buffers only");
 }
 
 TEST(Selection, EveryCollectiveHasAnAlgorithm) {
