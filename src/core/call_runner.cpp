@@ -42,8 +42,9 @@ void Communicator::Impl::run(Collective call) {
 
 // Under the queue's lock: a broken communicator refuses every later call.
 void Communicator::Impl::refuse(const Collective& call) {
-  if (halt_.triggered())
-    halt_.raise_unusable(fmt::format("{}: rank {}", algorithms::to_string(call.kind), rank_));
+  if (failure_.halt().triggered())
+    failure_.halt().raise_unusable(
+        fmt::format("{}: rank {}", algorithms::to_string(call.kind), rank_));
 }
 
 // Under the queue's lock: a call on device buffers is issued on the caller's stream now (what
@@ -66,7 +67,8 @@ std::function<void()> Communicator::Impl::execute(const Collective& call, bool b
 }
 
 void Communicator::Impl::refuse_if_halted(const Collective& call) {
-  if (halt_.triggered()) halt_.raise_unusable(fmt::format("{}: rank {}", call.describe(), rank_));
+  if (failure_.halt().triggered())
+    failure_.halt().raise_unusable(fmt::format("{}: rank {}", call.describe(), rank_));
 }
 
 void Communicator::Impl::run_engine(const Collective& call, bool background,
@@ -74,9 +76,9 @@ void Communicator::Impl::run_engine(const Collective& call, bool background,
   refuse_if_halted(call);
   // Nothing to move, on every rank alike (all_to_all_v's blocks may be empty here only).
   if (call.count == 0 && call.kind != Kind::barrier && call.kind != Kind::all_to_all_v) return;
-  progress_.word.store(call.tag().word, std::memory_order_relaxed);
-  progress_.count.store(call.tag().count, std::memory_order_relaxed);
-  progress_.in_call.store(true, std::memory_order_relaxed);
+  failure_.progress().word.store(call.tag().word, std::memory_order_relaxed);
+  failure_.progress().count.store(call.tag().count, std::memory_order_relaxed);
+  failure_.progress().in_call.store(true, std::memory_order_relaxed);
   try {
     algorithms::DataPath* device_path = runtime ? &runtime->begin(call, *engine_) : nullptr;
     algorithms::PeerMemory* peer_memory = runtime ? runtime->peer_memory() : nullptr;
@@ -86,9 +88,9 @@ void Communicator::Impl::run_engine(const Collective& call, bool background,
     } else {
       engine_->run(call, dispatcher_, background, device_path, peer_memory);
     }
-    progress_.in_call.store(false, std::memory_order_relaxed);
+    failure_.progress().in_call.store(false, std::memory_order_relaxed);
   } catch (...) {
-    progress_.in_call.store(false, std::memory_order_relaxed);
+    failure_.progress().in_call.store(false, std::memory_order_relaxed);
     fail_in_flight(call);
   }
 }
@@ -97,7 +99,7 @@ void Communicator::Impl::fail_in_flight(const Collective& call) {
   try {
     rethrow_in_context(call);
   } catch (const Error& e) {
-    fail(call, e);
+    failure_.fail(call, e);
   }
 }
 
@@ -113,11 +115,11 @@ void Communicator::Impl::run_batch(core::CallQueue::Batch& ops) {
   ops.take(add);
   try {
     try {
-      progress_.in_call.store(true, std::memory_order_relaxed);
+      failure_.progress().in_call.store(true, std::memory_order_relaxed);
       batch.run(true, [&] { ops.take(add); });
-      progress_.in_call.store(false, std::memory_order_relaxed);
+      failure_.progress().in_call.store(false, std::memory_order_relaxed);
     } catch (...) {
-      progress_.in_call.store(false, std::memory_order_relaxed);
+      failure_.progress().in_call.store(false, std::memory_order_relaxed);
       const Collective* call = batch.current();
       if (call == nullptr) throw;
       fail_in_flight(*call);

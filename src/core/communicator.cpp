@@ -88,10 +88,11 @@ Communicator::Impl::Impl(const Impl& parent, base::Config config, std::shared_pt
       gpus_(parent.gpus_) {
   hosted_server = parent.hosted_server;
   // The rank hosting the store, renumbered here (-1 when it is not one of this communicator's).
-  store_host_rank_ = parent.store_host_rank_ < 0 ? parent.store_host_rank_ : -1;
+  const int parent_host = parent.failure_.store_host_rank();
+  int store_host = parent_host < 0 ? parent_host : -1;
   for (int r = 0; r < size_; ++r)
-    if (parent_ranks_[static_cast<std::size_t>(r)] == parent.store_host_rank_) store_host_rank_ = r;
-  store_where_ = parent.store_where_;
+    if (parent_ranks_[static_cast<std::size_t>(r)] == parent_host) store_host = r;
+  failure_.set_store_host(store_host, parent.failure_.store_where());
   try {
     build_transports();
     start();
@@ -113,8 +114,8 @@ Communicator::Impl::Impl(const Impl& parent, base::Config config, std::shared_pt
 void Communicator::Impl::start() {
   // Its LOOM_ALGO rules are checked here (InvalidArgument).
   selector_ = std::make_shared<const algorithms::Selector>(selection_inputs());
-  engine_ = std::make_unique<algorithms::Engine>(rank_, size_, *transport_, config_, halt_,
-                                                 *callers_waiting_, selector_);
+  engine_ = std::make_unique<algorithms::Engine>(rank_, size_, *transport_, config_,
+                                                 failure_.halt(), *callers_waiting_, selector_);
   windows_ = std::make_unique<core::HostWindows>(size_);
   base::log().info(
       "{}/{} on {}: {}; tcp at {}, {} sockets per peer; {} slots of {} KiB; timeout {} s; "
@@ -140,7 +141,7 @@ void Communicator::Impl::start() {
   // The threads last: whatever threw above leaves none behind (their destructors would not run).
   queue_ = std::make_unique<core::CallQueue>(static_cast<core::CallQueue::Runner&>(*this), rank_,
                                              callers_waiting_);
-  start_monitor();
+  failure_.start(store_, config_.failure, *queue_);
   queue_->start();
 }
 
@@ -257,14 +258,14 @@ void Communicator::Impl::shutdown() {
   // Refuses later calls, runs those queued, waits for a blocking call on another thread (it ends
   // at its deadline, or at once after abort()).
   if (!queue_ || !queue_->close()) return;
-  monitor_.reset();
+  failure_.stop_monitor();
   engine_.reset();
   {
     std::lock_guard lock(gpu_mu_);
     gpu_.reset();
   }
   transport_.reset();
-  keep_store_for_survivors();
+  failure_.keep_store_for_survivors(hosted_server != nullptr);
 }
 
 namespace {
@@ -571,6 +572,20 @@ void Communicator::send(const void* buf, std::size_t count, DataType dtype, int 
 void Communicator::recv(void* buf, std::size_t count, DataType dtype, int peer, CudaStream stream) {
   LOOM_REQUIRE_IMPL("recv");
   impl_->run(make(Kind::recv, nullptr, buf, count, dtype, ReduceOp::sum, peer, stream));
+}
+
+void Communicator::Impl::abort() {
+  failure_.abort(*queue_);
+}
+
+void Communicator::Impl::set_store_host(int rank, std::string where) {
+  failure_.set_store_host(rank, std::move(where));
+}
+
+std::string Communicator::Impl::host_of(int rank) const {
+  if (rank < 0 || static_cast<std::size_t>(rank) >= topology_.host_of_rank.size()) return "?";
+  const std::string& id = topology_.host_of_rank[static_cast<std::size_t>(rank)];
+  return id.substr(0, id.find('|'));
 }
 
 }  // namespace loom

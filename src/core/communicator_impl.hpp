@@ -1,12 +1,12 @@
 // The communicator behind loom::Communicator. It owns its parts: the call queue (issue order,
-// the worker, the engine's busy mark: core/call_queue.hpp), the health monitor, the transports
-// and the windows; its own jobs live in files of their own:
+// the worker, the engine's busy mark: core/call_queue.hpp), the failure protocol (the halt, the
+// health monitor, the publishing of causes, when connections close: core/failure_protocol.hpp),
+// the transports and the windows; its own jobs live in files of their own:
 //   communicator.cpp     joining, lifetime (construction, shutdown), the public methods
 //   transport_setup.cpp  which transport reaches each peer
 //   call_checks.cpp      arguments and buffer placement, checked before anything is queued
 //   call_runner.cpp      what the call queue runs: a call on the engine, a batch of sends and
 //                        receives
-//   failure.cpp          abort(), the failure protocol, the health monitor's hand-over
 //   windows.cpp          alloc() and free(): host memory the ranks of a host share
 #pragma once
 
@@ -24,7 +24,7 @@
 #include "base/config.hpp"
 #include "base/halt.hpp"
 #include "core/call_queue.hpp"
-#include "core/health_monitor.hpp"
+#include "core/failure_protocol.hpp"
 #include "core/host_windows.hpp"
 #include "core/topology.hpp"
 #include "core/work.hpp"
@@ -132,23 +132,15 @@ class LOOM_INTERNAL Communicator::Impl final : private core::CallQueue::Runner {
   void issue(algorithms::Collective& call) override;
   std::function<void()> execute(const algorithms::Collective& call, bool background) override;
   void run_batch(core::CallQueue::Batch& batch) override;
-  bool halted() const noexcept override { return halt_.triggered(); }
-  void engine_idle(bool closed) override;  // failure.cpp
+  bool halted() const noexcept override { return failure_.halt().triggered(); }
+  void engine_idle(bool closed) override { failure_.engine_idle(closed); }
   void run_engine(const algorithms::Collective& call, bool background, gpu::Runtime* runtime);
   // A call queued before the communicator halted raises what the halt says.
   void refuse_if_halted(const algorithms::Collective& call);
   // In a handler: the error in flight, named with `call`, fails the communicator (fail()).
   [[noreturn]] void fail_in_flight(const algorithms::Collective& call);
 
-  // failure.cpp
-  void start_monitor();
-  void halt_from_record(const base::AbortRecord& record);
-  [[noreturn]] void fail(const algorithms::Collective& call, const Error& e);
-  base::AbortRecord record_of(const Error& e) const;
-  void keep_store_for_survivors();
-  base::AbortRecord publish(const base::AbortRecord& mine,
-                            std::chrono::milliseconds prefer_standing,
-                            core::HealthMonitor* monitor);
+  // The host name of `rank`, for messages ("?" when not known).
   std::string host_of(int rank) const;
 
   int rank_;
@@ -192,12 +184,9 @@ class LOOM_INTERNAL Communicator::Impl final : private core::CallQueue::Runner {
   std::unique_ptr<gpu::Runtime> gpu_;
   transport::cudaipc::IpcTransport* ipc_ = nullptr;  // owned by transport_
 
-  base::Halt halt_;
-  core::Progress progress_;
-  std::shared_ptr<core::HealthMonitor> monitor_;  // shared: abort() publishes outside the lock
-  // Which rank hosts the store (-1: a launcher does; -2: not known) and how to name it.
-  int store_host_rank_ = -2;
-  std::string store_where_;
+  core::FailureProtocol failure_{{rank_, size_, [this](int r) { return who(r); },
+                                  [this](int r) { return host_of(r); },
+                                  [this] { transport_->abort(); }}};
   // Threads in Work::wait on this communicator's calls (see Engine::sharing_core).
   std::shared_ptr<std::atomic<int>> callers_waiting_ = std::make_shared<std::atomic<int>>(0);
   // Last: made and started once everything else exists, closed first.

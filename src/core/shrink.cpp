@@ -110,8 +110,9 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
   // The rank a failure record names is not waited for, unless it only aborted its communicator
   // (a watchdog's abort, then shrink): alive, it joins like any other.
   int known_failed = -1;
-  if (auto record = halt_.record(); record && record->kind != base::AbortRecord::Kind::aborted &&
-                                    record->failed >= 0 && record->failed < size_)
+  if (auto record = failure_.halt().record(); record &&
+                                              record->kind != base::AbortRecord::Kind::aborted &&
+                                              record->failed >= 0 && record->failed < size_)
     known_failed = record->failed;
 
   store_->set(store::keys::shrink_joined(round, rank_), Bytes{1});
