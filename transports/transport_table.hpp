@@ -1,11 +1,12 @@
-// The transport of each peer: shared memory for ranks on this host, InfiniBand verbs for ranks
-// on other hosts when both ends have an RDMA port, TCP for the rest (LOOM_TRANSPORT,
-// LOOM_SHM_DISABLE and LOOM_IB_DISABLE narrow this); for calls on GPU buffers, CUDA IPC where
-// shared memory would serve. The engine sees one Transport.
+// Which transport reaches each peer, as a list in order of preference: the first route whose
+// reach includes a peer carries that peer's calls (NCCL's canConnect, in one place). TCP comes
+// last and reaches every peer; while another transport waits for a peer to connect, TCP serves
+// the peers connecting to this rank. Routes for device buffers (CUDA IPC) are asked first for
+// calls on GPU memory; a peer none of them reaches takes its host route (slots staged). The
+// engine sees one Transport. Built by core::TransportBundle.
 #pragma once
 
 #include <memory>
-#include <string_view>
 #include <vector>
 
 #include "transports/transport.hpp"
@@ -14,59 +15,51 @@ namespace loom::transport {
 
 class TransportTable final : public Transport {
  public:
-  TransportTable(std::unique_ptr<Transport> tcp, std::unique_ptr<Transport> shm,
-                 std::vector<bool> shm_peers)
-      : tcp_(std::move(tcp)), shm_(std::move(shm)), shm_peers_(std::move(shm_peers)) {
-    if (shm_) shm_->set_connect_wait(serve_tcp());
+  enum class Buffers : bool { host, device };
+  struct Route {
+    std::unique_ptr<Transport> transport;
+    std::vector<bool> reaches;  // by rank
+    Buffers buffers = Buffers::host;
+  };
+
+  // `routes`: ahead of `tcp`, in order of preference.
+  TransportTable(std::unique_ptr<Transport> tcp, std::vector<Route> routes)
+      : tcp_(std::move(tcp)), routes_(std::move(routes)) {
+    for (Route& r : routes_)
+      r.transport->set_connect_wait(
+          [this](int timeout_ms) { tcp_->serve_connecting_peers(timeout_ms); });
   }
-  TransportKind kind_to(int peer) const override { return route(peer).kind_to(peer); }
-  // RDMA for the peers on other hosts that it reaches (both ends have a port).
-  void set_rdma_transport(std::unique_ptr<Transport> rdma, std::vector<bool> rdma_peers) {
-    rdma_ = std::move(rdma);
-    rdma_peers_ = std::move(rdma_peers);
+  TransportKind kind_to(int peer) const override {
+    return route(peer, Buffers::host).kind_to(peer);
   }
   Connection& connect(int peer, const base::Deadline& deadline, const base::Halt& halt) override {
-    return route(peer).connect(peer, deadline, halt);
-  }
-  // Device-memory connections for the peers shared memory reaches (CUDA IPC), when available.
-  void set_device_transport(std::unique_ptr<Transport> device) {
-    device_ = std::move(device);
-    device_->set_connect_wait(serve_tcp());
+    return route(peer, Buffers::host).connect(peer, deadline, halt);
   }
   Connection& connect_device(int peer, const base::Deadline& deadline,
                              const base::Halt& halt) override {
-    return device_ && shm_peers_[static_cast<std::size_t>(peer)]
-               ? device_->connect(peer, deadline, halt)
-               : connect(peer, deadline, halt);
+    return route(peer, Buffers::device).connect(peer, deadline, halt);
   }
   void serve_connecting_peers(int timeout_ms) override { tcp_->serve_connecting_peers(timeout_ms); }
   void abort() override {
     tcp_->abort();
-    if (shm_) shm_->abort();
-    if (device_) device_->abort();
-    if (rdma_) rdma_->abort();
+    for (Route& r : routes_) r.transport->abort();
   }
 
  private:
-  // The transport that reaches peer for calls on host buffers.
-  Transport& route(int peer) const {
+  // The transport that reaches `peer` for calls on `buffers`: a device route first for device
+  // buffers, then the host routes, then TCP.
+  Transport& route(int peer, Buffers buffers) const {
     const auto p = static_cast<std::size_t>(peer);
-    if (shm_peers_[p]) return *shm_;
-    if (rdma_ && rdma_peers_[p]) return *rdma_;
+    if (buffers == Buffers::device)
+      for (const Route& r : routes_)
+        if (r.buffers == Buffers::device && r.reaches[p]) return *r.transport;
+    for (const Route& r : routes_)
+      if (r.buffers == Buffers::host && r.reaches[p]) return *r.transport;
     return *tcp_;
   }
 
-  // The pause of a connect waiting for a same-host peer: TCP peers connecting to this rank move.
-  std::function<void(int)> serve_tcp() {
-    return [this](int timeout_ms) { tcp_->serve_connecting_peers(timeout_ms); };
-  }
-
   std::unique_ptr<Transport> tcp_;
-  std::unique_ptr<Transport> shm_;
-  std::unique_ptr<Transport> device_;
-  std::unique_ptr<Transport> rdma_;
-  std::vector<bool> shm_peers_;
-  std::vector<bool> rdma_peers_;
+  std::vector<Route> routes_;
 };
 
 }  // namespace loom::transport

@@ -3,7 +3,8 @@
 // health monitor, the publishing of causes, when connections close: core/failure_protocol.hpp),
 // the transports and the windows; its own jobs live in files of their own:
 //   communicator.cpp     joining, lifetime (construction, shutdown), the public methods
-//   transport_setup.cpp  which transport reaches each peer
+//   transport_setup.cpp  the topology exchange between the transport bundle's two steps
+//                        (core/transport_bundle.hpp), the selection inputs, the peers' summary
 //   call_checks.cpp      arguments and buffer placement, checked before anything is queued
 //   call_runner.cpp      what the call queue runs: a call on the engine, a batch of sends and
 //                        receives

@@ -1,5 +1,6 @@
-// Which transport reaches each peer: shared memory on this host, RDMA to hosts where both ends
-// have a port, TCP to the rest, CUDA IPC for device buffers of same-host peers.
+// The communicator's side of its transports (core/transport_bundle.hpp makes them): its
+// topology exchange between the bundle's two steps, the selection inputs its topology gives, and
+// how it describes its peers.
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -8,17 +9,14 @@
 #include "base/logging.hpp"
 #include "core/communicator_impl.hpp"
 #include "core/machine_probe.hpp"
-#include "core/rdma_factory.hpp"
+#include "core/transport_bundle.hpp"
 #include "store/keys.hpp"
-#include "transports/shm/shm_transport.hpp"
-#include "transports/tcp/tcp_transport.hpp"
 
 namespace loom {
 
 // A communicator made by split() has its parent's topology already: it skips the exchange.
 void Communicator::Impl::build_transports() {
   const bool child = !parent_ranks_.empty();
-  const std::uint64_t token = token_;
   // A child knows its hosts: where they are one, TCP may listen on loopback, else on the
   // parent's interface. The parent's LOCAL_WORLD_SIZE (its ranks on this host) would call a child
   // spanning hosts with no more ranks than that one host's.
@@ -26,38 +24,19 @@ void Communicator::Impl::build_transports() {
     config_.pacing.set_local_world_size(topology_.ranks_on_host_of(rank_));
     config_.pacing.local_world_size_given = true;
   }
-  auto tcp = std::make_unique<transport::tcp::TcpTransport>(
-      *store_, rank_, size_, token, config_.link, config_.pacing, route_hint_);
-  listen_address_ = tcp->listen_address();
-  transport::tcp::TcpTransport& tcp_transport = *tcp;
   // RDMA is opened before the topology exchange, so that a port is advertised only when it
-  // works here; the peers on other hosts that advertise one too are reached through it.
-  // A child opens it with its own token (it has no job token in the store: its members derive
-  // theirs).
-  std::unique_ptr<transport::Transport> rdma;
-  std::string rdma_port = "-", rdma_why = "LOOM_TRANSPORT=" + config_.transport;
-  if (size_ > 1 && config_.transport == "auto") {
-    const core::RdmaFactory factory = core::rdma_factory();
-    if (auto port = factory.choose_port(rdma_why)) {
-      try {
-        rdma = factory.make(*store_, rank_, config_.link, *port, token);
-        rdma_port =
-            fmt::format("{}:{}:{}", port->device, port->port, port->ethernet ? "roce" : "ib");
-        rdma_why = port->describe();
-      } catch (const Error& e) {
-        rdma_why = e.what();
-      }
-    }
-  }
+  // works here. A child opens it with its own token (its members derive theirs).
+  core::TransportBundle bundle({*store_, rank_, size_, token_, route_hint_}, config_);
+  listen_address_ = bundle.listen_address();
   // A child's peers take the RDMA ports its parent advertised: a member that cannot open its own
   // fails its part of the child (its peers learn so at once) rather than reach them by TCP while
   // they wait for it on RDMA.
-  if (child && !rdma && topology_.rdma_of_rank[static_cast<std::size_t>(rank_)] != "-")
+  if (child && !bundle.has_rdma() && topology_.rdma_of_rank[static_cast<std::size_t>(rank_)] != "-")
     for (int r = 0; r < size_; ++r)
       if (!topology_.same_host(rank_, r) &&
           topology_.rdma_of_rank[static_cast<std::size_t>(r)] != "-")
         throw Error(fmt::format("{}: the parent reached other hosts by RDMA; the child cannot: {}",
-                                who(rank_), rdma_why));
+                                who(rank_), bundle.rdma_why()));
   if (!child) {
     // Measured before the exchange, so that every rank models the same machine. TCP loopback
     // only matters when TCP runs within a host, which LOOM_TRANSPORT=tcp alone asks for.
@@ -67,52 +46,15 @@ void Communicator::Impl::build_transports() {
     // Rank 0's table decides for every rank (it travels in its topology record).
     topology_ =
         core::exchange_topology(*store_, rank_, size_, config_.timeout, config_.failure.worker_id,
-                                rdma_port, rates, config_.selection.tuning_file);
+                                bundle.rdma_port(), rates, config_.selection.tuning_file);
   }
-  std::vector<int> local_pids(static_cast<std::size_t>(size_), 0);
-  for (int r = 0; r < size_; ++r)
-    if (topology_.same_host(rank_, r))
-      local_pids[static_cast<std::size_t>(r)] = topology_.pid_of_rank[static_cast<std::size_t>(r)];
-  tcp_transport.set_peer_pids(std::move(local_pids));
   // The spinning policy follows the ranks that really share this host's cores.
   config_.pacing.set_local_world_size(topology_.ranks_on_host_of(rank_));
   config_.pacing.any_host_oversubscribed = topology_.any_host_oversubscribed();
-  std::vector<bool> shm_peers(static_cast<std::size_t>(size_), false);
-  for (int r = 0; r < size_; ++r) {
-    const bool local = r != rank_ && topology_.same_host(rank_, r);
-    if (config_.transport == "shm" && r != rank_ && !local)
-      throw InvalidArgument(fmt::format(
-          "init: rank {}: LOOM_TRANSPORT=shm but rank {} is on another host", rank_, r));
-    shm_peers[static_cast<std::size_t>(r)] = local && config_.transport != "tcp";
-  }
-  const bool any_shm = std::find(shm_peers.begin(), shm_peers.end(), true) != shm_peers.end();
-  std::unique_ptr<transport::Transport> shm;
-  if (any_shm)
-    shm = std::make_unique<transport::shm::ShmTransport>(*store_, rank_, token, config_.link,
-                                                         config_.pacing, topology_.pid_of_rank);
-  auto table =
-      std::make_unique<transport::TransportTable>(std::move(tcp), std::move(shm), shm_peers);
-  log_rdma_choice(rdma_port, rdma_why);
-  if (rdma) {
-    std::vector<bool> rdma_peers(static_cast<std::size_t>(size_), false);
-    const std::string link = rdma_port.substr(rdma_port.rfind(':'));
-    for (int r = 0; r < size_; ++r) {
-      const std::string& theirs = topology_.rdma_of_rank[static_cast<std::size_t>(r)];
-      rdma_peers[static_cast<std::size_t>(r)] = r != rank_ && !topology_.same_host(rank_, r) &&
-                                                theirs != "-" &&
-                                                theirs.substr(theirs.rfind(':')) == link;
-    }
-    table->set_rdma_transport(std::move(rdma), std::move(rdma_peers));
-  }
-  // Device buffers of same-host peers: CUDA IPC, when this build and machine have CUDA.
-  if (config_.link.cuda_ipc && any_shm)
-    if (auto ipc =
-            transport::cudaipc::make_transport(*store_, rank_, token, config_.link, config_.pacing,
-                                               topology_.pid_of_rank, shm_peers)) {
-      ipc_ = ipc.get();
-      table->set_device_transport(std::move(ipc));
-    }
-  transport_ = std::move(table);
+  core::TransportBundle::Finished made = bundle.finish(topology_, config_);
+  log_rdma_choice(bundle.rdma_port(), bundle.rdma_why());
+  ipc_ = made.ipc;
+  transport_ = std::move(made.table);
   transport_summary_ = describe_peers();
 }
 
