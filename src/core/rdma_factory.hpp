@@ -13,6 +13,7 @@
 #include "base/config.hpp"
 #include "loom/store.hpp"
 #include "transports/ibverbs/ib_device.hpp"
+#include "transports/setup.hpp"
 #include "transports/transport.hpp"
 
 namespace loom::core {
@@ -20,11 +21,10 @@ namespace loom::core {
 struct RdmaFactory {
   // The port, or nullopt with the reason in `why`.
   std::function<std::optional<transport::ibverbs::PortChoice>(std::string& why)> choose_port;
-  // The transport over `port` for the communicator whose token is `job_token`; nullptr where this
-  // build has none. Raises Error when the port cannot be opened.
-  std::function<std::unique_ptr<transport::Transport>(
-      Store& store, int rank, const base::LinkConfig& link,
-      const transport::ibverbs::PortChoice& port, std::uint64_t job_token)>
+  // The transport over `port`, made as every transport is (transports/setup.hpp); nullptr where
+  // this build has none. Raises Error when the port cannot be opened.
+  std::function<std::unique_ptr<transport::Transport>(const transport::Setup& setup,
+                                                      const transport::ibverbs::PortChoice& port)>
       make;
 };
 

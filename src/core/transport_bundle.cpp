@@ -11,14 +11,13 @@ namespace loom::core {
 
 TransportBundle::TransportBundle(const Setting& setting, const base::Config& config)
     : s_(setting), rdma_why_("LOOM_TRANSPORT=" + config.transport) {
-  tcp_ = std::make_unique<transport::tcp::TcpTransport>(s_.store, s_.rank, s_.size, s_.token,
-                                                        config.link, config.pacing, s_.route_hint);
+  tcp_ = std::make_unique<transport::tcp::TcpTransport>(setup(config), s_.route_hint);
   listen_address_ = tcp_->listen_address();
   if (s_.size <= 1 || config.transport != "auto") return;
   const RdmaFactory factory = rdma_factory();
   if (auto port = factory.choose_port(rdma_why_)) {
     try {
-      rdma_ = factory.make(s_.store, s_.rank, config.link, *port, s_.token);
+      rdma_ = factory.make(setup(config), *port);
       rdma_port_ =
           fmt::format("{}:{}:{}", port->device, port->port, port->ethernet ? "roce" : "ib");
       rdma_why_ = port->describe();
@@ -50,8 +49,7 @@ TransportBundle::Finished TransportBundle::finish(const Topology& topology,
   std::vector<Route> routes;
   if (any_shm)
     routes.push_back(
-        {std::make_unique<transport::shm::ShmTransport>(s_.store, s_.rank, s_.token, config.link,
-                                                        config.pacing, topology.pid_of_rank),
+        {std::make_unique<transport::shm::ShmTransport>(setup(config), topology.pid_of_rank),
          shm_peers, Buffers::host});
   if (rdma_) {
     // The peers on other hosts whose port is on the same kind of link (ib or roce) as this one's.
@@ -69,8 +67,7 @@ TransportBundle::Finished TransportBundle::finish(const Topology& topology,
   // Device buffers of same-host peers: CUDA IPC, when this build and machine have CUDA.
   if (config.link.cuda_ipc && any_shm)
     if (auto ipc =
-            transport::cudaipc::make_transport(s_.store, s_.rank, s_.token, config.link,
-                                               config.pacing, topology.pid_of_rank, shm_peers)) {
+            transport::cudaipc::make_transport(setup(config), topology.pid_of_rank, shm_peers)) {
       done.ipc = ipc.get();
       routes.push_back({std::move(ipc), shm_peers, Buffers::device});
     }

@@ -4,8 +4,9 @@
 //   finish   with every rank's host and port known: shared memory to the peers on this host,
 //            RDMA to the peers on other hosts whose port is on the same link, CUDA IPC for device
 //            buffers of same-host peers, TCP to the rest; the routes as a TransportTable.
-// Each transport is made the same way: the store (for its addresses), the rank, the job token
-// (names this communicator's connections), the link settings and the pacing.
+// Each transport is made the same way (transports/setup.hpp): the store (for its addresses), the
+// rank and size, the job token (names this communicator's connections), the link settings and the
+// pacing, and what that transport needs besides.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +51,10 @@ class TransportBundle {
   Finished finish(const Topology& topology, const base::Config& config);
 
  private:
+  transport::Setup setup(const base::Config& config) const {
+    return {s_.store, s_.rank, s_.size, s_.token, config.link, config.pacing};
+  }
+
   Setting s_;
   std::unique_ptr<transport::tcp::TcpTransport> tcp_;
   std::unique_ptr<transport::Transport> rdma_;

@@ -33,10 +33,12 @@ int refuse_from = -1;
 
 class RdmaDouble final : public transport::Transport {
  public:
-  RdmaDouble(Store& store, int rank, const base::LinkConfig& config, std::uint64_t token)
+  // A TCP transport in a key space of its own, made as the real one is (transports/setup.hpp).
+  explicit RdmaDouble(const transport::Setup& setup)
       : store_(std::make_shared<PrefixStore>("rdma-double",
-                                             std::shared_ptr<Store>(&store, [](Store*) {}))),
-        tcp_(*store_, rank, 2, token, config, base::Pacing{}, "127.0.0.1") {}
+                                             std::shared_ptr<Store>(&setup.store, [](Store*) {}))),
+        tcp_({*store_, setup.rank, setup.size, setup.token, setup.link, setup.pacing},
+             "127.0.0.1") {}
   transport::TransportKind kind_to(int) const override { return transport::TransportKind::ibverbs; }
   transport::Connection& connect(int peer, const base::Deadline& deadline,
                                  const base::Halt& halt) override {
@@ -58,13 +60,13 @@ void install_double() {
     port.device = "double0";
     return std::optional<transport::ibverbs::PortChoice>(port);
   };
-  factory.make = [](Store& store, int rank, const base::LinkConfig& config,
-                    const transport::ibverbs::PortChoice&,
-                    std::uint64_t token) -> std::unique_ptr<transport::Transport> {
+  factory.make =
+      [](const transport::Setup& setup,
+         const transport::ibverbs::PortChoice&) -> std::unique_ptr<transport::Transport> {
     if (refuse_from >= 0 && static_cast<int>(tokens.size()) >= refuse_from)
       throw Error("double0: cannot open the device (the test's refusal)");
-    tokens.push_back(token);
-    return std::make_unique<RdmaDouble>(store, rank, config, token);
+    tokens.push_back(setup.token);
+    return std::make_unique<RdmaDouble>(setup);
   };
   core::set_rdma_factory(std::move(factory));
 }

@@ -256,7 +256,8 @@ TEST(SharedMemory, SlotsAreReservedWhenFirstFilledAndAFullDevShmIsAPeerErrorNami
     ScratchStore scratch;
     base::LinkConfig config;  // 8 slots of 512 KiB: a segment of about 8 MiB, sparse
     const int pid = static_cast<int>(::getpid());
-    ShmTransport shm(scratch.store, 0, 0x1234, config, base::Pacing{}, {pid, pid});
+    const base::Pacing pacing;
+    ShmTransport shm({scratch.store, 0, 2, 0x1234, config, pacing}, {pid, pid});
     base::Halt halt;
     transport::Connection& conn = shm.connect(1, base::Deadline(5s), halt);
     const auto used = [] {
@@ -302,7 +303,8 @@ TEST(SharedMemory, TheOpenerRefusesASegmentOfAnotherUser) {
   if (::fchown(segment.fd, 65534, 65534) != 0)
     GTEST_SKIP() << "cannot give the segment to another user: " << std::strerror(errno);
   const int pid = static_cast<int>(::getpid());
-  ShmTransport shm(scratch.store, 1, 0x5678, config, base::Pacing{}, {pid, pid});
+  const base::Pacing pacing;
+  ShmTransport shm({scratch.store, 1, 2, 0x5678, config, pacing}, {pid, pid});
   base::Halt halt;
   try {
     shm.connect(0, base::Deadline(5s), halt);

@@ -43,14 +43,14 @@ std::unique_ptr<transport::Transport> make(const std::string& kind, RankContext&
   const base::LinkConfig config = small_config();
   const base::Pacing pacing;
   if (kind == "tcp")
-    return std::make_unique<transport::tcp::TcpTransport>(*ctx.store, ctx.rank, ctx.size, kToken,
-                                                          config, pacing, "127.0.0.1");
+    return std::make_unique<transport::tcp::TcpTransport>(
+        transport::Setup{*ctx.store, ctx.rank, ctx.size, kToken, config, pacing}, "127.0.0.1");
   ctx.store->set("pid/" + std::to_string(ctx.rank), std::to_string(::getpid()));
   std::vector<int> pids;
   for (int r = 0; r < ctx.size; ++r)
     pids.push_back(std::stoi(ctx.store->get_string("pid/" + std::to_string(r), 30s)));
-  return std::make_unique<transport::shm::ShmTransport>(*ctx.store, ctx.rank, kToken, config,
-                                                        pacing, pids);
+  return std::make_unique<transport::shm::ShmTransport>(
+      transport::Setup{*ctx.store, ctx.rank, ctx.size, kToken, config, pacing}, pids);
 }
 
 std::byte pattern(std::size_t message, std::size_t i) {

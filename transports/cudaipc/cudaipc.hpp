@@ -7,6 +7,7 @@
 
 #include "base/config.hpp"
 #include "loom/store.hpp"
+#include "transports/setup.hpp"
 #include "transports/transport.hpp"
 
 namespace loom::transport::cudaipc {
@@ -19,9 +20,9 @@ class IpcTransport : public Transport {
   virtual void prepare(int device) = 0;
 };
 
-std::unique_ptr<IpcTransport> make_transport(Store& store, int rank, std::uint64_t job_token,
-                                             const base::LinkConfig& link,
-                                             const base::Pacing& pacing, std::vector<int> pids,
+// pids: every rank's process id; local_peers[r]: rank r is on this host (the only ones this
+// transport serves). Null without a GPU, or in a build without CUDA.
+std::unique_ptr<IpcTransport> make_transport(const Setup& setup, std::vector<int> pids,
                                              std::vector<bool> local_peers);
 
 }  // namespace loom::transport::cudaipc

@@ -3,9 +3,7 @@
 
 namespace loom::transport::cudaipc {
 
-std::unique_ptr<IpcTransport> make_transport(Store&, int, std::uint64_t, const base::LinkConfig&,
-                                             const base::Pacing&, std::vector<int>,
-                                             std::vector<bool>) {
+std::unique_ptr<IpcTransport> make_transport(const Setup&, std::vector<int>, std::vector<bool>) {
   return nullptr;
 }
 

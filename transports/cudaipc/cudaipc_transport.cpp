@@ -46,17 +46,17 @@ base::LinkConfig control_link(const base::LinkConfig& link) {
 }
 }  // namespace
 
-CudaIpcTransport::CudaIpcTransport(Store& store, int rank, std::uint64_t job_token,
-                                   const base::LinkConfig& link, const base::Pacing& pacing,
-                                   std::vector<int> pids, std::vector<bool> local_peers)
-    : store_(store),
-      rank_(rank),
-      slot_bytes_(link.cuda_slot_bytes()),
-      slots_(static_cast<std::size_t>(link.slots)),
+CudaIpcTransport::CudaIpcTransport(const Setup& setup, std::vector<int> pids,
+                                   std::vector<bool> local_peers)
+    : store_(setup.store),
+      rank_(setup.rank),
+      slot_bytes_(setup.link.cuda_slot_bytes()),
+      slots_(static_cast<std::size_t>(setup.link.slots)),
       local_peers_(std::move(local_peers)),
       pids_(pids),
-      control_(store, rank, job_token, control_link(link), pacing, std::move(pids),
-               store::keys::Space::cudaipc_control) {}
+      control_(Setup{setup.store, setup.rank, setup.size, setup.token, control_link(setup.link),
+                     setup.pacing},
+               std::move(pids), store::keys::Space::cudaipc_control) {}
 
 CudaIpcTransport::~CudaIpcTransport() {
   connections_.clear();
@@ -144,13 +144,10 @@ Connection& CudaIpcTransport::connect(int peer, const base::Deadline& deadline,
 
 namespace loom::transport::cudaipc {
 
-std::unique_ptr<IpcTransport> make_transport(Store& store, int rank, std::uint64_t job_token,
-                                             const base::LinkConfig& link,
-                                             const base::Pacing& pacing, std::vector<int> pids,
+std::unique_ptr<IpcTransport> make_transport(const Setup& setup, std::vector<int> pids,
                                              std::vector<bool> local_peers) {
   if (device::count() == 0) return nullptr;
-  return std::make_unique<CudaIpcTransport>(store, rank, job_token, link, pacing, std::move(pids),
-                                            std::move(local_peers));
+  return std::make_unique<CudaIpcTransport>(setup, std::move(pids), std::move(local_peers));
 }
 
 }  // namespace loom::transport::cudaipc

@@ -43,9 +43,7 @@ class CudaIpcConnection final : public Connection {
 class CudaIpcTransport final : public IpcTransport {
  public:
   // local_peers[r]: rank r is on this host (the only ones this transport serves).
-  CudaIpcTransport(Store& store, int rank, std::uint64_t job_token, const base::LinkConfig& link,
-                   const base::Pacing& pacing, std::vector<int> pids,
-                   std::vector<bool> local_peers);
+  CudaIpcTransport(const Setup& setup, std::vector<int> pids, std::vector<bool> local_peers);
   ~CudaIpcTransport() override;
   TransportKind kind_to(int) const override { return TransportKind::cudaipc; }
   void prepare(int device) override;

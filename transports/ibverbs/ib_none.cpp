@@ -13,8 +13,7 @@ std::optional<PortChoice> choose_port(std::string& why) {
   return std::nullopt;
 }
 
-std::unique_ptr<Transport> make_transport(Store&, int, const base::LinkConfig&, const PortChoice&,
-                                          std::uint64_t) {
+std::unique_ptr<Transport> make_transport(const Setup&, const PortChoice&) {
   return nullptr;
 }
 

@@ -447,9 +447,8 @@ Connection& IbTransport::connect(int peer, const base::Deadline&, const base::Ha
   return *(connections_[peer] = std::move(conn));
 }
 
-std::unique_ptr<Transport> make_transport(Store& store, int rank, const base::LinkConfig& link,
-                                          const PortChoice& port, std::uint64_t job_token) {
-  return std::make_unique<IbTransport>(store, rank, link, port, job_token);
+std::unique_ptr<Transport> make_transport(const Setup& setup, const PortChoice& port) {
+  return std::make_unique<IbTransport>(setup.store, setup.rank, setup.link, port, setup.token);
 }
 
 }  // namespace loom::transport::ibverbs

@@ -29,6 +29,7 @@
 #include "transports/ibverbs/ib_device.hpp"
 #include "transports/ibverbs/registration_cache.hpp"
 #include "transports/ibverbs/slot_credits.hpp"
+#include "transports/setup.hpp"
 #include "transports/transport.hpp"
 
 struct ibv_context;
@@ -134,7 +135,6 @@ class IbTransport final : public Transport {
 
 // For the communicator, without the verbs headers: the transport over `port` for the
 // communicator whose token is `job_token`, or nullptr in a build without libibverbs.
-std::unique_ptr<Transport> make_transport(Store& store, int rank, const base::LinkConfig& link,
-                                          const PortChoice& port, std::uint64_t job_token);
+std::unique_ptr<Transport> make_transport(const Setup& setup, const PortChoice& port);
 
 }  // namespace loom::transport::ibverbs

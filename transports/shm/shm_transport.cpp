@@ -100,18 +100,16 @@ int sweep_orphaned_segments() {
   return removed;
 }
 
-ShmTransport::ShmTransport(Store& store, int rank, std::uint64_t job_token,
-                           const base::LinkConfig& link, const base::Pacing& pacing,
-                           std::vector<int> pids, store::keys::Space space)
-    : store_(store),
-      rank_(rank),
-      job_token_(job_token),
-      link_(link),
-      pacing_(pacing),
+ShmTransport::ShmTransport(const Setup& setup, std::vector<int> pids, store::keys::Space space)
+    : store_(setup.store),
+      rank_(setup.rank),
+      job_token_(setup.token),
+      link_(setup.link),
+      pacing_(setup.pacing),
       pids_(std::move(pids)),
       space_(space) {
   if (const int removed = sweep_orphaned_segments(); removed > 0)
-    base::log().info("shm: rank {} removed {} segment(s) left over by processes that died", rank,
+    base::log().info("shm: rank {} removed {} segment(s) left over by processes that died", rank_,
                      removed);
 }
 

@@ -16,6 +16,7 @@
 #include "base/config.hpp"
 #include "loom/store.hpp"
 #include "store/keys.hpp"
+#include "transports/setup.hpp"
 #include "transports/shm/shm_connection.hpp"
 
 namespace loom::transport::shm {
@@ -25,8 +26,7 @@ class ShmTransport final : public Transport {
   // pids: every rank's process id (from the topology exchange), to notice dead peers.
   // space: this transport's store keys and segment names, apart from another one's in the same
   // job (shm; cudaipc_control for the FIFO counters of CUDA IPC connections).
-  ShmTransport(Store& store, int rank, std::uint64_t job_token, const base::LinkConfig& link,
-               const base::Pacing& pacing, std::vector<int> pids,
+  ShmTransport(const Setup& setup, std::vector<int> pids,
                store::keys::Space space = store::keys::Space::shm);
   ~ShmTransport() override;
   TransportKind kind_to(int) const override { return TransportKind::shm; }

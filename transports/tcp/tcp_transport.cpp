@@ -89,12 +89,13 @@ base::IoResult transfer(int fd, void* buf, std::size_t n, bool sending,
 
 }  // namespace
 
-TcpTransport::TcpTransport(Store& store, int rank, int size, std::uint64_t job_token,
-                           const base::LinkConfig& link, const base::Pacing& pacing,
-                           const std::string& route_hint)
-    : store_(store), rank_(rank), job_token_(job_token), link_(link) {
+TcpTransport::TcpTransport(const Setup& setup, const std::string& route_hint)
+    : store_(setup.store), rank_(setup.rank), job_token_(setup.token), link_(setup.link) {
+  const int rank = setup.rank;
+  const base::LinkConfig& link = setup.link;
+  const base::Pacing& pacing = setup.pacing;
   // Without a route hint, "every rank on this host" is known only when the launcher says so.
-  const bool single_host = pacing.local_world_size_given && pacing.local_world_size >= size;
+  const bool single_host = pacing.local_world_size_given && pacing.local_world_size >= setup.size;
   std::string ip = choose_local_address(link.socket_ifname, route_hint, single_host);
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0)

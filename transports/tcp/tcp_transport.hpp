@@ -9,6 +9,7 @@
 
 #include "base/config.hpp"
 #include "loom/store.hpp"
+#include "transports/setup.hpp"
 #include "transports/tcp/handshake.hpp"
 #include "transports/tcp/tcp_connection.hpp"
 
@@ -24,9 +25,8 @@ inline constexpr std::size_t kMaxHandshakes = 64;
 class TcpTransport final : public Transport {
  public:
   // Binds the listener and publishes its address (store::keys::tcp_address).
-  TcpTransport(Store& store, int rank, int size, std::uint64_t job_token,
-               const base::LinkConfig& link, const base::Pacing& pacing,
-               const std::string& route_hint);
+  // route_hint: the store's host, so that peers reach this rank as they reach the store.
+  TcpTransport(const Setup& setup, const std::string& route_hint);
   ~TcpTransport() override;
 
   TransportKind kind_to(int) const override { return TransportKind::tcp; }
