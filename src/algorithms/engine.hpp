@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "algorithms/algorithm_records.hpp"
 #include "algorithms/collective.hpp"
 #include "algorithms/data_path.hpp"
 #include "algorithms/peer_memory.hpp"
@@ -87,12 +88,13 @@ class Engine {
   // of it at the call's end.
   void leave_ordering_to_device() { device_ordered_ = true; }
   // Host memory the ranks of this host share (Communicator::alloc's windows): null until the
-  // first window every rank mapped. Set between calls, on every rank at the same place in its
-  // sequence of calls (the windows are made collectively), so every rank chooses alike.
-  PeerMemory* host_windows() const { return host_windows_.load(std::memory_order_acquire); }
-  void set_host_windows(PeerMemory* windows) {
-    host_windows_.store(windows, std::memory_order_release);
+  // first window every rank mapped. That happens between calls, on every rank at the same place
+  // in its sequence of calls (the windows are made collectively), so every rank chooses alike.
+  PeerMemory* host_windows() const {
+    return host_windows_ != nullptr && host_windows_->any() ? host_windows_ : nullptr;
   }
+  // Before the first call.
+  void set_host_windows(PeerMemory* windows) { host_windows_ = windows; }
   // Every connection this call has used so far.
   const std::vector<transport::Connection*>& used() const { return used_; }
   // This rank's own call with the sequence number of `tag`, if it is among the last ones run:
@@ -160,12 +162,8 @@ class Engine {
   }
   // How long this rank's waits spin before they sleep, learned across calls (waiter.hpp).
   SpinBudget& spin_budget() const { return spin_budget_; }
-  // Whether a single-copy all-to-all failed to read between this rank and `peer` (either way);
-  // both learned it in the same call, and their blocks go through the slots from then on.
-  bool single_copy_refused(int peer) const {
-    return static_cast<std::size_t>(peer) < refused_.size() &&
-           refused_[static_cast<std::size_t>(peer)];
-  }
+  // What the algorithms keep across this communicator's calls, each in a record of its own.
+  AlgorithmRecords& records() { return records_; }
   // Whether a call whose buffers take `bytes` on each rank outgrows the last-level cache, counted
   // over the ranks on this host (they share it).
   bool beyond_cache(std::size_t bytes) const {
@@ -177,11 +175,6 @@ class Engine {
   // the ring's outputs").
   bool ring_outputs_beyond_cache(std::size_t bytes) const {
     return beyond_cache(selector_->inputs().oversubscribed() ? 2 * bytes : bytes);
-  }
-  void refuse_single_copy(int peer) {
-    if (refused_.size() <= static_cast<std::size_t>(peer))
-      refused_.resize(static_cast<std::size_t>(size_), false);
-    refused_[static_cast<std::size_t>(peer)] = true;
   }
   // A background call shares the rank's core with the rank's computation, unless the rank's
   // thread is waiting for it.
@@ -210,7 +203,7 @@ class Engine {
   bool background_ = false;
   std::size_t slice_bytes_ = 0;
   std::size_t round_slices_ = 0;
-  std::vector<bool> refused_;  // by peer: single-copy reads between us failed
+  AlgorithmRecords records_;
   ReadRange reads_;
   mutable SpinBudget spin_budget_;
   bool counting_waits_ = false;
@@ -221,7 +214,7 @@ class Engine {
   DataPath* device_path_ = nullptr;  // this call's, when its buffers are on a GPU
   PeerMemory* peer_memory_ = nullptr;
   bool device_ordered_ = false;
-  std::atomic<PeerMemory*> host_windows_{nullptr};
+  PeerMemory* host_windows_ = nullptr;
   base::Deadline deadline_{std::chrono::milliseconds(0)};
   std::vector<transport::Connection*> used_;
   static constexpr std::size_t kHistory = 64;

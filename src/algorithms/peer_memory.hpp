@@ -25,6 +25,8 @@ class PeerMemory {
   enum class Point : std::uint8_t { ready, done };
 
   virtual ~PeerMemory() = default;
+  // Whether any memory is shared yet, so that a call's buffers may lie in it.
+  virtual bool any() const { return true; }
   // The range [p, p + bytes) for a peer to map; nullopt when this memory cannot be shared (then
   // the call moves through the slots on every rank).
   virtual std::optional<Range> share(const void* p, std::size_t bytes) = 0;

@@ -51,11 +51,27 @@ std::uint64_t fresh_nonce() {
   return n;
 }
 
+// The peers a single-copy read failed with, either way, across the communicator's calls: both
+// ends learned it in the same call, and their blocks go through the slots from then on.
+struct Refusals {
+  std::vector<bool> by_peer;
+  bool refused(int peer) const {
+    return static_cast<std::size_t>(peer) < by_peer.size() &&
+           by_peer[static_cast<std::size_t>(peer)];
+  }
+  void refuse(int peer, int size) {
+    if (by_peer.size() <= static_cast<std::size_t>(peer))
+      by_peer.resize(static_cast<std::size_t>(size), false);
+    by_peer[static_cast<std::size_t>(peer)] = true;
+  }
+};
+
 // One call's blocks between this rank and its peers, and how each travels.
 class SingleCopy {
  public:
   SingleCopy(Engine& engine, const Collective& call)
       : engine_(engine),
+        refusals_(engine.records().get<Refusals>()),
         call_(call),
         blocks_(call),
         n_(engine.size()),
@@ -87,8 +103,8 @@ class SingleCopy {
     // block between them.
     through_slots([&](int to) { return contains(failed_out_, to); },
                   [&](int from) { return contains(failed_in_, from); });
-    for (int p : failed_out_) engine_.refuse_single_copy(p);
-    for (int p : failed_in_) engine_.refuse_single_copy(p);
+    for (int p : failed_out_) refusals_.refuse(p, n_);
+    for (int p : failed_in_) refusals_.refuse(p, n_);
   }
 
  private:
@@ -98,7 +114,7 @@ class SingleCopy {
   }
   // Whether the block of `count` elements between this rank and `other` is read in place.
   bool reads(int other, std::size_t count) const {
-    return count > 0 && engine_.reads().reads(count * elem_) && !engine_.single_copy_refused(other);
+    return count > 0 && engine_.reads().reads(count * elem_) && !refusals_.refused(other);
   }
   Primitives to(int other) { return Primitives(engine_, nullptr, &engine_.connection(other)); }
   Primitives from(int other) { return Primitives(engine_, &engine_.connection(other), nullptr); }
@@ -202,6 +218,7 @@ class SingleCopy {
   }
 
   Engine& engine_;
+  Refusals& refusals_;
   const Collective& call_;
   const AllToAllBlocks blocks_;
   const int n_, r_;
