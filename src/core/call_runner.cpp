@@ -28,16 +28,12 @@ namespace {
 
 }  // namespace
 
-Work Communicator::Impl::submit(Collective call) {
-  validate(call);
-  place(call);
-  return queue_->submit(std::move(call));
+bool Communicator::Impl::halted() const noexcept {
+  return failure_.halt().triggered();
 }
 
-void Communicator::Impl::run(Collective call) {
-  validate(call);
-  place(call);
-  queue_->run(std::move(call));
+void Communicator::Impl::engine_idle(bool closed) {
+  failure_.engine_idle(closed);
 }
 
 // Under the queue's lock: a broken communicator refuses every later call.
@@ -50,13 +46,13 @@ void Communicator::Impl::refuse(const Collective& call) {
 // Under the queue's lock: a call on device buffers is issued on the caller's stream now (what
 // raises here leaves nothing queued).
 void Communicator::Impl::issue(Collective& call) {
-  if (call.device >= 0) gpu_->issue(call);
+  if (gpu::Runtime* runtime = devices_.runtime_of(call)) runtime->issue(call);
 }
 
 // background: on the worker thread, while the caller's thread probably computes. Returns, for a
 // call on device buffers, how to order the user's stream after it.
 std::function<void()> Communicator::Impl::execute(const Collective& call, bool background) {
-  gpu::Runtime* runtime = call.device >= 0 ? gpu_.get() : nullptr;
+  gpu::Runtime* runtime = devices_.runtime_of(call);
   try {
     run_engine(call, background, runtime);
   } catch (...) {

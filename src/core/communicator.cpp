@@ -1,126 +1,43 @@
-// Communicator lifetime: joining through the store, shutting down, and the public methods, each
-// of which builds one call and runs or queues it.
-#include <unistd.h>
-
+// The communicator's public methods, each of which builds one call, checks it and runs or
+// queues it; its settings and summaries; its end (shutdown, abort). How it comes to be is in
+// joining.cpp.
 #include <algorithm>
 #include <cstring>
-#include <random>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "base/logging.hpp"
-#include "base/trace_internal.hpp"
+#include "core/call_checks.hpp"
 #include "core/communicator_impl.hpp"
-#include "core/failure_store.hpp"
+#include "core/peer_links.hpp"
 #include "device/device.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
-#include "store/keys.hpp"
 
 namespace loom {
 
 using algorithms::Collective;
 using algorithms::Kind;
 
-namespace {
-
-std::string host_name() {
-  char host[256] = {0};
-  ::gethostname(host, sizeof(host) - 1);
-  return host;
-}
-
-std::uint64_t random_token() {
-  std::random_device rd;
-  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid());
-}
-
-}  // namespace
-
-Communicator::Impl::Impl(std::shared_ptr<Store> store, int rank, int size, const Options& options,
-                         const std::string& route_hint)
-    : rank_(rank), size_(size), gpus_(device::count() > 0) {
-  if (size < 1 || size > algorithms::kMaxWorldSize)
-    throw InvalidArgument(
-        fmt::format("init: world size {} is outside [1, {}]", size, algorithms::kMaxWorldSize));
-  if (rank < 0 || rank >= size)
-    throw InvalidArgument(fmt::format("init: rank {} is outside [0, {})", rank, size));
-  if (!store) throw InvalidArgument(fmt::format("init: rank {}: store is null", rank));
-  config_ = base::Config::resolve(options, size);
-  base::set_log_rank(rank, size);
-  base::set_trace_rank(rank, size);
-  // Each communicator built on the same store and prefix gets a fresh key space, so a second
-  // communicator never reads the first one's addresses; each attempt of a restarted job counts
-  // afresh, so a rank that died before joining in an earlier attempt cannot leave the ranks on
-  // different generations.
-  launcher_store_ = store;
-  auto base = std::make_shared<PrefixStore>(options.store_prefix, store);
-  const std::string attempt = config_.failure.restart_count < 0
-                                  ? ""
-                                  : fmt::format("attempt{}", config_.failure.restart_count);
-  const std::int64_t generation = base->add(store::keys::generation(attempt, rank), 1);
-  store_ = std::make_shared<PrefixStore>(store::keys::generation_prefix(attempt, generation), base);
-
-  std::uint64_t token = random_token();
-  Bytes mine(reinterpret_cast<std::uint8_t*>(&token), reinterpret_cast<std::uint8_t*>(&token) + 8);
-  Bytes agreed = store_->compare_set(store::keys::job_token(), {}, mine);
-  if (agreed.size() != 8) throw StoreError("init: the job token in the store is malformed");
-  std::memcpy(&token, agreed.data(), 8);
-
-  route_hint_ = route_hint;
-  token_ = token;
-  build_transports();
-  start();
-}
-
-// A child of a split: the parent's settings and hosts, its own key space, token, connections.
-Communicator::Impl::Impl(const Impl& parent, base::Config config, std::shared_ptr<Store> store,
-                         std::vector<int> members, int rank, std::uint64_t token)
-    : rank_(rank),
-      size_(static_cast<int>(members.size())),
-      config_(std::move(config)),
-      store_(std::move(store)),
-      launcher_store_(parent.launcher_store_),
-      topology_(parent.topology_.of_ranks(members)),
-      route_hint_(parent.route_hint_),
-      token_(token),
-      parent_ranks_(std::move(members)),
-      gpus_(parent.gpus_) {
-  hosted_server = parent.hosted_server;
-  // The rank hosting the store, renumbered here (-1 when it is not one of this communicator's).
-  const int parent_host = parent.failure_.store_host_rank();
-  int store_host = parent_host < 0 ? parent_host : -1;
-  for (int r = 0; r < size_; ++r)
-    if (parent_ranks_[static_cast<std::size_t>(r)] == parent_host) store_host = r;
-  failure_.set_store_host(store_host, parent.failure_.store_where());
-  try {
-    build_transports();
-    start();
-  } catch (const Error& e) {
-    // The other members' children are being built, or built already, and wait for this one (its
-    // address, its segments): the record ends their wait at their monitor's next look.
-    try {
-      core::publish_abort(*store_,
-                          base::AbortRecord{base::AbortRecord::Kind::peer_failed, rank_, rank_,
-                                            fmt::format("{} could not build its part of the new "
-                                                        "communicator: {}",
-                                                        who(rank_), e.what())});
-    } catch (const Error&) {  // the store's silence is the others' to notice
-    }
-    throw;
-  }
-}
-
-void Communicator::Impl::start() {
+void Communicator::Impl::start(transport::cudaipc::IpcTransport* ipc) {
+  devices_.configure(ipc, config_.selection.cuda_direct, config_.link.slot_bytes());
   // Its LOOM_ALGO rules are checked here (InvalidArgument).
-  selector_ = std::make_shared<const algorithms::Selector>(selection_inputs());
+  selector_ = std::make_shared<const algorithms::Selector>(
+      core::selection_inputs(topology_, config_, size_));
   engine_ = std::make_unique<algorithms::Engine>(rank_, size_, *transport_, config_,
                                                  failure_.halt(), *callers_waiting_, selector_);
-  windows_ = std::make_unique<core::HostWindows>(size_);
+  // alloc()'s windows are mapped where a call could read them in place: one host, over shm.
+  const auto& inputs = selector_->inputs();
+  windows_ = std::make_unique<core::HostWindows>(
+      size_, size_ == 1 ? "one rank"
+             : !inputs.one_host() || inputs.local != transport::TransportKind::shm
+                 ? "the ranks are not on one host over shared memory"
+                 : "");
+  engine_->set_host_windows(windows_.get());
   base::log().info(
       "{}/{} on {}: {}; tcp at {}, {} sockets per peer; {} slots of {} KiB; timeout {} s; "
       "reduction kernels {}",
-      who(rank_), size_, host_name(), transport_summary_, listen_address_,
+      who(rank_), size_, core::host_name(), transport_summary_, listen_address_,
       config_.link.sockets_per_peer, config_.link.slots, config_.link.slot_bytes() >> 10,
       config_.timeout.count() / 1000, kernels::simd_target());
   if (rank_ == 0) {
@@ -135,9 +52,9 @@ void Communicator::Impl::start() {
           "tuning table {}: {}", in.tuned_from,
           in.tuned.empty() ? "no entry for this machine, transport and shape" : in.tuned);
   }
-  if (gpus_)
+  if (devices_.gpus())
     base::log().info("{}: {}; device buffers of local peers via {}", who(rank_), device::describe(),
-                     ipc_ ? "cudaipc" : "host slots");
+                     devices_.route());
   // The threads last: whatever threw above leaves none behind (their destructors would not run).
   queue_ = std::make_unique<core::CallQueue>(static_cast<core::CallQueue::Runner&>(*this), rank_,
                                              callers_waiting_);
@@ -145,64 +62,35 @@ void Communicator::Impl::start() {
   queue_->start();
 }
 
-std::shared_ptr<Communicator::Impl> Communicator::Impl::split(int color, int key,
-                                                              const base::Config& child_config) {
-  // Every rank's color and key, through this communicator: the split is one of its calls.
-  const std::int64_t mine[2] = {color, key};
-  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(size_));
-  run_own(algorithms::Kind::all_gather, mine, all.data(), 2, DataType::i64);
-  const std::uint64_t split = splits_++;  // the same on every rank: splits are collective
-  if (color < 0) return nullptr;
-  std::vector<int> members;
+// The rank hosting the store, as the child of `parent` numbers it (-1 when it is not one of its
+// members).
+void Communicator::Impl::inherit_store_host(const Impl& parent) {
+  const int parent_host = parent.failure_.store_host_rank();
+  int store_host = parent_host < 0 ? parent_host : -1;
   for (int r = 0; r < size_; ++r)
-    if (all[2 * static_cast<std::size_t>(r)] == color) members.push_back(r);
-  std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
-    return all[2 * static_cast<std::size_t>(a) + 1] < all[2 * static_cast<std::size_t>(b) + 1];
-  });
-  const int rank =
-      static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
-  // Every member derives the same token: no store round trip, and no two communicators share one.
-  const std::uint64_t token =
-      std::hash<std::string>{}(fmt::format("{:x}/{}/{}", token_, split, color)) | 1;
-  auto store = std::make_shared<PrefixStore>(store::keys::split_space(split, color), store_);
-  auto child = std::make_shared<Impl>(*this, child_config, std::move(store), std::move(members),
-                                      rank, token);
-  child->whole_job_ = false;
-  return child;
+    if (parent_ranks_[static_cast<std::size_t>(r)] == parent_host) store_host = r;
+  failure_.set_store_host(store_host, parent.failure_.store_where());
 }
 
-std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
-    const std::vector<int>& members, const base::Config& child_config) {
-  std::vector<bool> seen(static_cast<std::size_t>(size_), false);
-  for (int r : members) {
-    if (r < 0 || r >= size_ || seen[static_cast<std::size_t>(r)])
-      throw InvalidArgument(
-          fmt::format("create_group: {}: rank {} is {} (ranks {})", who(rank_), r,
-                      r < 0 || r >= size_ ? "outside the communicator" : "listed twice",
-                      fmt::join(members, ",")));
-    seen[static_cast<std::size_t>(r)] = true;
-  }
-  const auto me = std::find(members.begin(), members.end(), rank_);
-  if (me == members.end())
-    throw InvalidArgument(
-        fmt::format("create_group: {}: not one of the ranks listed ({}): only "
-                    "the members call it",
-                    who(rank_), fmt::join(members, ",")));
-  std::uint64_t n = 0;
-  {
-    std::lock_guard lock(groups_mu_);
-    n = groups_made_[members]++;
-  }
-  const std::string list = fmt::format("{}", fmt::join(members, ","));
-  const std::uint64_t digest = std::hash<std::string>{}(list);
-  // Every member derives the same token: no store round trip, and no two communicators share one.
-  const std::uint64_t token =
-      std::hash<std::string>{}(fmt::format("{:x}/group/{}/{}", token_, list, n)) | 1;
-  auto store = std::make_shared<PrefixStore>(store::keys::group_space(digest, n), store_);
-  auto child = std::make_shared<Impl>(*this, child_config, std::move(store), members,
-                                      static_cast<int>(me - members.begin()), token);
-  child->whole_job_ = members.size() == static_cast<std::size_t>(size_) && whole_job_;
-  return child;
+Work Communicator::Impl::submit(Collective call) {
+  check(call);
+  return queue_->submit(std::move(call));
+}
+
+void Communicator::Impl::run(Collective call) {
+  check(call);
+  queue_->run(std::move(call));
+}
+
+void Communicator::Impl::check(Collective& call) {
+  core::check_call(call, rank_, size_);
+  devices_.place(call, core::bytes_read(call, rank_, size_) > 0,
+                 core::bytes_written(call, rank_, size_) > 0);
+}
+
+std::string Communicator::Impl::tuning_key() const {
+  const auto [transport, shape] = core::tuning_key(selector_->inputs());
+  return transport + " " + shape;
 }
 
 void Communicator::Impl::set_timeout(std::chrono::milliseconds timeout) {
@@ -236,7 +124,7 @@ Communicator::Impl::~Impl() {
 
 std::string Communicator::Impl::describe() const {
   return fmt::format("rank {}/{} on {}, {}, tcp at {}, {} sockets per peer, {} x {} KiB slots",
-                     rank_, size_, host_name(), transport_summary_, listen_address_,
+                     rank_, size_, core::host_name(), transport_summary_, listen_address_,
                      config_.link.sockets_per_peer, config_.link.slots,
                      config_.link.slot_bytes() >> 10);
 }
@@ -248,7 +136,9 @@ Estimate Communicator::Impl::estimate(Operation op, std::size_t bytes, bool devi
     throw InvalidArgument(fmt::format("estimate: rank {}: operation {} is not one of Loom's", rank_,
                                       static_cast<int>(op)));
   // The engine's own selector: this choice is the call's.
-  const bool windows = shared && !device && windows_shared_.load(std::memory_order_acquire);
+  // Whether the peers' memory is mapped, as the call's dispatch asks it: device buffers through
+  // CUDA IPC, host buffers in the shared windows.
+  const bool windows = device ? devices_.peers_mapped() : shared && windows_->any();
   const algorithms::Selector::Choice c = selector_->choose(op, bytes, device, windows);
   return Estimate{std::string(c.algorithm->name),  c.slice, c.predicted_us, c.forced, c.tuned,
                   selector_->inputs().costs.source};
@@ -260,10 +150,7 @@ void Communicator::Impl::shutdown() {
   if (!queue_ || !queue_->close()) return;
   failure_.stop_monitor();
   engine_.reset();
-  {
-    std::lock_guard lock(gpu_mu_);
-    gpu_.reset();
-  }
+  devices_.close();
   transport_.reset();
   failure_.keep_store_for_survivors(hosted_server != nullptr);
 }
@@ -572,6 +459,18 @@ void Communicator::send(const void* buf, std::size_t count, DataType dtype, int 
 void Communicator::recv(void* buf, std::size_t count, DataType dtype, int peer, CudaStream stream) {
   LOOM_REQUIRE_IMPL("recv");
   impl_->run(make(Kind::recv, nullptr, buf, count, dtype, ReduceOp::sum, peer, stream));
+}
+
+const base::Config& Communicator::Impl::config() const {
+  return config_;
+}
+
+int Communicator::Impl::failed_rank() const {
+  return failure_.failed_rank(size_);
+}
+
+void Communicator::Impl::close_connections() {
+  transport_->abort();
 }
 
 void Communicator::Impl::abort() {

@@ -1,14 +1,15 @@
 // The communicator behind loom::Communicator. It owns its parts: the call queue (issue order,
 // the worker, the engine's busy mark: core/call_queue.hpp), the failure protocol (the halt, the
 // health monitor, the publishing of causes, when connections close: core/failure_protocol.hpp),
-// the transports and the windows; its own jobs live in files of their own:
-//   communicator.cpp     joining, lifetime (construction, shutdown), the public methods
-//   transport_setup.cpp  the topology exchange between the transport bundle's two steps
-//                        (core/transport_bundle.hpp), the selection inputs, the peers' summary
-//   call_checks.cpp      arguments and buffer placement, checked before anything is queued
-//   call_runner.cpp      what the call queue runs: a call on the engine, a batch of sends and
-//                        receives
-//   windows.cpp          alloc() and free(): host memory the ranks of a host share
+// the transports (core/transport_bundle.hpp), the calls on device buffers
+// (core/device_calls.hpp) and the windows (core/host_windows.hpp); the checks of a call's
+// arguments (core/call_checks.hpp) and what the topology says of the links
+// (core/peer_links.hpp) are plain functions. Its own jobs live in files of their own:
+//   joining.cpp       how it comes to be: init, split, create_group, shrink, its transports
+//   communicator.cpp  the public methods, settings and summaries, shutdown and abort
+//   call_runner.cpp   what the call queue runs: a call on the engine, a batch of sends and
+//                     receives
+//   windows.cpp       alloc() and free(): host memory the ranks of a host share
 #pragma once
 
 #include <atomic>
@@ -25,11 +26,11 @@
 #include "base/config.hpp"
 #include "base/halt.hpp"
 #include "core/call_queue.hpp"
+#include "core/device_calls.hpp"
 #include "core/failure_protocol.hpp"
 #include "core/host_windows.hpp"
 #include "core/topology.hpp"
 #include "core/work.hpp"
-#include "gpu/runtime.hpp"
 #include "loom/loom.hpp"
 #include "loom/store.hpp"
 #include "transports/cudaipc/cudaipc.hpp"
@@ -52,13 +53,9 @@ class LOOM_INTERNAL Communicator::Impl final : private core::CallQueue::Runner {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  const base::Config& config() const { return config_; }
-  // The transport ("shm", "tcp", "shm+tcp") and shape ("4x1") a tuning table entry names.
-  static std::pair<std::string, std::string> tuning_key(const algorithms::SelectionInputs& in);
-  std::string tuning_key() const {
-    const auto [transport, shape] = tuning_key(selector_->inputs());
-    return transport + " " + shape;
-  }
+  const base::Config& config() const;
+  // The tuning table entry this communicator reads: "shm 4x1".
+  std::string tuning_key() const;
   std::string describe() const;
   Estimate estimate(Operation op, std::size_t bytes, bool device, bool shared) const;
 
@@ -86,7 +83,7 @@ class LOOM_INTERNAL Communicator::Impl final : private core::CallQueue::Runner {
   // Communicator::create_group: the members' child, made by the members alone.
   std::shared_ptr<Impl> create_group(const std::vector<int>& members,
                                      const base::Config& child_config);
-  // Communicator::shrink (shrink.cpp): the survivors' communicator.
+  // Communicator::shrink: the survivors' communicator.
   // The ranks in `exclude` are neither waited for nor members.
   std::shared_ptr<Impl> shrink(std::chrono::milliseconds timeout, const std::vector<int>& exclude);
   // Which rank hosts the store (-1: none, a launcher does) and where it is, for the failure
@@ -98,54 +95,52 @@ class LOOM_INTERNAL Communicator::Impl final : private core::CallQueue::Runner {
   std::shared_ptr<StoreServer> hosted_server;
 
  private:
-  // The engine, the monitor and the worker: the last steps of either constructor.
-  void start();
+  // The engine, the monitor and the worker: the last steps of either constructor
+  // (communicator.cpp). ipc: what build_transports() made for device buffers, or null.
+  void start(transport::cudaipc::IpcTransport* ipc);
+  // A child's failure protocol names the store's host as its parent's does, renumbered.
+  void inherit_store_host(const Impl& parent);
   // "rank 3", or "rank 1 (rank 3 of the parent)" for a communicator made by split().
   std::string who(int rank) const;
 
-  // shrink.cpp: the process of rank r where it runs on this host, else 0.
+  // joining.cpp, for shrink: the process of rank r where it runs on this host, else 0.
   int local_pid(int r) const;
-  // shrink.cpp: tells the launcher of the ranks that shrink left out: of those on this host that
-  // still run, in its folder; of every one it named (the first member alone), in the store.
+  // joining.cpp, for shrink: tells the launcher of the ranks that shrink left out: of those on this
+  // host that still run, in its folder; of every one it named (the first member alone), in the
+  // store.
   void report_left_out(const std::vector<int>& members) const;
-  // Raises PeerError when the members run on fewer of the launcher's nodes than `min_nodes`
-  // (shrink.cpp).
+  // Raises PeerError when the members run on fewer of the launcher's nodes than `min_nodes`.
   void require_enough_nodes(const std::vector<int>& members, int min_nodes) const;
 
-  // transport_setup.cpp
-  void build_transports();
-  std::string describe_peers() const;
-  algorithms::SelectionInputs selection_inputs() const;
-  void log_rdma_choice(const std::string& mine, const std::string& why) const;
-
-  // call_checks.cpp
-  void validate(const algorithms::Collective& c) const;
-  template <typename Bad>
-  void validate_layout(const algorithms::Collective& c, const Bad& bad) const;
-  std::size_t bytes_read(const algorithms::Collective& c) const;
-  std::size_t bytes_written(const algorithms::Collective& c) const;
-  bool reads(const algorithms::Collective& c) const;
-  bool writes(const algorithms::Collective& c) const;
-  void place(algorithms::Collective& c);
+  // The topology exchange between the transport bundle's two steps (joining.cpp); returns the
+  // CUDA IPC transport where device buffers reach this host's peers (owned by the table), or null.
+  transport::cudaipc::IpcTransport* build_transports();
+  // A call's arguments and where its buffers are, checked before anything is queued (sets
+  // call.device).
+  void check(algorithms::Collective& call);
+  // What the failure protocol closes: every connection (any thread).
+  void close_connections();
 
   // call_runner.cpp: core::CallQueue::Runner
   void refuse(const algorithms::Collective& call) override;
   void issue(algorithms::Collective& call) override;
   std::function<void()> execute(const algorithms::Collective& call, bool background) override;
   void run_batch(core::CallQueue::Batch& batch) override;
-  bool halted() const noexcept override { return failure_.halt().triggered(); }
-  void engine_idle(bool closed) override { failure_.engine_idle(closed); }
+  bool halted() const noexcept override;
+  void engine_idle(bool closed) override;
   void run_engine(const algorithms::Collective& call, bool background, gpu::Runtime* runtime);
   // A call queued before the communicator halted raises what the halt says.
   void refuse_if_halted(const algorithms::Collective& call);
   // In a handler: the error in flight, named with `call`, fails the communicator (fail()).
   [[noreturn]] void fail_in_flight(const algorithms::Collective& call);
 
+  // The rank the failure protocol's record names as failed, or -1 (for shrink).
+  int failed_rank() const;
   // The host name of `rank`, for messages ("?" when not known).
   std::string host_of(int rank) const;
 
-  int rank_;
-  int size_;
+  const int rank_;
+  const int size_;
   base::Config config_;
   std::shared_ptr<Store> store_;  // this communicator's key space
   // The store as init was given it, outside every key space: where a launcher reads
@@ -176,18 +171,12 @@ class LOOM_INTERNAL Communicator::Impl final : private core::CallQueue::Runner {
   algorithms::Dispatcher dispatcher_;
   // alloc()'s memory; outlives the engine (which reads it) and, for the user, shutdown().
   std::unique_ptr<core::HostWindows> windows_;
-  std::uint64_t windows_made_ = 0;           // alloc() calls so far: the next window's number
-  std::atomic<bool> windows_shared_{false};  // some window is shared (as the engine's)
 
-  // Calls on device buffers: the runtime is created by the first one, on the caller's thread.
-  const bool gpus_;  // without GPUs every buffer is host memory
-  std::mutex gpu_mu_;
-  std::unique_ptr<gpu::Runtime> gpu_;
-  transport::cudaipc::IpcTransport* ipc_ = nullptr;  // owned by transport_
+  core::DeviceCalls devices_{rank_};
 
   core::FailureProtocol failure_{{rank_, size_, [this](int r) { return who(r); },
                                   [this](int r) { return host_of(r); },
-                                  [this] { transport_->abort(); }}};
+                                  [this] { close_connections(); }}};
   // Threads in Work::wait on this communicator's calls (see Engine::sharing_core).
   std::shared_ptr<std::atomic<int>> callers_waiting_ = std::make_shared<std::atomic<int>>(0);
   // Last: made and started once everything else exists, closed first.

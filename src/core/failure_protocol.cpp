@@ -185,7 +185,7 @@ base::AbortRecord FailureProtocol::publish(const base::AbortRecord& mine,
   std::optional<base::AbortRecord> standing;
   if (monitor) {
     standing = monitor->publish(mine, kPublishWait + prefer_standing, prefer_standing);
-  } else {
+  } else if (store_) {  // none before start(): nobody to tell
     try {
       standing = publish_abort(*store_, mine);
       mark_abort_seen(*store_, m_.rank);
@@ -209,6 +209,14 @@ void FailureProtocol::set_store_host(int rank, std::string where) {
   store_host_rank_ = rank;
   store_where_ = std::move(where);
   if (monitor_) monitor_->set_store_host(rank, store_where_);
+}
+
+int FailureProtocol::failed_rank(int size) const {
+  const auto record = halt_.record();
+  return record && record->kind != base::AbortRecord::Kind::aborted && record->failed >= 0 &&
+                 record->failed < size
+             ? record->failed
+             : -1;
 }
 
 }  // namespace loom::core

@@ -51,6 +51,9 @@ class FailureProtocol {
 
   // What the engine watches at every wait, and what a call made after a halt raises.
   const base::Halt& halt() const { return halt_; }
+  // The rank the halt's record names as failed, or -1: none, or one that only aborted its own
+  // communicator (a watchdog's abort before a shrink: alive, it joins like any other).
+  int failed_rank(int size) const;
   // What the engine is doing, for the monitor's stall reports.
   Progress& progress() { return progress_; }
 

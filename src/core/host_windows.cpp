@@ -19,8 +19,14 @@ static_assert(sizeof(RangeLayout) <= sizeof(algorithms::PeerMemory::Range::bytes
 }  // namespace
 
 void HostWindows::add(std::uint64_t number, Window window) {
-  std::lock_guard lock(mu_);
-  windows_.emplace(number, std::move(window));
+  const bool shared = !window.peers.empty();
+  {
+    std::lock_guard lock(mu_);
+    windows_.emplace(number, std::move(window));
+  }
+  // Once some window was shared, the calls keep asking for the direct rows (a call on any other
+  // buffer falls back on every rank alike).
+  if (shared) any_.store(true, std::memory_order_release);
 }
 
 std::optional<std::uint64_t> HostWindows::number_of(const void* p) const {

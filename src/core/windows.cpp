@@ -31,15 +31,10 @@ void* Communicator::Impl::alloc(std::size_t bytes) {
   const Offer mine{own.id(), own.valid() ? 1u : 0u, static_cast<std::uint64_t>(err)};
   std::vector<Offer> offers(static_cast<std::size_t>(size_));
   run_own(Kind::all_gather, &mine, offers.data(), sizeof(Offer), DataType::u8);
-  const std::uint64_t number = windows_made_++;  // the same on every rank: alloc is collective
+  const std::uint64_t number = windows_->next_number();  // the same on every rank: collective
 
   // The peers' windows are mapped where a call could read them in place: one host, over shm.
-  std::string why;
-  const auto& inputs = selector_->inputs();
-  if (size_ == 1)
-    why = "one rank";
-  else if (!inputs.one_host() || inputs.local != transport::TransportKind::shm)
-    why = "the ranks are not on one host over shared memory";
+  std::string why = windows_->why_not_shared();
   for (int r = 0; r < size_ && why.empty(); ++r)
     if (offers[static_cast<std::size_t>(r)].ok == 0)
       why = fmt::format("{} could not create its window ({})", who(r),
@@ -74,10 +69,6 @@ void* Communicator::Impl::alloc(std::size_t bytes) {
   void* p = own.data();
   windows_->add(number, core::HostWindows::Window{
                             std::make_shared<base::SharedFile>(std::move(own)), std::move(peers)});
-  if (everywhere != 0) {
-    engine_->set_host_windows(windows_.get());
-    windows_shared_.store(true, std::memory_order_release);
-  }
   return p;
 }
 

@@ -15,7 +15,7 @@
 namespace {
 
 struct Windows {
-  loom::core::HostWindows windows{2};
+  loom::core::HostWindows windows{2, ""};
   const std::byte* base = nullptr;
   std::size_t size = 0;
   Windows() {

@@ -35,8 +35,31 @@ class Windows : public ::testing::Test {
     ASSERT_TRUE(own->valid()) << err;
     windows_.add(0, HostWindows::Window{own, std::move(peers)});
   }
-  HostWindows windows_{2};
+  HostWindows windows_{2, ""};
 };
+
+// The engine asks any() before it offers the windows to a call's dispatch: false until a shared
+// window is added (a window no peer mapped does not count), then true for good.
+TEST(WindowsShared, OnlyAWindowThePeersMappedCountsAndItCountsForGood) {
+  int err = 0;
+  HostWindows windows(2, "");
+  EXPECT_FALSE(windows.any());
+  auto alone = std::make_shared<base::SharedFile>(base::SharedFile::create(4096, &err));
+  ASSERT_TRUE(alone->valid()) << err;
+  windows.add(0, HostWindows::Window{alone, {}});
+  EXPECT_FALSE(windows.any());
+  std::vector<base::SharedFile> peers(2);
+  peers[1] = base::SharedFile::create(4096, &err);
+  auto own = std::make_shared<base::SharedFile>(base::SharedFile::create(4096, &err));
+  ASSERT_TRUE(peers[1].valid() && own->valid()) << err;
+  windows.add(1, HostWindows::Window{own, std::move(peers)});
+  EXPECT_TRUE(windows.any());
+  windows.remove(1);
+  EXPECT_TRUE(windows.any());
+  EXPECT_EQ(windows.next_number(), 0u);
+  EXPECT_EQ(windows.next_number(), 1u);
+  EXPECT_EQ(HostWindows(1, "one rank").why_not_shared(), "one rank");
+}
 
 TEST_F(Windows, ARangeInsideTheWindowMaps) {
   EXPECT_NE(windows_.map(1, range(0, 1024, 2048), 2048), nullptr);

@@ -1,0 +1,21 @@
+// A call's arguments, checked before anything is queued: plain functions of the call and the
+// communicator's shape. What is refused raises InvalidArgument naming the call and the rank, and
+// leaves the communicator as it was.
+#pragma once
+
+#include <cstddef>
+
+#include "algorithms/collective.hpp"
+
+namespace loom::core {
+
+// Data type, reduction, counts (and the uneven calls' counts and displacements) that fit the
+// address space, root or peer in range, null buffers where bytes move, all-to-all not in place.
+void check_call(const algorithms::Collective& c, int rank, int size);
+
+// How many bytes of 'in' this rank reads and of 'out' it writes: the root alone reads
+// broadcast's and scatter's input, and writes reduce's and gather's output.
+std::size_t bytes_read(const algorithms::Collective& c, int rank, int size);
+std::size_t bytes_written(const algorithms::Collective& c, int rank, int size);
+
+}  // namespace loom::core
