@@ -23,8 +23,6 @@ from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 from torch.utils.data.distributed import DistributedSampler  # noqa: E402
 
-import loom_torch  # noqa: E402,F401  registers the backend "loom"
-
 
 def main():
     p = argparse.ArgumentParser()
@@ -37,6 +35,8 @@ def main():
 
     torch.set_num_threads(1)
     torch.set_default_dtype(getattr(torch, args.dtype))
+    if args.backend == "loom":
+        import loom_torch  # noqa: F401  registers the backend "loom"; gloo's runs go without it
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
 

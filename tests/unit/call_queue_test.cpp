@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "../support/gate.hpp"
+
 namespace loom::core {
 namespace {
 
@@ -19,24 +21,7 @@ using algorithms::Collective;
 using algorithms::Kind;
 using namespace std::chrono_literals;
 
-// A latch the test opens once.
-class Gate {
- public:
-  void open() {
-    std::lock_guard lock(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-  void wait() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return open_; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
-};
+using loom::testing::Gate;
 
 struct Ran {
   Kind kind;
