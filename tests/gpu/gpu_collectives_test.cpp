@@ -209,6 +209,23 @@ TEST_P(GpuCollectives, EveryCollectiveTypeAndReductionMatchesTheReference) {
       options_);
 }
 
+// estimate() on device buffers names what the call runs: the direct rows where the peers' memory
+// is mapped (CUDA IPC with LOOM_CUDA_DIRECT on), another row on every other path.
+TEST_P(GpuCollectives, EstimateNamesThePathTheCallRuns) {
+  const bool direct = std::get<1>(GetParam()) == "cudaipc";
+  run_ranks(
+      std::get<0>(GetParam()),
+      [direct](Communicator& comm) {
+        for (std::size_t bytes : {std::size_t{64}, std::size_t{1} << 20, std::size_t{64} << 20}) {
+          const Estimate e = comm.estimate(Operation::all_reduce, bytes, true);
+          EXPECT_EQ(e.algorithm == "direct", direct) << bytes << " bytes: " << e.algorithm;
+          // Host buffers outside alloc()'s windows never take the direct rows.
+          EXPECT_NE(comm.estimate(Operation::all_reduce, bytes, false).algorithm, "direct");
+        }
+      },
+      options_);
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, GpuCollectives,
                          ::testing::Combine(::testing::Values(2, 4),
                                             ::testing::Values("cudaipc", "cudaipc_slots", "staged",
