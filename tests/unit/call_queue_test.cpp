@@ -36,7 +36,7 @@ class Recorder final : public CallQueue::Runner {
   void refuse(const Collective& call) override {
     if (call.count == kRefused) throw InvalidArgument("refused by the runner");
   }
-  void issue(Collective&) override {}
+  void issue(Collective&) override { issued.fetch_add(1); }
   std::function<void()> execute(const Collective& call, bool background) override {
     if (call.count == kGated) gate.wait();
     record(call, background);
@@ -66,6 +66,7 @@ class Recorder final : public CallQueue::Runner {
   Gate gate;
   std::atomic<bool> halt{false};
   std::atomic<int> idles{0};
+  std::atomic<int> issued{0};  // calls admitted
   int fail_batch_after = -1;
   std::mutex mu;
 
@@ -101,14 +102,20 @@ TEST_F(CallQueueTest, ABlockingCallWithNothingQueuedRunsOnTheCallersThread) {
 
 TEST_F(CallQueueTest, SubmittedCallsRunInIssueOrderOnTheWorker) {
   std::vector<Work> works;
-  for (int i = 0; i < 50; ++i) works.push_back(queue.submit(call_of(Kind::all_reduce)));
-  queue.run(call_of(Kind::broadcast));  // behind them: waits its turn
+  // The first holds the worker until the blocking call below is queued behind them all.
+  works.push_back(queue.submit(call_of(Kind::all_reduce, Recorder::kGated)));
+  for (int i = 1; i < 50; ++i) works.push_back(queue.submit(call_of(Kind::all_reduce)));
+  std::thread caller([&] { queue.run(call_of(Kind::broadcast)); });  // behind them: waits its turn
+  while (runner.issued.load() < 51) std::this_thread::sleep_for(1ms);
+  runner.gate.open();
+  caller.join();
   for (auto& w : works) w.wait();
   const auto ran = runner.ran();
   ASSERT_EQ(ran.size(), 51u);
   for (std::size_t i = 0; i < ran.size(); ++i) {
     EXPECT_EQ(ran[i].seq, i);
     EXPECT_TRUE(ran[i].background);
+    EXPECT_EQ(ran[i].thread, ran[0].thread) << "not on the worker";
     EXPECT_NE(ran[i].thread, std::this_thread::get_id());
   }
   EXPECT_EQ(ran.back().kind, Kind::broadcast);
