@@ -25,7 +25,7 @@ import time
 
 sys.dont_write_bytecode = True  # keeps the source tree clean
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import cliffs, drivers, limits, measure, report, rules  # noqa: E402
+from harness import cliffs, diff, drivers, limits, measure, report, rules  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIB = 1 << 20
@@ -130,6 +130,10 @@ def options():
                         help="a launch's sweep goes over its sizes this many times, each time a "
                              "share of every size's calls (loom-perf --rounds), so that a slower "
                              "spell of the host falls on every size alike; 1: each size once")
+    diff = sub.add_parser("diff", help="one library in two runs' results.csv (before, after)")
+    diff.add_argument("before")
+    diff.add_argument("after")
+    diff.add_argument("--impl", default="loom")
     again = sub.add_parser("report", help="the tables again from a results.csv")
     again.add_argument("results")
     again.add_argument("--cliffs", action="store_true")
@@ -146,6 +150,10 @@ def compare_text(rows):
 
 def main():
     a = options()
+    if a.command == "diff":
+        text, _ = diff.diff_report(measure.load(a.before), measure.load(a.after), a.impl)
+        print(text)
+        return 0
     if a.command == "report":
         rows = measure.load(a.results)
         if not a.cliffs:

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """The harness's rules on made-up measurements: when a cell is met (harness/rules.py), how fast
 and slow launches are told apart, and the no-cliff check against the memory bound
-(harness/cliffs.py)."""
+(harness/cliffs.py), and one library in two runs (harness/diff.py)."""
 import os
 import sys
 import unittest
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import cliffs, drivers, report, rules  # noqa: E402
+from harness import cliffs, diff, drivers, report, rules  # noqa: E402
 from harness.drivers import BOUND, BOUND_TRANSPORT  # noqa: E402
 from harness.measure import MEMCPY_WS, Row  # noqa: E402
 
@@ -198,6 +198,28 @@ class Cliffs(unittest.TestCase):
                 r.busbw_gbps /= 2
         _, found = cliffs.cliff_report(rows)
         self.assertEqual(found, 0)
+
+
+class Diff(unittest.TestCase):
+    """Two runs of one library: speed after over before, per cell and over the cells."""
+
+    def test_busbw_and_time_are_both_read_as_speed(self):
+        before = [row(r, "loom", b) for r, b in enumerate([4.0, 5.0, 6.0], 1)] + \
+            [row(r, "loom", 0.1, time_us=t, size=8) for r, t in enumerate([10.0, 12.0, 11.0], 1)]
+        after = [row(r, "loom", b) for r, b in enumerate([10.0, 9.0, 11.0], 1)] + \
+            [row(r, "loom", 0.1, time_us=t, size=8) for r, t in enumerate([11.0, 10.0, 12.0], 1)]
+        text, median = diff.diff_report(before, after)
+        self.assertIn("**2.00**", text)  # busbw 5 -> 10
+        self.assertIn("**1.00**", text)  # 11 us either way
+        self.assertIn("Over 2 cells", text)
+        self.assertIn("1 within ±6%", text)
+        self.assertIn("in 1 one run's median lies inside", text)
+        self.assertAlmostEqual(median, 1.5)
+
+    def test_cells_of_one_run_only_are_left_out(self):
+        text, median = diff.diff_report([row(1, "loom", 4.0)], [row(1, "loom", 4.0, ranks=4)])
+        self.assertIsNone(median)
+        self.assertIn("No cell", text)
 
 
 if __name__ == "__main__":
