@@ -9,13 +9,17 @@
 
 namespace loom::core {
 
-// Data type, reduction, counts (and the uneven calls' counts and displacements) that fit the
-// address space, root or peer in range, null buffers where bytes move, all-to-all not in place.
-void check_call(const algorithms::Collective& c, int rank, int size);
+// How many bytes of 'in' this rank reads and of 'out' it writes (0 for a buffer it does not
+// touch): the root alone reads broadcast's and scatter's input, and writes reduce's and gather's
+// output.
+struct CallBytes {
+  std::size_t read = 0;
+  std::size_t written = 0;
+};
 
-// How many bytes of 'in' this rank reads and of 'out' it writes: the root alone reads
-// broadcast's and scatter's input, and writes reduce's and gather's output.
-std::size_t bytes_read(const algorithms::Collective& c, int rank, int size);
-std::size_t bytes_written(const algorithms::Collective& c, int rank, int size);
+// Data type, reduction, counts (and the uneven calls' counts and displacements) that fit the
+// address space, root or peer in range, null buffers where bytes move, all-to-all not in place;
+// returns the bytes the call moves on this rank.
+CallBytes check_call(const algorithms::Collective& c, int rank, int size);
 
 }  // namespace loom::core

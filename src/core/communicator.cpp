@@ -83,9 +83,8 @@ void Communicator::Impl::run(Collective call) {
 }
 
 void Communicator::Impl::check(Collective& call) {
-  core::check_call(call, rank_, size_);
-  devices_.place(call, core::bytes_read(call, rank_, size_) > 0,
-                 core::bytes_written(call, rank_, size_) > 0);
+  const core::CallBytes moved = core::check_call(call, rank_, size_);
+  devices_.place(call, moved.read > 0, moved.written > 0);
 }
 
 std::string Communicator::Impl::tuning_key() const {

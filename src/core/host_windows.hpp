@@ -44,11 +44,11 @@ class HostWindows final : public algorithms::PeerMemory {
   // Forgets window `number` here: unmaps the peers' memory, and its own unless an owner lives.
   void remove(std::uint64_t number);
 
-  // PeerMemory: a range inside a shared window of this rank, and its place in a peer's window.
-  // Host buffers of a call are ready when it starts and done when its messages say so: the
-  // signals carry nothing.
-  // Whether some window is shared (made so by add(), read by the engine's dispatch).
+  // PeerMemory: whether some window is shared (made so by add(), read by the engine's dispatch).
   bool any() const override { return any_.load(std::memory_order_acquire); }
+  // A range inside a shared window of this rank, and its place in a peer's window. Host buffers
+  // of a call are ready when it starts and done when its messages say so: the signals carry
+  // nothing.
   std::optional<Range> share(const void* p, std::size_t bytes) override;
   void* map(int peer, const Range& range, std::size_t bytes) override;
   Signal record(Point) override { return {}; }

@@ -33,7 +33,8 @@ void* Communicator::Impl::alloc(std::size_t bytes) {
   run_own(Kind::all_gather, &mine, offers.data(), sizeof(Offer), DataType::u8);
   const std::uint64_t number = windows_->next_number();  // the same on every rank: collective
 
-  // The peers' windows are mapped where a call could read them in place: one host, over shm.
+  // Why the peers' windows are not mapped, if they are not: no ranks to share with (start()), or
+  // one of them could not make or map its window.
   std::string why = windows_->why_not_shared();
   for (int r = 0; r < size_ && why.empty(); ++r)
     if (offers[static_cast<std::size_t>(r)].ok == 0)
