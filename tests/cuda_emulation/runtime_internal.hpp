@@ -35,6 +35,7 @@ struct CUstream_st {
   std::atomic<std::uint64_t> completed{0};
   bool stopping = false;
   std::thread worker;
+  int pins = 0;  // under State::mu: waiters elsewhere holding this pointer; freed at 0
 };
 
 // Shared between processes for interprocess events.
@@ -70,6 +71,7 @@ struct State {
   std::map<std::uintptr_t, Allocation> allocations;
   std::set<CUstream_st*> streams;
   CUstream_st* legacy = nullptr;
+  std::condition_variable unpinned;  // a stream's pins fell
   std::uint64_t next_id = 1;
   std::set<std::string> owned_segments;  // unlinked at exit
   std::atomic<int> sticky{0};            // cudaError_t of a failed kernel, kept until exit
@@ -93,6 +95,8 @@ bool blocking(const CUstream_st* s);
 void enqueue(cudaStream_t stream, std::function<void()> op);
 void synchronize(CUstream_st* s, const char* what);
 void synchronize_device(const char* what);
+void unpin(CUstream_st* s);
+void retire(CUstream_st* s);
 const Allocation* find(const void* p, std::uintptr_t* base = nullptr);
 bool device_accessible(const void* p, std::size_t bytes);
 bool pageable(const void* p);

@@ -85,25 +85,64 @@ bool blocking(const CUstream_st* s) {
   return !s->legacy && (s->flags & cudaStreamNonBlocking) == 0;
 }
 
+// A pinned stream outlives a cudaStreamDestroy until every waiter holding it unpins it.
+void unpin(CUstream_st* s) {
+  std::lock_guard lock(state().mu);
+  if (--s->pins == 0) state().unpinned.notify_all();
+}
+
+// What cudaStreamDestroy leaves to a thread of its own: the stream's queued work completes,
+// its handle leaves the device's set, its worker ends, and it is freed once no waiter holds it.
+void retire(CUstream_st* s) {
+  synchronize(s, "a destroyed stream's queued work");
+  {
+    std::lock_guard lock(state().mu);
+    state().streams.erase(s);
+  }
+  {
+    std::lock_guard lock(s->mu);
+    s->stopping = true;
+    s->cv.notify_one();
+  }
+  s->worker.join();
+  {
+    std::unique_lock lock(state().mu);
+    state().unpinned.wait(lock, [s] { return s->pins == 0; });
+  }
+  delete s;
+}
+
+namespace {
+struct Pinned {
+  CUstream_st* stream;
+  std::uint64_t count;
+};
+void wait_and_unpin(const std::vector<Pinned>& streams, const char* what) {
+  for (const Pinned& p : streams) {
+    wait_until([p] { return p.stream->completed.load() >= p.count; }, what);
+    unpin(p.stream);
+  }
+}
+}  // namespace
+
 // Queues op on stream in order, with the legacy stream's implicit synchronisation.
 void enqueue(cudaStream_t stream, std::function<void()> op) {
   CUstream_st* s = resolve(stream);
-  std::vector<std::pair<CUstream_st*, std::uint64_t>> before;
+  std::vector<Pinned> before;
   {
     std::lock_guard lock(state().mu);
     if (s->legacy) {
       for (CUstream_st* other : state().streams)
-        if (blocking(other)) before.emplace_back(other, other->enqueued.load());
+        if (blocking(other)) before.push_back({other, other->enqueued.load()});
     } else if (blocking(s) && state().legacy) {
-      before.emplace_back(state().legacy, state().legacy->enqueued.load());
+      before.push_back({state().legacy, state().legacy->enqueued.load()});
     }
+    for (const Pinned& p : before) ++p.stream->pins;
   }
   std::lock_guard lock(s->mu);
   s->enqueued.fetch_add(1);
   s->ops.push_back([before = std::move(before), op = std::move(op)] {
-    for (auto [other, count] : before)
-      wait_until([other, count] { return other->completed.load() >= count; },
-                 "the legacy default stream's implicit synchronisation");
+    wait_and_unpin(before, "the legacy default stream's implicit synchronisation");
     op();
   });
   s->cv.notify_one();
@@ -115,14 +154,17 @@ void synchronize(CUstream_st* s, const char* what) {
 }
 
 // Waits for every stream: what cudaDeviceSynchronize does, and what the implicitly
-// synchronising calls may do.
+// synchronising calls may do. A stream destroyed meanwhile stays until this is done with it.
 void synchronize_device(const char* what) {
-  std::vector<CUstream_st*> all;
+  std::vector<Pinned> all;
   {
     std::lock_guard lock(state().mu);
-    all.assign(state().streams.begin(), state().streams.end());
+    for (CUstream_st* s : state().streams) {
+      all.push_back({s, s->enqueued.load()});
+      ++s->pins;
+    }
   }
-  for (CUstream_st* s : all) synchronize(s, what);
+  wait_and_unpin(all, what);
 }
 
 const Allocation* find(const void* p, std::uintptr_t* base) {

@@ -26,20 +26,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread)
     return fail(cudaErrorInvalidResourceHandle);
   // Like CUDA: work already queued completes; the handle is gone at once.
-  std::thread([stream] {
-    synchronize(stream, "a destroyed stream's queued work");
-    {
-      std::lock_guard lock(state().mu);
-      state().streams.erase(stream);
-    }
-    {
-      std::lock_guard lock(stream->mu);
-      stream->stopping = true;
-      stream->cv.notify_one();
-    }
-    stream->worker.join();
-    delete stream;
-  }).detach();
+  std::thread(retire, stream).detach();
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
