@@ -78,17 +78,48 @@ std::multiset<std::string> open_fds(std::uint16_t store_port, bool sockets) {
   return n;
 }
 
-// Segments in /dev/shm made since `since` that no process holds (Loom's creators hold a lock on
-// theirs while they live): left behind.
-std::vector<std::string> orphaned_segments(std::time_t since) {
+// The job tokens of the /dev/shm segments this process maps now (each communicator names its
+// segments loom-<token>-...): the drill's own, told apart from those of tests running beside it
+// (a rank another test kills leaves its segments to the next sweep).
+std::set<std::string> mapped_tokens() {
+  std::set<std::string> tokens;
+  std::ifstream maps("/proc/self/maps");
+  constexpr std::string_view kPrefix = "/dev/shm/loom-";
+  for (std::string line; std::getline(maps, line);) {
+    const auto at = line.find(kPrefix);
+    if (at == std::string::npos) continue;
+    const std::string token = line.substr(at + kPrefix.size(), 16);
+    if (token.size() == 16 && token.find_first_not_of("0123456789abcdef") == std::string::npos)
+      tokens.insert(token);
+  }
+  return tokens;
+}
+
+// Records tokens in the drill's folder, one file per rank and moment.
+void record_tokens(const std::string& folder, int rank, const char* when,
+                   const std::set<std::string>& tokens) {
+  std::ofstream out(fmt::format("{}/{}-{}", folder, rank, when));
+  for (const auto& t : tokens) out << t << "\n";
+}
+
+std::set<std::string> recorded_tokens(const std::string& folder) {
+  std::set<std::string> tokens;
+  for (const auto& e : std::filesystem::directory_iterator(folder)) {
+    std::ifstream in(e.path());
+    for (std::string t; std::getline(in, t);) tokens.insert(t);
+  }
+  return tokens;
+}
+
+// The drill's segments in /dev/shm (named after one of `tokens`) made since `since` that no
+// process holds (Loom's creators hold a lock on theirs while they live): left behind.
+std::vector<std::string> orphaned_segments(std::time_t since, const std::set<std::string>& tokens) {
   std::vector<std::string> found;
   DIR* d = ::opendir("/dev/shm");
   if (d == nullptr) return found;
   while (dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
-    // The drill's ranks use host buffers: the emulated GPU runtime's segments (loom-emu-*) are
-    // another test's, running beside this one.
-    if (name.rfind("loom-", 0) != 0 || name.rfind("loom-emu-", 0) == 0) continue;
+    if (name.rfind("loom-", 0) != 0 || !tokens.count(name.substr(5, 16))) continue;
     const std::string path = "/dev/shm/" + name;
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0 || st.st_mtime < since) continue;
@@ -125,7 +156,7 @@ std::int64_t sum_of_ones(Communicator& comm) {
 
 // The state's call, by every rank (rank kLate a second late). Its outcome does not matter, only
 // that it ends.
-void enter(State state, Communicator& comm, int rank) {
+void enter(State state, Communicator& comm, int rank, const std::string& folder) {
   if (rank == kLate && state != State::idle) std::this_thread::sleep_for(1s);
   switch (state) {
     case State::idle:
@@ -148,6 +179,7 @@ void enter(State state, Communicator& comm, int rank) {
     case State::split: {
       auto child = comm.split(0, rank);
       if (child) sum_of_ones(*child);
+      record_tokens(folder, rank, "split", mapped_tokens());
       break;
     }
   }
@@ -155,6 +187,9 @@ void enter(State state, Communicator& comm, int rank) {
 
 void drill(const std::string& transport, State state, Action action) {
   const std::time_t started_at = std::time(nullptr);
+  const std::string folder = fmt::format("/tmp/loom-drill-{}", ::getpid());
+  std::filesystem::remove_all(folder);
+  std::filesystem::create_directories(folder);
   testing::RunOptions run;
   run.timeout = 120s;
   if (action == Action::kill) run.may_die = {kVictim};
@@ -174,6 +209,7 @@ void drill(const std::string& transport, State state, Action action) {
           // A store connection of its own, which goes with the communicator: the harness's store
           // keeps idle connections that would count as this rank's descriptors.
           Communicator comm(ctx.store->clone(), ctx.rank, ctx.size, o);
+          record_tokens(folder, ctx.rank, "first", {testing::job_token_of(*ctx.store)});
           if (state != State::connect) sum_of_ones(comm);  // every connection up
           std::thread hit;
           if (ctx.rank == kVictim)
@@ -183,7 +219,7 @@ void drill(const std::string& transport, State state, Action action) {
             });
           const auto start = Clock::now();
           try {
-            enter(state, comm, ctx.rank);
+            enter(state, comm, ctx.rank, folder);
           } catch (const Error&) {
           }
           EXPECT_LT(Clock::now() - start, 15s)
@@ -196,6 +232,7 @@ void drill(const std::string& transport, State state, Action action) {
             EXPECT_LT(Clock::now() - shrinking, 8s) << "rank " << ctx.rank << ": shrink took long";
             EXPECT_EQ(next.size(), action == Action::abort ? 3 : 2);
             EXPECT_EQ(sum_of_ones(next), next.size());
+            record_tokens(folder, ctx.rank, "shrunk", mapped_tokens());
             next.destroy();
           }
           comm.destroy();
@@ -208,7 +245,12 @@ void drill(const std::string& transport, State state, Action action) {
             << "rank " << ctx.rank << " kept descriptors:" << kept;
       },
       run);
-  const auto left = orphaned_segments(started_at);
+  const std::set<std::string> tokens = recorded_tokens(folder);
+  std::filesystem::remove_all(folder);
+  // The first communicator's token, and over shm the shrunk one's too (the survivors mapped its
+  // segments): the check has segments to look for.
+  EXPECT_GE(tokens.size(), transport == "shm" ? 2u : 1u);
+  const auto left = orphaned_segments(started_at, tokens);
   EXPECT_TRUE(left.empty()) << left.size() << " segment(s) left in /dev/shm, e.g. "
                             << (left.empty() ? "" : left.front());
 }

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace loom::testing {
@@ -163,14 +164,17 @@ void run_ranks_raw(int world, const std::function<void(RankContext&)>& body, Run
   }
 }
 
-std::vector<std::string> segments_of(Store& store) {
+std::string job_token_of(Store& store) {
   Bytes token =
       store.get("loom/" + store::keys::generation_prefix("", 1) + "/" + store::keys::job_token(),
                 std::chrono::seconds(10));
   std::uint64_t t = 0;
   std::memcpy(&t, token.data(), std::min<std::size_t>(8, token.size()));
-  char prefix[64];
-  std::snprintf(prefix, sizeof(prefix), "loom-%016llx-", static_cast<unsigned long long>(t));
+  return fmt::format("{:016x}", t);
+}
+
+std::vector<std::string> segments_of(Store& store) {
+  const std::string prefix = "loom-" + job_token_of(store) + "-";
   std::vector<std::string> found;
   if (DIR* d = ::opendir("/dev/shm")) {
     while (dirent* e = ::readdir(d))

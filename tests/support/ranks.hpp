@@ -41,6 +41,9 @@ struct RunOptions {
 void run_ranks(int world, const std::function<void(Communicator&)>& body, RunOptions opts = {});
 void run_ranks_raw(int world, const std::function<void(RankContext&)>& body, RunOptions opts = {});
 
+// The job token (16 hex digits) of the first communicator built on this store: its segments in
+// /dev/shm are named loom-<token>-...
+std::string job_token_of(Store& store);
 // The /dev/shm segments of the first communicator built on this store (named after its job token).
 std::vector<std::string> segments_of(Store& store);
 
