@@ -321,8 +321,12 @@ double single_copy_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   const LinkCost& m = in.costs.of(in.local);
   const double measured =
       in.costs.cma_us_per_byte > 0 ? in.costs.cma_us_per_byte : m.beta_us_per_byte;
-  const double per_byte =
-      in.oversubscribed() ? measured : std::max(measured, kKernelCopyFactor * m.beta_us_per_byte);
+  // With a core per rank, the read of a peer's freshly written pages as the probe measured it;
+  // without that figure, the Zen 4's floor over the slots' beta.
+  const double fresh = in.costs.cma_fresh_us_per_byte;
+  const double per_byte = in.oversubscribed() ? measured
+                          : fresh > 0         ? fresh
+                                      : std::max(measured, kKernelCopyFactor * m.beta_us_per_byte);
   // Each rank's in and out: n blocks each.
   const double factor =
       in.beyond_cache(2.0 * in.size * to_d(bytes), in.size) ? kBeyondCacheFactor : 1.0;

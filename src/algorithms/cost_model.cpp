@@ -60,6 +60,7 @@ CostModel CostModel::measured(const MachineRates& r, bool tcp_on_loopback) {
   }
   if (r.wake_us > 0) m.wake_us = r.wake_us, any = true;
   if (r.cma_gbps > 0) m.cma_us_per_byte = 1.0 / (r.cma_gbps * 1e3), any = true;
+  if (r.cma_fresh_gbps > 0) m.cma_fresh_us_per_byte = 1.0 / (r.cma_fresh_gbps * 1e3), any = true;
   tcp.shares_cores = tcp_on_loopback;
   if (tcp_on_loopback && r.loopback_us > 0 && r.loopback_gbps > 0) {
     tcp.alpha_us = r.loopback_us;

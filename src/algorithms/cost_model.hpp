@@ -59,6 +59,8 @@ struct CostModel {
   // The kernel's copy out of a peer's memory (process_vm_readv), per byte (0: not measured; the
   // single copy is then priced on the shared-memory link's beta).
   double cma_us_per_byte = 0;
+  // The same of pages another core has just written (0: not measured).
+  double cma_fresh_us_per_byte = 0;
   // Where the figures come from: "defaults" or "measured at init".
   std::string source = "defaults";
   const LinkCost& of(transport::TransportKind kind) const {

@@ -13,7 +13,7 @@ namespace loom::algorithms {
 namespace {
 
 // The rates in the order encode() writes them, with their names.
-constexpr std::array<std::pair<const char*, double MachineRates::*>, 11> kRateFields = {{
+constexpr std::array<std::pair<const char*, double MachineRates::*>, 12> kRateFields = {{
     {"copy_gbps", &MachineRates::copy_gbps},
     {"reduce_gbps", &MachineRates::reduce_gbps},
     {"handover_us", &MachineRates::handover_us},
@@ -25,6 +25,7 @@ constexpr std::array<std::pair<const char*, double MachineRates::*>, 11> kRateFi
     {"core_cache_kib", &MachineRates::core_cache_kib},
     {"segment_bytes", &MachineRates::segment_bytes},
     {"cma_gbps", &MachineRates::cma_gbps},
+    {"cma_fresh_gbps", &MachineRates::cma_fresh_gbps},
 }};
 
 // Rates are better larger, times smaller; 0 is "not measured" and loses to any figure.

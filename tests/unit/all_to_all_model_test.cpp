@@ -83,6 +83,28 @@ TEST(AllToAllModel, TheModelReadsLargeBlocksWhereRanksOutnumberCores) {
   EXPECT_EQ(single_copy_reads(alone).from, SIZE_MAX);
 }
 
+// With a core each, the single copy reads a peer's freshly written pages at the rate the probe
+// measured for that (cma_fresh_gbps): on this Xeon 10 GB/s, and the single copy took 42-48 us at
+// 1 MiB a rank (blocks of 512 KiB) against pairwise's 97-99 (docs/results/issue63-2026-12-05).
+// Measured so, it wins there; without that figure the old floor (1.2x the slots' beta) stands.
+TEST(AllToAllModel, WithACoreEachTheFreshReadRateDecides) {
+  MachineRates r = xeon_rates();
+  r.cma_gbps = 11.2, r.cma_fresh_gbps = 10.1;
+  const auto alone = shm_host(2, 2, r);
+  for (std::size_t bytes : {std::size_t{256} << 10, std::size_t{512} << 10})
+    EXPECT_EQ(pick(alone, Kind::all_to_all, bytes), "single_copy") << bytes;
+  const LinkCost& m = alone.costs.of(TransportKind::shm);
+  const double block = 512 << 10;
+  const double fixed = 2 * m.alpha_us + 5.0;  // a core each: no switch
+  EXPECT_NEAR(single_copy_cost(alone, 512 << 10, false), fixed + block / 10.1e3, 1e-6);
+  MachineRates old = r;
+  old.cma_fresh_gbps = 0;
+  EXPECT_EQ(pick(shm_host(2, 2, old), Kind::all_to_all, 512 << 10), "pairwise");
+  // Ranks outnumbering cores keep the rate they were priced on.
+  EXPECT_DOUBLE_EQ(single_copy_cost(shm_host(4, 2, r), 256 << 10, false),
+                   single_copy_cost(shm_host(4, 2, old), 256 << 10, false));
+}
+
 // all_to_all_v: no size is the same on every rank, so the single copy runs wherever it can and
 // reads the blocks the model prices cheaper read (both ends of a block know its size); a rule
 // naming it reads every block; elsewhere pairwise.
