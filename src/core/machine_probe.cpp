@@ -179,15 +179,22 @@ class CorePair {
 // and overstated the copy: 1.2x on a Zen 4). Without a second CPU, this thread writes them.
 double cma_fresh_gbps(std::chrono::microseconds budget) {
   if (!base::cross_memory_attach_available()) return 0;
+  // Spin briefly, then yield: the writer may share this CPU (more ranks than cores probing).
+  auto pause = [](int spins) {
+    if (spins < 256)
+      base::cpu_relax();
+    else
+      std::this_thread::yield();
+  };
   std::vector<char> a(kCopyBytes, 1), b(kCopyBytes, 2);
   CorePair cores;
   std::atomic<int> round{0};  // odd: the writer's turn; even: written
   std::thread writer([&] {
     cores.pin_second();
     for (int r = 1;; r += 2) {
-      for (int v; (v = round.load(std::memory_order_acquire)) < r;) {
+      for (int v, spins = 0; (v = round.load(std::memory_order_acquire)) < r; ++spins) {
         if (v < 0) return;
-        base::cpu_relax();
+        pause(spins);
       }
       std::memset(a.data(), r & 0x7f, kCopyBytes);
       round.store(r + 1, std::memory_order_release);
@@ -197,7 +204,7 @@ double cma_fresh_gbps(std::chrono::microseconds budget) {
   const auto end = Clock::now() + budget;
   for (int i = 0, r = 1; i < 3 || (Clock::now() < end && i < 1000); ++i, r += 2) {
     round.store(r, std::memory_order_release);
-    while (round.load(std::memory_order_acquire) != r + 1) base::cpu_relax();
+    for (int spins = 0; round.load(std::memory_order_acquire) != r + 1; ++spins) pause(spins);
     const auto t0 = Clock::now();
     if (base::read_process_memory(::getpid(), a.data(), b.data(), kCopyBytes) != 0) break;
     const double us = Micros(Clock::now() - t0).count();
