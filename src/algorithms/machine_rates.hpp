@@ -24,8 +24,8 @@ struct MachineRates {
   // Bytes per second the kernel copies out of a process's memory (process_vm_readv, 4 MiB, as
   // the single-copy all-to-all reads a peer's block): it pins each page before it copies.
   double cma_gbps = 0;
-  // The same read of pages another core has just written, as a peer's block is when that peer
-  // has a core of its own (the pages' lines come from that core's cache or from memory).
+  // The same read of 512 KiB that another core has just written, as a peer's block is when that
+  // peer has a core of its own (the pages' lines come from that core's cache).
   double cma_fresh_gbps = 0;
 
   // "copy=41.2 reduce=20.1 ..." (a rank's topology record carries it); decode() reads any

@@ -62,6 +62,11 @@ constexpr std::size_t kProbeBytes = std::size_t{1} << 20;  // reductions and loo
 // The copies of a call run from the user's buffers, larger than a core's own cache, into slots
 // that the peer reads: the shared cache's rate, not the core's.
 constexpr std::size_t kCopyBytes = std::size_t{4} << 20;
+// The single copy's read of a peer's freshly written block: a block within the writer's cache, the
+// size where the choice against the slots is closest (1 MiB a rank at 2 ranks); the price charges
+// larger blocks their own factor (single_copy_cost). At 4 MiB on the Xeon the read ran at 6.9-8.6
+// GB/s and priced a 512 KiB block at 1.5x what the call took (45-50 us).
+constexpr std::size_t kFreshBytes = std::size_t{512} << 10;
 
 double copy_gbps(std::chrono::microseconds budget) {
   std::vector<char> a(kCopyBytes, 1), b(kCopyBytes, 2);
@@ -172,11 +177,11 @@ class CorePair {
 };
 
 // The single-copy all-to-all's copy: the kernel reading another process's pages, which a peer's
-// core has just written (its block, fresh from the computation before the call), beyond a core's
-// cache. The pages are this process's own, read by the same path; a thread on the next CPU writes
-// them before each timed read, so that their lines come from that core's cache or from memory,
-// as a peer's do (read straight after the probe's own writes, they came from this core's cache
-// and overstated the copy: 1.2x on a Zen 4). Without a second CPU, this thread writes them.
+// core has just written (its block, fresh from the computation before the call). The pages are
+// this process's own, read by the same path; a thread on the next CPU writes them before each
+// timed read, so that their lines come from that core's cache, as a peer's do (read straight after
+// the probe's own writes, they came from this core's cache and overstated the copy: 1.2x on a
+// Zen 4). Without a second CPU, this thread writes them.
 double cma_fresh_gbps(std::chrono::microseconds budget) {
   if (!base::cross_memory_attach_available()) return 0;
   // Spin briefly, then yield: the writer may share this CPU (more ranks than cores probing).
@@ -186,7 +191,7 @@ double cma_fresh_gbps(std::chrono::microseconds budget) {
     else
       std::this_thread::yield();
   };
-  std::vector<char> a(kCopyBytes, 1), b(kCopyBytes, 2);
+  std::vector<char> a(kFreshBytes, 1), b(kFreshBytes, 2);
   CorePair cores;
   std::atomic<int> round{0};  // odd: the writer's turn; even: written
   std::thread writer([&] {
@@ -196,7 +201,7 @@ double cma_fresh_gbps(std::chrono::microseconds budget) {
         if (v < 0) return;
         pause(spins);
       }
-      std::memset(a.data(), r & 0x7f, kCopyBytes);
+      std::memset(a.data(), r & 0x7f, kFreshBytes);
       round.store(r + 1, std::memory_order_release);
     }
   });
@@ -206,10 +211,10 @@ double cma_fresh_gbps(std::chrono::microseconds budget) {
     round.store(r, std::memory_order_release);
     for (int spins = 0; round.load(std::memory_order_acquire) != r + 1; ++spins) pause(spins);
     const auto t0 = Clock::now();
-    if (base::read_process_memory(::getpid(), a.data(), b.data(), kCopyBytes) != 0) break;
+    if (base::read_process_memory(::getpid(), a.data(), b.data(), kFreshBytes) != 0) break;
     const double us = Micros(Clock::now() - t0).count();
     keep(b.data());
-    best = std::max(best, static_cast<double>(kCopyBytes) / std::max(us, 1e-3));
+    best = std::max(best, static_cast<double>(kFreshBytes) / std::max(us, 1e-3));
   }
   round.store(-1, std::memory_order_release);
   writer.join();
