@@ -1,7 +1,8 @@
 // Gloo's side of the comparison: one collective at one size, timed by the method of per_op.hpp.
 // One process per rank (RANK and WORLD_SIZE from the environment, e.g. under loomrun); ranks meet
-// through a Gloo FileStore in the directory given by --store, and talk over TCP on loopback
-// (Gloo has no shared-memory transport). Prints one CSV row on rank 0:
+// through a Gloo FileStore in the directory given by --store, and talk over TCP on loopback, or on
+// the address given by --host (a test-bed node's; Gloo has no shared-memory transport). Prints one
+// CSV row on rank 0:
 //   gloo:<algo>,<op>,<ranks>,<bytes>,<time_us>,<busbw_gbps>
 #include <algorithm>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <gloo/allreduce_ring.h>
 #include <gloo/allreduce_ring_chunked.h>
 #include <gloo/alltoall.h>
+#include <gloo/barrier.h>
 #include <gloo/gather.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
@@ -29,12 +31,13 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: gloo_bench --store DIR [--op allreduce|alltoall] [--algo ALGO] --bytes N [-n iters]\n"
-    "                  [-w warmup] [--fresh-inputs]\n"
+    "                  [-w warmup] [--fresh-inputs] [--host ADDR]\n"
     "  allreduce ALGO: ring | ring_chunked | halving_doubling | bcube (the classic algorithms)\n"
     "                  | allreduce_ring | allreduce_bcube (gloo::allreduce, as torch uses it)\n"
     "  alltoall  ALGO: alltoall (gloo::alltoall)\n"
     "  bytes: the whole buffer (alltoall: each rank's input of WORLD_SIZE blocks)\n"
-    "  --fresh-inputs: rewrite the input's cache lines before every call, untimed\n";
+    "  --fresh-inputs: rewrite the input's cache lines before every call, untimed\n"
+    "  --host: the address this rank listens on and is reached at (default 127.0.0.1)\n";
 
 int env_int(const char* name) {
   const char* v = std::getenv(name);
@@ -81,7 +84,7 @@ Call allreduce(const Context& context, const std::string& algo, std::vector<floa
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string store_dir, op = "allreduce", algo;
+  std::string store_dir, op = "allreduce", algo, host = "127.0.0.1";
   std::size_t bytes = 8;
   int iters = 20, warmup = 5;
   bool fresh = false;
@@ -103,6 +106,8 @@ int main(int argc, char** argv) {
       op = v;
     else if (f == "--algo")
       algo = v;
+    else if (f == "--host")
+      host = v;
     else if (f == "--bytes")
       bytes = std::strtoull(v.c_str(), nullptr, 10);
     else if (f == "-n")
@@ -120,7 +125,7 @@ int main(int argc, char** argv) {
   }
   if (algo.empty()) algo = op == "alltoall" ? "alltoall" : "ring";
   const int rank = env_int("RANK"), size = env_int("WORLD_SIZE");
-  gloo::transport::tcp::attr attr("127.0.0.1");
+  gloo::transport::tcp::attr attr(host.c_str());
   auto device = gloo::transport::tcp::CreateDevice(attr);
   gloo::rendezvous::FileStore file_store(store_dir);
   gloo::rendezvous::PrefixStore store(op + "." + algo, file_store);
@@ -158,6 +163,11 @@ int main(int argc, char** argv) {
   if (rank == 0) gather.setOutput(all.data(), all.size());
   gather.setRoot(0);
   gloo::gather(gather);
+  // No rank leaves while another may still read from it: a rank that exits with bytes unread in
+  // its sockets resets them, and a peer still finishing its last call fails with "Connection
+  // closed by peer" (seen across the test bed's shaped links, where ranks finish far apart).
+  gloo::BarrierOptions leave(context);
+  gloo::barrier(leave);
   if (rank == 0) {
     const double us = bench::median_of_slowest(all, size);
     const double b = static_cast<double>(count * sizeof(float));
