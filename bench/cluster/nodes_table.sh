@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
     --libs) libs=$2; shift 2 ;;
     --loom-algos) loom_algos=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,/^set -e/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
   esac
 done
 build=$(cd "$build" && pwd)
@@ -90,7 +90,7 @@ links_of() {
   echo "$rate,$n,$when,$n,$(echo "$each" | tr ' ' ';')" >> "$links"
   local ranks=$(( n * per_node )) pass="nan"
   if [ -x "$footprint" ]; then
-    pass=$("$footprint" "$ranks" "$bytes" | grep '^loopback_footprint' | cut -d, -f5)
+    pass=$("$footprint" "$ranks" "$bytes" | grep '^loopback_footprint' | cut -d, -f5) || pass=nan
     echo "$rate,$n,$when,$ranks,$bytes,${pass:-nan}" >> "$cores"
   fi
   echo "nodes_table: $n nodes at $rate, $when: one stream $one Gbit/s; $n at once: $each;" \
