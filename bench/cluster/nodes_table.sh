@@ -42,6 +42,9 @@ build=$(cd "$build" && pwd)
 loomrun=$build/tools/loomrun perf=$build/bench/loom-perf
 gloo=$build/bench/compare/gloo_bench mpi=$build/bench/compare/mpi_bench
 footprint=$build/bench/compare/loopback_footprint
+# Every Gloo all-reduce algorithm, as the comparison's harness lists them.
+gloo_algos=$(cd "$root/bench/compare" &&
+  python3 -B -c 'from harness.drivers import GLOO_ALGOS; print(" ".join(GLOO_ALGOS))')
 [ -x "$loomrun" ] && [ -x "$perf" ] || { echo "nodes_table: build loomrun and loom-perf in $build first" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "nodes_table: needs root (network namespaces)" >&2; exit 1; }
 case "$size" in
@@ -167,7 +170,7 @@ for rate in $rates; do
           loom) launch_loom "$rate" "$n" "$rep"
                 for a in $loom_algos; do launch_loom "$rate" "$n" "$rep" "$a"; done ;;
           mpi) launch_mpi "$rate" "$n" "$rep" ;;
-          gloo) for a in ring ring_chunked halving_doubling bcube allreduce_ring allreduce_bcube; do
+          gloo) for a in $gloo_algos; do
                   launch_gloo "$rate" "$n" "$rep" "$a"
                 done ;;
           *) echo "nodes_table: unknown library $lib" >&2; exit 2 ;;
