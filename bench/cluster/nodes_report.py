@@ -16,9 +16,9 @@ reference is a flat ring's transfers alone, every rank over loopback TCP at once
 cores are the bound named, and Loom's share is that reference time over Loom's (a reference, not
 a floor: an algorithm that sends fewer bytes over TCP may beat it). A failed launch counts in no
 median; the table shows it as nan."""
-import os
 import csv
 import math
+import os
 import statistics
 import sys
 from collections import defaultdict
