@@ -130,7 +130,7 @@ launch_loom() {  # rate n rep [algorithm]
   local row choice
   row=$(grep -E '^\[0\] [0-9]' "$log.1" | tail -1 | sed 's/^\[0\] //')
   choice=$(grep -oE 'all_reduce: [a-z_]+ [^;]*for [0-9]+ B' "$log.1" | tail -1 |
-    sed 's/all_reduce: //; s/ in slices of 0 KiB//')
+    sed 's/all_reduce: //')
   record "$rate" "$n" "$rep" "$impl" "$(cut -d, -f5 <<< "$row")" "$(cut -d, -f7 <<< "$row")" "$choice"
 }
 

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "algorithms/algorithm_costs.hpp"
 #include "algorithms/algorithm_table.hpp"
 #include "algorithms/engine.hpp"
 #include "algorithms/selection.hpp"
@@ -41,6 +42,14 @@ bool first_of_class(const Algorithm& algorithm, std::size_t bytes) {
   return !flag.load(std::memory_order_relaxed) && !flag.exchange(true, std::memory_order_relaxed);
 }
 
+// How the choice moves its bytes: a slice the model chose, or whole slots where the row pipelines
+// through them; nothing for the rows that size their own (no_slice: hierarchical sets each
+// phase's slice itself, the direct rows and the single copy use no slots for the bulk).
+std::string slicing(const Algorithm& algorithm, std::size_t slice) {
+  if (slice != 0) return fmt::format(" in slices of {} KiB", slice >> 10);
+  return algorithm.slice == no_slice ? "" : " in whole slots";
+}
+
 // The choice and what every other row of the operation would have cost.
 void log_choice(const Selector& selector, const Collective& call, const Selector::Choice& c,
                 std::size_t bytes, bool windows) {
@@ -55,12 +64,12 @@ void log_choice(const Selector& selector, const Collective& call, const Selector
     table += cost >= kNever ? "n/a" : fmt::format("{:.1f} us", cost);
     if (unfit) table += fmt::format(" ({})", unfit);
   }
-  base::log().info("{}: {}{} in slices of {} KiB{} for {} B over {}; model: {}",
-                   to_string(call.kind), c.algorithm->name,
+  base::log().info("{}: {}{}{}{} for {} B over {}; model: {}", to_string(call.kind),
+                   c.algorithm->name,
                    c.forced  ? " (LOOM_ALGO)"
                    : c.tuned ? " (tuning table)"
                              : "",
-                   c.slice >> 10,
+                   slicing(*c.algorithm, c.slice),
                    c.round_slices != 0 ? fmt::format(", {} a round", c.round_slices) : "", bytes,
                    transport::to_string(in.bottleneck_kind()), table);
 }
