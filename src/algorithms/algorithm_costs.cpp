@@ -314,24 +314,68 @@ double pairwise_cost(const SelectionInputs& in, std::size_t bytes, bool) {
 // (all_to_all.cpp) and the kernel's cannot: the factor only has to make the slots win there
 // (docs/tuning.md, "The single copy"). (in.size is the host's ranks: the single copy runs on one
 // host only.)
-double single_copy_cost(const SelectionInputs& in, std::size_t bytes, bool) {
-  constexpr double kReadCallUs = 5.0;
+namespace {
+
+constexpr double kReadCallUs = 5.0;
+
+// The kernel's copy out of a peer's memory, per byte.
+double kernel_read_us_per_byte(const SelectionInputs& in) {
   constexpr double kKernelCopyFactor = 1.2;
-  constexpr double kBeyondCacheFactor = 2.0;
   const LinkCost& m = in.costs.of(in.local);
   const double measured =
       in.costs.cma_us_per_byte > 0 ? in.costs.cma_us_per_byte : m.beta_us_per_byte;
   // With a core per rank, the read of a peer's freshly written pages as the probe measured it;
   // without that figure, the Zen 4's floor over the slots' beta.
   const double fresh = in.costs.cma_fresh_us_per_byte;
-  const double per_byte = in.oversubscribed() ? measured
-                          : fresh > 0         ? fresh
-                                      : std::max(measured, kKernelCopyFactor * m.beta_us_per_byte);
+  return in.oversubscribed() ? measured
+         : fresh > 0         ? fresh
+                             : std::max(measured, kKernelCopyFactor * m.beta_us_per_byte);
+}
+
+}  // namespace
+
+double single_copy_cost(const SelectionInputs& in, std::size_t bytes, bool) {
+  constexpr double kBeyondCacheFactor = 2.0;
+  const LinkCost& m = in.costs.of(in.local);
   // Each rank's in and out: n blocks each.
   const double factor =
       in.beyond_cache(2.0 * in.size * to_d(bytes), in.size) ? kBeyondCacheFactor : 1.0;
-  const double copy = to_d(bytes) * per_byte * factor * core_turns(in);
+  const double copy = to_d(bytes) * kernel_read_us_per_byte(in) * factor * core_turns(in);
   return (in.size - 1) * (2.0 * m.alpha_us + switch_us(in, m) + kReadCallUs + copy);
+}
+
+// The single-copy all-reduce (single_copy_all_reduce.cpp): three rounds of a small message to
+// every peer, then each rank's reads, its block of every peer's input and every peer's finished
+// block (2(n-1)/n of the buffer, copied once by the kernel, at least a read call per peer each
+// way), and its fold of its block (n-1 reductions of S/n, the pieces read into its cache). Where
+// ranks outnumber cores, the reads and folds of the ranks on a core take turns at it; a round
+// waits for its peers to be switched in. Measured on 2 cores, 2 ranks, against the ring
+// (docs/tuning.md, "The single-copy all-reduce"):
+// - A block smaller than a core's cache is read out of the cache of the core that wrote it (the
+//   probe's fresh read); a larger one mostly from the shared cache, at the probe's 4 MiB read
+//   (an 8 MiB block read at 10-13 GB/s where the fresh probe read 7.5).
+// - A block within half a core's cache is still in the caches of the peers that read it in the
+//   last call: each line the fold writes is first taken back from them, at the fresh read's rate
+//   (at 1 MiB the fold took 3-6x its reduction's time; the ring won 1.2-1.6x).
+// - Beyond a quarter of the last-level cache (every rank's input and output) the kernel's copies,
+//   which cannot stream past the cache, lose to the ring's (64 MiB on a reported 300 MiB: 0.8-1.0x
+//   the ring; 16 MiB: 1.25x), so they pay the single copy's factor there.
+double single_copy_all_reduce_cost(const SelectionInputs& in, std::size_t bytes, bool) {
+  constexpr double kBeyondCacheFactor = 2.0;
+  const LinkCost& m = in.costs.of(in.local);
+  const double peers = n_minus_1(in), block = to_d(bytes) / in.size;
+  const double core_cache = 8.0 * m.slice_cap_bytes;  // slice_cap_bytes: an eighth of it
+  const bool in_core_cache = block < core_cache;
+  const double per_read = in_core_cache || in.costs.cma_us_per_byte <= 0
+                              ? kernel_read_us_per_byte(in)
+                              : in.costs.cma_us_per_byte;
+  const double reads = 2.0 * peers * block * per_read;
+  const double taken_back = block <= core_cache / 2 ? block * per_read : 0.0;
+  const double folds = peers * block * in.costs.reduce_us_per_byte + taken_back;
+  const double factor =
+      in.beyond_cache(4.0 * 2.0 * to_d(bytes), in.size) ? kBeyondCacheFactor : 1.0;
+  return 3.0 * (peers * m.alpha_us + switch_us(in, m)) + 2.0 * peers * kReadCallUs +
+         (reads + folds) * factor * core_turns(in);
 }
 // all_to_all_v, whose ranks share no size (its blocks differ): the single copy reads each block
 // it prices cheaper than the slots (single_copy_reads) and sends the others through them, so it

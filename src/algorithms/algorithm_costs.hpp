@@ -22,6 +22,7 @@ double halving_doubling_cost(const SelectionInputs& in, std::size_t bytes, bool 
 std::size_t half_buffer_slice(const SelectionInputs& in, std::size_t bytes, bool device);
 double one_shot_cost(const SelectionInputs& in, std::size_t bytes, bool device);
 double hierarchical_cost(const SelectionInputs& in, std::size_t bytes, bool device);
+double single_copy_all_reduce_cost(const SelectionInputs& in, std::size_t bytes, bool device);
 // Each phase sets its own.
 std::size_t no_slice(const SelectionInputs& in, std::size_t bytes, bool device);
 

@@ -97,6 +97,8 @@ const std::vector<Algorithm>& algorithm_table() {
        one_shot_all_reduce},
       {Kind::all_reduce, "hierarchical", even_hosts, hierarchical_cost, no_slice,
        hierarchical_all_reduce},
+      {Kind::all_reduce, "single_copy", one_host_readable, single_copy_all_reduce_cost, no_slice,
+       single_copy_all_reduce},
       {Kind::reduce_scatter, "ring", fits_always, chain_cost, chain_slice, ring_reduce_scatter,
        kAnySlice},
       {Kind::all_gather, "ring", fits_always, ring_gather_cost, chain_slice, ring_all_gather,

@@ -141,7 +141,8 @@ TEST_P(Collectives, MegaElementCountsPipelineThroughTheSlots) {
   if (world() > 5)
     GTEST_SKIP() << "covered at smaller world sizes; keeps the suite short on 2 cores";
   const std::string& algo = std::get<1>(GetParam());
-  if (!algo.empty() && algo.rfind("ring", 0) != 0 && algo != "halving_doubling")
+  if (!algo.empty() && algo.rfind("ring", 0) != 0 && algo != "halving_doubling" &&
+      algo != "single_copy")
     GTEST_SKIP() << "beyond the small-message algorithms' size limit the ring runs";
   run_ranks(
       world(),
@@ -170,6 +171,16 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives,
                            return std::get<2>(info.param) + "_world" +
                                   std::to_string(std::get<0>(info.param)) + "_" +
                                   (algo.empty() ? std::string("auto") : algo);
+                         });
+
+// The all-reduce read out of the peers' memory: one host over shm only (the other collectives as
+// the model picks).
+INSTANTIATE_TEST_SUITE_P(OneCopy, Collectives,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
+                                            ::testing::Values("single_copy"),
+                                            ::testing::Values("shm")),
+                         [](const auto& info) {
+                           return "shm_world" + std::to_string(std::get<0>(info.param));
                          });
 
 // The hierarchical all-reduce over pretend hosts (shared memory inside one, TCP across):

@@ -373,6 +373,61 @@ TEST(SingleCopyAllToAll, ARankRefusedItsReadsTurnsItsPairsToTheSlots) {
       opts);
 }
 
+// The all-reduce of `count` elements of `t` (sum), in place or not, checked element by element.
+void check_all_reduce(Communicator& comm, DataType t, std::size_t count, bool in_place) {
+  const int n = comm.size(), r = comm.rank();
+  std::vector<std::byte> in(count * size_of(t) + 1), out(count * size_of(t) + 1);
+  verify::fill(in.data(), count, r, t, ReduceOp::sum);
+  std::byte* result = in_place ? in.data() : out.data();
+  comm.all_reduce(in.data(), result, count, t, ReduceOp::sum);
+  const auto want = verify::expected_reduction(0, count, n, t, ReduceOp::sum);
+  EXPECT_EQ(verify::count_wrong(result, want.data(), count, t), 0u);
+}
+
+// Rank 1 advertised at init that it reads its peers' memory, then lost the right: in the first
+// single-copy all-reduce every rank learns it from the same messages, and that call and the later
+// ones run the ring, with every element right on every rank and no rank waiting for another.
+TEST(SingleCopyAllReduce, ARankRefusedItsReadsTurnsEveryRankToTheRing) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "the test's seccomp filter is written for x86-64";
+#endif
+  testing::RunOptions opts;
+  opts.options.transport = "shm";
+  opts.options.algorithm = "single_copy";
+  opts.options.timeout = std::chrono::seconds(60);
+  run_ranks(
+      3,
+      [](Communicator& comm) {
+        comm.barrier();
+        if (comm.rank() == 1) refuse_reading_other_processes();
+        const auto start = std::chrono::steady_clock::now();
+        for (int call = 0; call < 3; ++call) {
+          SCOPED_TRACE(call);
+          check_all_reduce(comm, DataType::i32, 300001 + static_cast<std::size_t>(call), call == 1);
+          check_all_reduce(comm, DataType::u8, 4093, call != 1);
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+      },
+      opts);
+}
+
+// Counts that disagree: every rank raises CollectiveMismatch naming the ranks and counts.
+TEST(UnevenMismatch, AllReduceWithAnotherCountOnOneRankInOneCopy) {
+  expect_mismatch_everywhere(
+      [](Communicator& comm) {
+        const std::size_t count = comm.rank() == 2 ? 5000 : 4096;
+        std::vector<float> in(count), out(count);
+        comm.all_reduce(in.data(), out.data(), count, DataType::f32, ReduceOp::sum);
+      },
+      "single_copy");
+}
+
+// A rank SIGKILLed while single-copy all-reduces run (between its messages, or while its peers
+// read its memory): every survivor raises PeerError naming it within seconds.
+TEST(SingleCopyAllReduce, ARankDyingMidCallIsNamedOnEverySurvivor) {
+  testing::all_reduce_kill_trial("single_copy");
+}
+
 // A rank SIGKILLed while single-copy all-to-alls run (between its messages, or while peers read
 // its memory): every survivor raises PeerError naming it within seconds.
 TEST(SingleCopyAllToAll, ARankDyingMidCallIsNamedOnEverySurvivor) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -20,9 +21,9 @@ Options shm_options(const std::string& algorithm) {
   return o;
 }
 
-}  // namespace
-
-void all_to_all_kill_trial(const std::string& algorithm, bool shared) {
+// Rank 2 runs `call` until it is SIGKILLed 30 ms in; the others must raise PeerError naming it.
+void kill_trial(const std::string& algorithm, const std::function<void(Communicator&)>& setup,
+                const std::function<void(Communicator&)>& call) {
   constexpr int kDyingRank = 2;
   const Options options = shm_options(algorithm);
   RunOptions opts;
@@ -31,21 +32,18 @@ void all_to_all_kill_trial(const std::string& algorithm, bool shared) {
       4,
       [&](RankContext& ctx) {
         Communicator comm(ctx.store, ctx.rank, ctx.size, options);
-        const std::size_t count = 1 << 18;  // 1 MiB blocks of f32
-        std::vector<float> plain(shared ? 0 : 4 * count, 1.0f), out(4 * count);
-        auto* in =
-            shared ? static_cast<float*>(comm.alloc(4 * count * sizeof(float))) : plain.data();
-        comm.all_to_all(in, out.data(), count, DataType::f32);
+        setup(comm);
+        call(comm);
         if (ctx.rank == kDyingRank) {
           std::thread([&ctx] {
             std::this_thread::sleep_for(std::chrono::milliseconds(30));
             die_by_sigkill(ctx);
           }).detach();
-          for (;;) comm.all_to_all(in, out.data(), count, DataType::f32);
+          for (;;) call(comm);
         }
         const auto start = std::chrono::steady_clock::now();
         try {
-          for (int i = 0; i < 100000; ++i) comm.all_to_all(in, out.data(), count, DataType::f32);
+          for (int i = 0; i < 100000; ++i) call(comm);
           ADD_FAILURE() << "rank " << ctx.rank << " never noticed rank " << kDyingRank << " die";
         } catch (const PeerError& e) {
           EXPECT_EQ(e.peer(), kDyingRank) << e.what();
@@ -54,6 +52,32 @@ void all_to_all_kill_trial(const std::string& algorithm, bool shared) {
         EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
       },
       opts);
+}
+
+}  // namespace
+
+void all_to_all_kill_trial(const std::string& algorithm, bool shared) {
+  const std::size_t count = 1 << 18;  // 1 MiB blocks of f32
+  std::vector<float> plain, out;
+  float* in = nullptr;
+  kill_trial(
+      algorithm,
+      [&](Communicator& comm) {
+        plain.assign(shared ? 0 : 4 * count, 1.0f);
+        out.assign(4 * count, 0.0f);
+        in = shared ? static_cast<float*>(comm.alloc(4 * count * sizeof(float))) : plain.data();
+      },
+      [&](Communicator& comm) { comm.all_to_all(in, out.data(), count, DataType::f32); });
+}
+
+void all_reduce_kill_trial(const std::string& algorithm) {
+  const std::size_t count = 1 << 20;  // 4 MiB of f32
+  std::vector<float> in, out;
+  kill_trial(
+      algorithm, [&](Communicator&) { in.assign(count, 1.0f), out.assign(count, 0.0f); },
+      [&](Communicator& comm) {
+        comm.all_reduce(in.data(), out.data(), count, DataType::f32, ReduceOp::sum);
+      });
 }
 
 }  // namespace loom::testing

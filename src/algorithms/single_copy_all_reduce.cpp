@@ -1,0 +1,311 @@
+// All-reduce on one host, each byte crossing between ranks' memory once: rank r owns block r of
+// the buffer. It reads block r of every peer's input straight out of the peer's memory
+// (process_vm_readv), a piece at a time into a scratch buffer that stays in its core's cache, and
+// folds each piece into block r of its output; then it reads every peer's finished block out of
+// that peer's output, straight into its own. The slots' ring copies every byte into a slot and
+// out again (twice on the way round, twice back); this copies it once each way.
+//
+// Three small messages to every peer order it, each sent to all peers before any is awaited:
+//   hello    where the sender's buffers are (its pid, and a random word it keeps for the call);
+//   reduced  its block is final, and it no longer reads the receiver's input;
+//   done     it no longer reads the receiver's output.
+// A rank writes a peer's block into its output only after that peer's "reduced" (in place, that
+// block of its input is what the peer read), and returns only after every peer's "done".
+//
+// A reader checks the peer's word before it reads a block, so a pid that names another process
+// (ranks in different pid namespaces) is a failed read, never wrong data. The first call of a
+// communicator adds a round in which every rank says whether it could read every peer's word:
+// where any could not (a container's seccomp filter, Yama's ptrace scope), every rank learns it
+// from the same messages and this call and every later one run the ring through the slots. Later,
+// a read that fails means the peer is gone: PeerError naming it.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "algorithms/algorithm_costs.hpp"
+#include "algorithms/algorithms.hpp"
+#include "algorithms/primitives.hpp"
+#include "algorithms/waiter.hpp"
+#include "base/logging.hpp"
+#include "base/process_memory.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+
+namespace loom::algorithms {
+namespace {
+
+struct Hello {
+  std::uint64_t pid = 0;
+  std::uint64_t nonce = 0;
+  std::uint64_t nonce_address = 0;  // where the sender keeps `nonce` until the call's end
+  std::uint64_t in_address = 0;
+  std::uint64_t out_address = 0;
+  std::uint64_t count = 0;  // the call's elements, checked against the receiver's
+  std::uint8_t dtype = 0;
+  std::uint8_t op = 0;
+  std::uint8_t pad[6] = {};
+};
+// The first call's verdict, then each call's "reduced" and "done": one word.
+struct Word {
+  std::uint32_t value = 0;
+  std::uint32_t pad = 0;
+};
+
+std::uint64_t fresh_nonce() {
+  thread_local std::mt19937_64 generator{std::random_device{}()};
+  std::uint64_t n = 0;
+  while (n == 0) n = generator();
+  return n;
+}
+
+// Across the calls of one communicator: whether every rank reads every peer (decided by the
+// first call, alike on every rank), and the scratch buffer the pieces are read into.
+struct Record {
+  bool checked = false;
+  bool usable = false;
+  std::vector<std::byte> scratch;
+};
+
+// The piece read at a time: a quarter of a core's cache, where the probe measured it (the piece,
+// the output's block of it and the input's stay cached while they are folded).
+std::size_t piece_bytes(const Engine& engine) {
+  const double cap = engine.selector()
+                         .inputs()
+                         .costs.of(transport::TransportKind::shm)
+                         .slice_cap_bytes;  // an eighth of the core's cache
+  const auto bytes = cap > 0 ? static_cast<std::size_t>(2 * cap) : std::size_t{256} << 10;
+  return std::clamp(bytes, std::size_t{64} << 10, std::size_t{1} << 20);
+}
+
+class SingleCopyAllReduce {
+ public:
+  SingleCopyAllReduce(Engine& engine, const Collective& call)
+      : engine_(engine),
+        record_(engine.records().get<Record>()),
+        call_(call),
+        n_(engine.size()),
+        r_(engine.rank()),
+        elem_(size_of(call.dtype)),
+        in_(static_cast<const std::byte*>(call.in)),
+        out_(static_cast<std::byte*>(call.out)) {
+    // Blocks of whole cache lines where the elements allow, so that no two ranks write one line.
+    const std::size_t per_line = std::max<std::size_t>(1, 64 / elem_);
+    const std::size_t share = (call.count + static_cast<std::size_t>(n_) - 1) / n_;
+    per_block_ = (share + per_line - 1) / per_line * per_line;
+    // Buffers that overlap without being one: the peers read a copy of the input, which this
+    // rank's output would otherwise overwrite under them.
+    const std::size_t bytes = call.count * elem_;
+    if (in_ != out_ && in_ < out_ + bytes && out_ < in_ + bytes) {
+      staged_.assign(in_, in_ + bytes);
+      in_ = staged_.data();
+    }
+  }
+
+  // False where the ranks cannot read each other (every rank returns false alike).
+  bool run() {
+    if (record_.checked && !record_.usable) return false;
+    for (int k = 1; k < n_; ++k) engine_.connection(peer(k)), engine_.connection(peer(-k));
+    say(Hello{static_cast<std::uint64_t>(::getpid()), nonce_,
+              reinterpret_cast<std::uint64_t>(kept_), reinterpret_cast<std::uint64_t>(in_),
+              reinterpret_cast<std::uint64_t>(out_), call_.count,
+              static_cast<std::uint8_t>(call_.dtype), static_cast<std::uint8_t>(call_.op)});
+    theirs_.resize(static_cast<std::size_t>(n_));
+    for (int k = 1; k < n_; ++k) hear(peer(-k), theirs_[idx(peer(-k))]);
+    const int err = check_words();
+    if (!record_.checked) {
+      if (!agree(err == 0)) return false;
+    } else if (err != 0) {
+      lost(first_unread_, err);
+    }
+    reduce_own_block();
+    say(Word{1});
+    gather_blocks();
+    say(Word{2});
+    for (int k = 1; k < n_; ++k) expect(peer(-k), 2, "the end of the reads of");
+    return true;
+  }
+
+ private:
+  int peer(int k) const { return positive_mod(r_ + k, n_); }
+  static std::size_t idx(int rank) { return static_cast<std::size_t>(rank); }
+  std::pair<std::size_t, std::size_t> block(int owner) const {
+    const std::size_t from = std::min(call_.count, idx(owner) * per_block_);
+    return {from, std::min(call_.count, from + per_block_) - from};
+  }
+  Primitives to(int other) { return Primitives(engine_, nullptr, &engine_.connection(other)); }
+  Primitives from(int other) { return Primitives(engine_, &engine_.connection(other), nullptr); }
+
+  template <class Message>
+  void say(const Message& message) {
+    for (int k = 1; k < n_; ++k) to(peer(k)).send_message(&message, sizeof message);
+  }
+
+  void hear(int from_rank, Hello& hello) {
+    from(from_rank).recv_message(&hello, sizeof hello);
+    if (hello.count != call_.count || hello.dtype != static_cast<std::uint8_t>(call_.dtype) ||
+        hello.op != static_cast<std::uint8_t>(call_.op))
+      throw CollectiveMismatch(
+          fmt::format("{}: rank {}: collective mismatch: rank {} all-reduces {} elements of "
+                      "dtype {} with op {} where rank {} all-reduces {}",
+                      call_.describe(), r_, from_rank, hello.count, hello.dtype, hello.op, r_,
+                      call_.count),
+          fmt::format("rank {} all-reduces {} elements where rank {} all-reduces {}", from_rank,
+                      hello.count, r_, call_.count));
+  }
+
+  void expect(int from_rank, std::uint32_t value, const char* what) {
+    Word word;
+    from(from_rank).recv_message(&word, sizeof word);
+    if (word.value != value)
+      throw PeerError(
+          fmt::format("{}: rank {}: rank {} sent step {} of the single copy where {} "
+                      "({} rank {}) was due",
+                      call_.describe(), r_, from_rank, word.value, value, what, from_rank),
+          from_rank);
+  }
+
+  // Reads every peer's word: 0, or the errno of the first that failed (first_unread_ its rank).
+  int check_words() {
+    for (int k = 1; k < n_; ++k) {
+      const Hello& h = theirs_[idx(peer(k))];
+      std::uint64_t seen = 0;
+      int err = base::read_process_memory(static_cast<pid_t>(h.pid),
+                                          reinterpret_cast<const void*>(h.nonce_address), &seen,
+                                          sizeof seen);
+      if (err == 0 && seen != h.nonce) err = ESRCH;  // another process under that pid
+      if (err != 0) {
+        first_unread_ = peer(k);
+        return err;
+      }
+    }
+    return 0;
+  }
+
+  // The first call: whether every rank read every peer's word, from every rank's verdict.
+  bool agree(bool mine) {
+    say(Word{mine ? 1u : 0u});
+    bool all = mine;
+    for (int k = 1; k < n_; ++k) {
+      Word theirs;
+      from(peer(-k)).recv_message(&theirs, sizeof theirs);
+      all = all && theirs.value == 1;
+    }
+    record_.checked = true;
+    record_.usable = all;
+    if (!all)
+      base::log().warn(
+          "{}: rank {}: {} ranks of this host cannot read each other's memory "
+          "(process_vm_readv){}: the single-copy all-reduce runs the ring through the slots",
+          call_.describe(), r_, mine ? "some" : "this rank and its peers",
+          mine ? "" : fmt::format(", rank {} not", first_unread_));
+    return all;
+  }
+
+  [[noreturn]] void lost(int other, int err) const {
+    throw PeerError(fmt::format("{}: rank {}: reading rank {}'s memory failed ({}): the process "
+                                "is gone or is no longer the one that joined",
+                                call_.describe(), r_, other, std::strerror(err)),
+                    other);
+  }
+
+  void read(int other, std::uint64_t address, std::size_t offset_elems, void* into,
+            std::size_t count) {
+    const Hello& h = theirs_[idx(other)];
+    const int err = base::read_process_memory(
+        static_cast<pid_t>(h.pid), reinterpret_cast<const void*>(address + offset_elems * elem_),
+        into, count * elem_);
+    if (err != 0) lost(other, err);
+  }
+
+  // Block r of every input folded into block r of the output, a piece at a time: this rank's
+  // input first, then each peer's in rank order.
+  void reduce_own_block() {
+    const auto [first, count] = block(r_);
+    std::byte* out = out_ + first * elem_;
+    const std::byte* mine = in_ + first * elem_;
+    if (n_ > 1 && count > 0) {
+      const std::size_t piece = std::max<std::size_t>(1, piece_bytes(engine_) / elem_);
+      if (record_.scratch.size() < piece * elem_) record_.scratch.resize(piece * elem_);
+      std::byte* scratch = record_.scratch.data();
+      for (std::size_t done = 0; done < count; done += piece) {
+        const std::size_t m = std::min(piece, count - done);
+        bool folded = false;
+        for (int p = 0; p < n_; ++p) {
+          if (p == r_) continue;
+          read(p, theirs_[idx(p)].in_address, first + done, scratch, m);
+          kernels::reduce(out + done * elem_, folded ? out + done * elem_ : mine + done * elem_,
+                          scratch, m, call_.dtype, call_.op);
+          folded = true;
+        }
+      }
+    } else if (out != mine && count > 0) {
+      kernels::copy(out, mine, count * elem_);
+    }
+    if (call_.op == ReduceOp::avg && count > 0) kernels::divide(out, out, count, call_.dtype, n_);
+  }
+
+  // Each peer's block read out of its output once its "reduced" is here, whatever the order.
+  void gather_blocks() {
+    std::vector<int> pending;
+    for (int k = 1; k < n_; ++k) pending.push_back(peer(-k));
+    Waiter waiter(engine_);
+    waiter.cap_sleep_ms(1);  // a message on another connection than the one slept on
+    while (!pending.empty()) {
+      bool moved = false;
+      waiter.until(
+          [&] {
+            for (auto it = pending.begin(); it != pending.end();) {
+              Word word;
+              if (!from(*it).try_recv_message(&word, sizeof word)) {
+                ++it;
+                continue;
+              }
+              if (word.value != 1)
+                throw PeerError(fmt::format("{}: rank {}: rank {} sent step {} of the single copy "
+                                            "where its block's end was due",
+                                            call_.describe(), r_, *it, word.value),
+                                *it);
+              const auto [first, count] = block(*it);
+              if (count > 0)
+                read(*it, theirs_[idx(*it)].out_address, first, out_ + first * elem_, count);
+              it = pending.erase(it);
+              moved = true;
+            }
+            return moved || pending.empty();
+          },
+          pending.front(), "the reduced block of");
+    }
+  }
+
+  Engine& engine_;
+  Record& record_;
+  const Collective& call_;
+  const int n_, r_;
+  const std::size_t elem_;
+  std::size_t per_block_ = 0;
+  const std::byte* in_;
+  std::byte* out_;
+  std::vector<std::byte> staged_;
+  std::vector<Hello> theirs_;
+  int first_unread_ = -1;
+  const std::uint64_t nonce_ = fresh_nonce();
+  const volatile std::uint64_t* kept_ = &nonce_;
+};
+
+}  // namespace
+
+void single_copy_all_reduce(Engine& engine, const Collective& call) {
+  if (SingleCopyAllReduce(engine, call).run()) return;
+  // Some rank cannot read its peers (every rank learnt it in the same call): the ring.
+  const SelectionInputs& in = engine.selector().inputs();
+  const std::size_t bytes = call.bytes();
+  engine.set_slicing(ring_slice(in, bytes, false), ring_round_slices(in, bytes, false));
+  ring_all_reduce(engine, call);
+}
+
+}  // namespace loom::algorithms
