@@ -355,13 +355,16 @@ double single_copy_cost(const SelectionInputs& in, std::size_t bytes, bool) {
 //   probe's fresh read); a larger one mostly from the shared cache, at the probe's 4 MiB read
 //   (an 8 MiB block read at 10-13 GB/s where the fresh probe read 7.5).
 // - A block within half a core's cache is still in the caches of the peers that read it in the
-//   last call: each line the fold writes is first taken back from them, at the fresh read's rate
-//   (at 1 MiB the fold took 3-6x its reduction's time; the ring won 1.2-1.6x).
+//   last call: each line the fold writes is first taken back from them. At 1 MiB the fold took
+//   3-6x its reduction's time (and the ring won 1.2-1.6x); the fold is priced at 4x there. (Priced
+//   at one more fresh read instead, the choice at 1 MiB followed the probe's fresh rate, 6.6-10.7
+//   GB/s from launch to launch, onto the single copy.)
 // - Beyond a quarter of the last-level cache (every rank's input and output) the kernel's copies,
 //   which cannot stream past the cache, lose to the ring's (64 MiB on a reported 300 MiB: 0.8-1.0x
 //   the ring; 16 MiB: 1.25x), so they pay the single copy's factor there.
 double single_copy_all_reduce_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   constexpr double kBeyondCacheFactor = 2.0;
+  constexpr double kTakenBackFactor = 4.0;
   const LinkCost& m = in.costs.of(in.local);
   const double peers = n_minus_1(in), block = to_d(bytes) / in.size;
   const double core_cache = 8.0 * m.slice_cap_bytes;  // slice_cap_bytes: an eighth of it
@@ -370,8 +373,8 @@ double single_copy_all_reduce_cost(const SelectionInputs& in, std::size_t bytes,
                               ? kernel_read_us_per_byte(in)
                               : in.costs.cma_us_per_byte;
   const double reads = 2.0 * peers * block * per_read;
-  const double taken_back = block <= core_cache / 2 ? block * per_read : 0.0;
-  const double folds = peers * block * in.costs.reduce_us_per_byte + taken_back;
+  const double taken_back = block <= core_cache / 2 ? kTakenBackFactor : 1.0;
+  const double folds = peers * block * in.costs.reduce_us_per_byte * taken_back;
   const double factor =
       in.beyond_cache(4.0 * 2.0 * to_d(bytes), in.size) ? kBeyondCacheFactor : 1.0;
   return 3.0 * (peers * m.alpha_us + switch_us(in, m)) + 2.0 * peers * kReadCallUs +
