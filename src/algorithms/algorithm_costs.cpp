@@ -344,41 +344,32 @@ double single_copy_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   return (in.size - 1) * (2.0 * m.alpha_us + switch_us(in, m) + kReadCallUs + copy);
 }
 
-// The single-copy all-reduce (single_copy_all_reduce.cpp): three rounds of a small message to
-// every peer, then each rank's reads, its block of every peer's input and every peer's finished
-// block (2(n-1)/n of the buffer, copied once by the kernel, at least a read call per peer each
-// way), and its fold of its block (n-1 reductions of S/n, the pieces read into its cache). Where
-// ranks outnumber cores, the reads and folds of the ranks on a core take turns at it; a round
-// waits for its peers to be switched in. Measured on 2 cores, 2 ranks, against the ring
-// (docs/tuning.md, "The single-copy all-reduce"):
-// - A block smaller than a core's cache is read out of the cache of the core that wrote it (the
-//   probe's fresh read); a larger one mostly from the shared cache, at the probe's 4 MiB read
-//   (an 8 MiB block read at 10-13 GB/s where the fresh probe read 7.5).
-// - A block within half a core's cache is still in the caches of the peers that read it in the
-//   last call: each line the fold writes is first taken back from them. At 1 MiB the fold took
-//   3-6x its reduction's time (and the ring won 1.2-1.6x); the fold is priced at 4x there. (Priced
-//   at one more fresh read instead, the choice at 1 MiB followed the probe's fresh rate, 6.6-10.7
-//   GB/s from launch to launch, onto the single copy.)
-// - Beyond a quarter of the last-level cache (every rank's input and output) the kernel's copies,
-//   which cannot stream past the cache, lose to the ring's (64 MiB on a reported 300 MiB: 0.8-1.0x
-//   the ring; 16 MiB: 1.25x), so they pay the single copy's factor there.
+// The single-copy all-reduce (single_copy_all_reduce.cpp): two rounds of a small message to every
+// peer (where the buffers are; done), then each rank's copies, all made by the kernel: it reads
+// its block of every peer's input and writes its finished block into every peer's output
+// (2(n-1)/n of the buffer, at least a system call per peer each way), and folds its block (n-1
+// reductions of S/n, the pieces read into its cache). The reads at the rate of lines another core
+// has just written (a training step's fresh gradients); the writes at the rate of pages this
+// core wrote itself, since no other core touches a rank's block between its fold and its writes.
+// Where ranks outnumber cores, all of it at the own-pages rate, the ranks on a core taking turns
+// at it; a round waits for its peers to be switched in. Measured on 2 cores, 2 ranks
+// (docs/tuning.md, "The single-copy all-reduce"): 1.1-1.8x the ring from 256 KiB to 64 MiB in
+// place, but out of place 1.0x at 16 MiB and 0.87x at 64 MiB, where every rank's input and output
+// outgrow the caches (the kernel's copies cannot stream past them): beyond a quarter of the
+// last-level cache it pays the single copy's factor, which leaves those sizes to the ring.
 double single_copy_all_reduce_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   constexpr double kBeyondCacheFactor = 2.0;
-  constexpr double kTakenBackFactor = 4.0;
   const LinkCost& m = in.costs.of(in.local);
   const double peers = n_minus_1(in), block = to_d(bytes) / in.size;
-  const double core_cache = 8.0 * m.slice_cap_bytes;  // slice_cap_bytes: an eighth of it
-  const bool in_core_cache = block < core_cache;
-  const double per_read = in_core_cache || in.costs.cma_us_per_byte <= 0
-                              ? kernel_read_us_per_byte(in)
-                              : in.costs.cma_us_per_byte;
-  const double reads = 2.0 * peers * block * per_read;
-  const double taken_back = block <= core_cache / 2 ? kTakenBackFactor : 1.0;
-  const double folds = peers * block * in.costs.reduce_us_per_byte * taken_back;
+  const double per_read = kernel_read_us_per_byte(in);
+  const double per_write =
+      in.costs.cma_us_per_byte > 0 ? in.costs.cma_us_per_byte : m.beta_us_per_byte;
+  const double copies = peers * block * (per_read + per_write);
+  const double folds = peers * block * in.costs.reduce_us_per_byte;
   const double factor =
       in.beyond_cache(4.0 * 2.0 * to_d(bytes), in.size) ? kBeyondCacheFactor : 1.0;
-  return 3.0 * (peers * m.alpha_us + switch_us(in, m)) + 2.0 * peers * kReadCallUs +
-         (reads + folds) * factor * core_turns(in);
+  return 2.0 * (peers * m.alpha_us + switch_us(in, m)) + 2.0 * peers * kReadCallUs +
+         (copies + folds) * factor * core_turns(in);
 }
 // all_to_all_v, whose ranks share no size (its blocks differ): the single copy reads each block
 // it prices cheaper than the slots (single_copy_reads) and sends the others through them, so it

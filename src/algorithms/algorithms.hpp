@@ -15,8 +15,9 @@ void hierarchical_all_reduce(Engine& engine, const Collective& call);
 void recursive_doubling_all_reduce(Engine& engine, const Collective& call);
 void halving_doubling_all_reduce(Engine& engine, const Collective& call);
 void one_shot_all_reduce(Engine& engine, const Collective& call);
-// One host over shm: each rank reads its block of every peer's input, and every peer's finished
-// block, straight out of the peer's memory (process_vm_readv).
+// One host over shm: each rank reads its block of every peer's input straight out of the peer's
+// memory (process_vm_readv) and writes the finished block into every peer's output
+// (process_vm_writev).
 void single_copy_all_reduce(Engine& engine, const Collective& call);
 void ring_reduce_scatter(Engine& engine, const Collective& call);
 void ring_all_gather(Engine& engine, const Collective& call);

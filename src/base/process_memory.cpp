@@ -40,6 +40,23 @@ int read_process_memory(pid_t pid, const void* remote, void* local, std::size_t 
   return 0;
 }
 
+int write_process_memory(pid_t pid, void* remote, const void* local, std::size_t bytes) {
+  const auto* from = static_cast<const std::byte*>(local);
+  auto* to = static_cast<std::byte*>(remote);
+  while (bytes > 0) {
+    iovec mine{const_cast<std::byte*>(from), bytes};
+    iovec theirs{to, bytes};
+    const ssize_t put = ::process_vm_writev(pid, &mine, 1, &theirs, 1, 0);
+    if (put < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (put == 0) return EFAULT;
+    to += put, from += put, bytes -= static_cast<std::size_t>(put);
+  }
+  return 0;
+}
+
 bool cross_memory_attach_available() {
   static const bool available = [] {
     const std::uint64_t word = 0x6c6f6f6d'636d6121ULL;

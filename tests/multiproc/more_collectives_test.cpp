@@ -330,15 +330,15 @@ TEST(UnevenMismatch, AllToAllWithAnotherCountOnOneRankInOneCopy) {
       "alltoall:single_copy");
 }
 
-// From now on process_vm_readv fails with EPERM in every thread of this process, as a seccomp
-// filter refuses it in some containers.
-void refuse_reading_other_processes() {
+// From now on process_vm_readv (or the system call `call`) fails with EPERM in every thread of this
+// process, as a seccomp filter refuses it in some containers.
+void refuse_reading_other_processes(long call = SYS_process_vm_readv) {
   sock_filter filter[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(call), 0, 1),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
   };
@@ -387,19 +387,18 @@ void check_all_reduce(Communicator& comm, DataType t, std::size_t count, bool in
 // Rank 1 advertised at init that it reads its peers' memory, then lost the right: in the first
 // single-copy all-reduce every rank learns it from the same messages, and that call and the later
 // ones run the ring, with every element right on every rank and no rank waiting for another.
-TEST(SingleCopyAllReduce, ARankRefusedItsReadsTurnsEveryRankToTheRing) {
-#if !defined(__x86_64__)
-  GTEST_SKIP() << "the test's seccomp filter is written for x86-64";
-#endif
+// Every rank all-reduces three times in single copies after rank 1 lost the right to make the
+// system call `refused`: every element right on every rank, within seconds.
+void all_reduce_with_a_refusing_rank(long refused) {
   testing::RunOptions opts;
   opts.options.transport = "shm";
   opts.options.algorithm = "single_copy";
   opts.options.timeout = std::chrono::seconds(60);
   run_ranks(
       3,
-      [](Communicator& comm) {
+      [refused](Communicator& comm) {
         comm.barrier();
-        if (comm.rank() == 1) refuse_reading_other_processes();
+        if (comm.rank() == 1) refuse_reading_other_processes(refused);
         const auto start = std::chrono::steady_clock::now();
         for (int call = 0; call < 3; ++call) {
           SCOPED_TRACE(call);
@@ -409,6 +408,22 @@ TEST(SingleCopyAllReduce, ARankRefusedItsReadsTurnsEveryRankToTheRing) {
         EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
       },
       opts);
+}
+
+TEST(SingleCopyAllReduce, ARankRefusedItsReadsTurnsEveryRankToTheRing) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "the test's seccomp filter is written for x86-64";
+#endif
+  all_reduce_with_a_refusing_rank(SYS_process_vm_readv);
+}
+
+// Writes refused alone (the block goes into the peers' outputs by process_vm_writev): the first
+// call's check writes too, and every rank turns to the ring alike.
+TEST(SingleCopyAllReduce, ARankRefusedItsWritesTurnsEveryRankToTheRing) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "the test's seccomp filter is written for x86-64";
+#endif
+  all_reduce_with_a_refusing_rank(SYS_process_vm_writev);
 }
 
 // Counts that disagree: every rank raises CollectiveMismatch naming the ranks and counts.
