@@ -7,8 +7,9 @@
 # slowest rank's, a launch's figure is the median call.
 #   bench/algo_ab.sh [--build DIR] [--ranks 2] [--op allreduce] [--algos "ring single_copy"]
 #                    [--sizes "1M 4M"] [--reps 5] [--iters 30] [--modes "oop inplace fresh"]
-# Prints one line per mode, size and algorithm: the busbw (GB/s) of every repetition, then their
-# median; and per mode and size each algorithm's median over the first's.
+# Prints one line per mode, size (as given) and algorithm: the busbw (GB/s) of every repetition
+# (nan: the launch failed), then their median; and per mode and size each algorithm's median over
+# the first's.
 set -euo pipefail
 
 build=build ranks=2 op=allreduce algos="ring single_copy" sizes="1M 4M" reps=5 iters=30
@@ -23,7 +24,7 @@ while [ $# -gt 0 ]; do
     --reps) reps=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "algo_ab.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -52,7 +53,7 @@ for rep in $(seq "$reps"); do
         LOOM_ALGO="${op}:${algo}" LOOM_TRANSPORT=shm timeout 300 "$loomrun" --nproc-per-node "$ranks" \
           "$perf" -o "$op" -b "$size" -e "$size" -n "$iters" -w 3 --csv $(mode_flags "$mode") 2>/dev/null |
           grep -E '^\[0\] [0-9]' | sed 's/^\[0\] //' |
-          awk -F, -v m="$mode" -v a="$algo" -v r="$rep" '{print m, $1, a, r, $7}' >> "$rows" ||
+          awk -F, -v m="$mode" -v s="$size" -v a="$algo" -v r="$rep" '{print m, s, a, r, $7}' >> "$rows" ||
           echo "$mode $size $algo $rep nan" >> "$rows"
       done
     done
@@ -65,9 +66,8 @@ rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 algos = sys.argv[2].split()
 runs = {}
 for mode, size, algo, rep, busbw in rows:
-    runs.setdefault((mode, int(size) if size.isdigit() else size), {}).setdefault(algo, []).append(
-        float(busbw))
-for (mode, size), by_algo in sorted(runs.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+    runs.setdefault((mode, size), {}).setdefault(algo, []).append(float(busbw))
+for (mode, size), by_algo in runs.items():
     medians = {}
     for algo in algos:
         values = [v for v in by_algo.get(algo, []) if v == v]
