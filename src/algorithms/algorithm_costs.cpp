@@ -354,9 +354,10 @@ double single_copy_cost(const SelectionInputs& in, std::size_t bytes, bool) {
 // Where ranks outnumber cores, all of it at the own-pages rate, the ranks on a core taking turns
 // at it; a round waits for its peers to be switched in. Measured on 2 cores, 2 ranks
 // (docs/tuning.md, "The single-copy all-reduce"): 1.1-1.8x the ring from 256 KiB to 64 MiB in
-// place, but out of place 1.0x at 16 MiB and 0.87x at 64 MiB, where every rank's input and output
-// outgrow the caches (the kernel's copies cannot stream past them): beyond a quarter of the
-// last-level cache it pays the single copy's factor, which leaves those sizes to the ring.
+// place, and out of place up to 32 MiB (1.0-1.4x), but 0.87x there at 64 MiB, where every rank's
+// input and output outgrow the caches (the kernel's copies cannot stream past them): where they
+// fill half the last-level cache it pays the single copy's factor, which leaves those sizes to
+// the ring.
 double single_copy_all_reduce_cost(const SelectionInputs& in, std::size_t bytes, bool) {
   constexpr double kBeyondCacheFactor = 2.0;
   const LinkCost& m = in.costs.of(in.local);
@@ -367,7 +368,7 @@ double single_copy_all_reduce_cost(const SelectionInputs& in, std::size_t bytes,
   const double copies = peers * block * (per_read + per_write);
   const double folds = peers * block * in.costs.reduce_us_per_byte;
   const double factor =
-      in.beyond_cache(4.0 * 2.0 * to_d(bytes), in.size) ? kBeyondCacheFactor : 1.0;
+      in.beyond_cache(2.0 * 2.0 * to_d(bytes), in.size) ? kBeyondCacheFactor : 1.0;
   return 2.0 * (peers * m.alpha_us + switch_us(in, m)) + 2.0 * peers * kReadCallUs +
          (copies + folds) * factor * core_turns(in);
 }
