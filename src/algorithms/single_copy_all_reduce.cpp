@@ -27,15 +27,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "algorithms/algorithm_costs.hpp"
 #include "algorithms/algorithms.hpp"
+#include "algorithms/peer_word.hpp"
 #include "algorithms/primitives.hpp"
 #include "base/logging.hpp"
 #include "base/process_memory.hpp"
@@ -60,13 +59,6 @@ struct Word {
   std::uint32_t value = 0;
   std::uint32_t pad = 0;
 };
-
-std::uint64_t fresh_nonce() {
-  thread_local std::mt19937_64 generator{std::random_device{}()};
-  std::uint64_t n = 0;
-  while (n == 0) n = generator();
-  return n;
-}
 
 // Across the calls of one communicator: whether every rank reads and writes every peer (decided by
 // the first call, alike on every rank), and the scratch buffer the pieces are read into.
@@ -178,16 +170,9 @@ class SingleCopyAllReduce {
   int check_words() {
     for (int k = 1; k < n_; ++k) {
       const Hello& h = theirs_[idx(peer(k))];
-      std::uint64_t seen = 0;
-      int err = base::read_process_memory(static_cast<pid_t>(h.pid),
-                                          reinterpret_cast<const void*>(h.nonce_address), &seen,
-                                          sizeof seen);
-      if (err == 0 && seen != h.nonce) err = ESRCH;  // another process under that pid
       // The first call also writes the word back as it is: a filter may refuse writes alone.
-      if (err == 0 && !record_.checked)
-        err = base::write_process_memory(static_cast<pid_t>(h.pid),
-                                         reinterpret_cast<void*>(h.nonce_address), &seen,
-                                         sizeof seen);
+      const int err =
+          check_peer_word(static_cast<pid_t>(h.pid), h.nonce_address, h.nonce, !record_.checked);
       if (err != 0) {
         first_unread_ = peer(k);
         return err;

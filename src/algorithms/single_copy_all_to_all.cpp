@@ -14,15 +14,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "algorithms/algorithms.hpp"
 #include "algorithms/all_to_all_blocks.hpp"
+#include "algorithms/peer_word.hpp"
 #include "algorithms/primitives.hpp"
 #include "algorithms/waiter.hpp"
 #include "base/logging.hpp"
@@ -43,13 +42,6 @@ struct Done {
   std::uint32_t read_errno = 0;  // 0: the receiver read the block
   std::uint32_t pad = 0;
 };
-
-std::uint64_t fresh_nonce() {
-  thread_local std::mt19937_64 generator{std::random_device{}()};
-  std::uint64_t n = 0;
-  while (n == 0) n = generator();
-  return n;
-}
 
 // The peers a single-copy read failed with, either way, across the communicator's calls: both
 // ends learned it in the same call, and their blocks go through the slots from then on.
@@ -187,10 +179,7 @@ class SingleCopy {
           fmt::format("rank {} sends {} elements where rank {} expects {}", from_rank,
                       hello.block_count, r_, expected));
     const auto pid = static_cast<pid_t>(hello.pid);
-    std::uint64_t seen = 0;
-    int err = base::read_process_memory(pid, reinterpret_cast<const void*>(hello.nonce_address),
-                                        &seen, sizeof seen);
-    if (err == 0 && seen != hello.nonce) err = ESRCH;  // another process under that pid
+    int err = check_peer_word(pid, hello.nonce_address, hello.nonce, false);
     if (err == 0)
       err = base::read_process_memory(pid, reinterpret_cast<const void*>(hello.block_address),
                                       out_ + at * elem_, expected * elem_);
