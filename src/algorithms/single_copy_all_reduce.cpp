@@ -103,6 +103,10 @@ class SingleCopyAllReduce {
     }
   }
 
+  SingleCopyAllReduce(const SingleCopyAllReduce&) = delete;
+  SingleCopyAllReduce& operator=(const SingleCopyAllReduce&) = delete;
+  ~SingleCopyAllReduce() { nonce_ = 0; }
+
   // False where the ranks cannot read and write each other (every rank returns false alike).
   bool run() {
     if (record_.checked && !record_.usable) return false;
@@ -201,9 +205,13 @@ class SingleCopyAllReduce {
     return all;
   }
 
-  [[noreturn]] void lost(int other, int err) const {
-    throw PeerError(fmt::format("{}: rank {}: reading rank {}'s memory failed ({}): the process "
-                                "is gone or is no longer the one that joined",
+  // A read or write of a peer's memory failed after the first call's check: the peer is gone,
+  // or it left the call (its word no longer there) because it learnt of another rank's failure.
+  // Its next message tells which: the connection's or the failure protocol's error names the rank
+  // at fault; a "done" means the peer is in the call and only this rank's copy failed.
+  [[noreturn]] void lost(int other, int err) {
+    expect_done(other);
+    throw PeerError(fmt::format("{}: rank {}: reading or writing rank {}'s memory failed ({})",
                                 call_.describe(), r_, other, std::strerror(err)),
                     other);
   }
@@ -252,9 +260,13 @@ class SingleCopyAllReduce {
     for (int k = 1; k < n_; ++k) {
       const int to_rank = peer(k);
       const Hello& h = theirs_[idx(to_rank)];
-      const int err = base::write_process_memory(
-          static_cast<pid_t>(h.pid), reinterpret_cast<void*>(h.out_address + first * elem_),
-          out_ + first * elem_, count * elem_);
+      // The peer may have left the call since its hello (another rank failed): its word goes
+      // when it leaves, and nothing is written into memory it may have reused.
+      int err = check_peer_word(static_cast<pid_t>(h.pid), h.nonce_address, h.nonce, false);
+      if (err == 0)
+        err = base::write_process_memory(static_cast<pid_t>(h.pid),
+                                         reinterpret_cast<void*>(h.out_address + first * elem_),
+                                         out_ + first * elem_, count * elem_);
       if (err != 0) lost(to_rank, err);
     }
   }
@@ -270,7 +282,8 @@ class SingleCopyAllReduce {
   std::vector<std::byte> staged_;
   std::vector<Hello> theirs_;
   int first_unread_ = -1;
-  // Kept in memory for the call (a peer reads it, and writes it back as it is).
+  // Kept in memory for the call (a peer reads it, and writes it back as it is); cleared when this
+  // rank leaves the call, however it leaves, so that no peer writes into its buffers after.
   volatile std::uint64_t nonce_ = fresh_nonce();
 };
 

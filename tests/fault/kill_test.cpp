@@ -56,10 +56,13 @@ TEST_P(KillTrials, SurvivorsRaisePeerErrorNamingTheDeadRankWithinFiveSeconds) {
           Options o;
           o.timeout = 60s;  // far beyond the 5 s allowed: a survivor must not need it
           o.transport.emplace(transport);
+          // The single-copy all-reduce reads and writes its peers' memory: a survivor must blame
+          // the dead rank, not a peer that left the call when it learnt of the death first.
+          if (op == "single_copy_all_reduce") o.algorithm = "single_copy";
           Communicator comm(ctx.store, ctx.rank, ctx.size, o);
           std::vector<float> buf(1 << 18, 1.0f);
           auto step = [&] {
-            if (op == "all_reduce")
+            if (op == "all_reduce" || op == "single_copy_all_reduce")
               comm.all_reduce(buf.data(), buf.size(), DataType::f32, ReduceOp::sum);
             else if (op == "broadcast")
               comm.broadcast(buf.data(), buf.size(), DataType::f32, 0);
@@ -119,6 +122,14 @@ INSTANTIATE_TEST_SUITE_P(Cases, KillTrials,
                          [](const auto& info) {
                            return fmt::format("{}_{}_world{}", std::get<1>(info.param),
                                               std::get<2>(info.param), std::get<0>(info.param));
+                         });
+
+INSTANTIATE_TEST_SUITE_P(OneCopy, KillTrials,
+                         ::testing::Combine(::testing::Values(2, 4, 8),
+                                            ::testing::Values("single_copy_all_reduce"),
+                                            ::testing::Values("shm")),
+                         [](const auto& info) {
+                           return fmt::format("shm_world{}", std::get<0>(info.param));
                          });
 
 }  // namespace
