@@ -23,7 +23,9 @@
 // of a communicator adds a round in which every rank says whether it could read and write every
 // peer's word: where any could not (a container's seccomp filter, Yama's ptrace scope), every rank
 // learns it from the same messages and this call and every later one run the ring through the
-// slots. Later, a read or write that fails means the peer is gone: PeerError naming it.
+// slots. Later, a read or write that fails means the peer is gone, or has left the call on
+// learning of another rank's failure (its word goes when it leaves, and writers check it first):
+// the peer's next message, or the error in its place, names the rank at fault.
 #include <unistd.h>
 
 #include <algorithm>
