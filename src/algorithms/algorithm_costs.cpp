@@ -318,12 +318,18 @@ namespace {
 
 constexpr double kReadCallUs = 5.0;
 
+// The kernel's copy of pages this core wrote itself, per byte, as the probe measured it
+// (unmeasured: the slots' beta).
+double own_pages_us_per_byte(const SelectionInputs& in) {
+  return in.costs.cma_us_per_byte > 0 ? in.costs.cma_us_per_byte
+                                      : in.costs.of(in.local).beta_us_per_byte;
+}
+
 // The kernel's copy out of a peer's memory, per byte.
 double kernel_read_us_per_byte(const SelectionInputs& in) {
   constexpr double kKernelCopyFactor = 1.2;
   const LinkCost& m = in.costs.of(in.local);
-  const double measured =
-      in.costs.cma_us_per_byte > 0 ? in.costs.cma_us_per_byte : m.beta_us_per_byte;
+  const double measured = own_pages_us_per_byte(in);
   // With a core per rank, the read of a peer's freshly written pages as the probe measured it;
   // without that figure, the Zen 4's floor over the slots' beta.
   const double fresh = in.costs.cma_fresh_us_per_byte;
@@ -362,10 +368,7 @@ double single_copy_all_reduce_cost(const SelectionInputs& in, std::size_t bytes,
   constexpr double kBeyondCacheFactor = 2.0;
   const LinkCost& m = in.costs.of(in.local);
   const double peers = n_minus_1(in), block = to_d(bytes) / in.size;
-  const double per_read = kernel_read_us_per_byte(in);
-  const double per_write =
-      in.costs.cma_us_per_byte > 0 ? in.costs.cma_us_per_byte : m.beta_us_per_byte;
-  const double copies = peers * block * (per_read + per_write);
+  const double copies = peers * block * (kernel_read_us_per_byte(in) + own_pages_us_per_byte(in));
   const double folds = peers * block * in.costs.reduce_us_per_byte;
   const double factor =
       in.beyond_cache(2.0 * 2.0 * to_d(bytes), in.size) ? kBeyondCacheFactor : 1.0;

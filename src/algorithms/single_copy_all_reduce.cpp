@@ -200,8 +200,9 @@ class SingleCopyAllReduce {
     record_.usable = all;
     if (!all)
       base::log().warn(
-          "{}: rank {}: {} ranks of this host cannot read each other's memory "
-          "(process_vm_readv){}: the single-copy all-reduce runs the ring through the slots",
+          "{}: rank {}: {} ranks of this host cannot read and write each other's memory "
+          "(process_vm_readv, process_vm_writev){}: the single-copy all-reduce runs the ring "
+          "through the slots",
           call_.describe(), r_, mine ? "some" : "this rank and its peers",
           mine ? "" : fmt::format(", rank {} not", first_unread_));
     return all;

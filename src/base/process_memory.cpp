@@ -22,39 +22,40 @@ bool process_alive(int pid) {
   return matched != 1 || (state != 'Z' && state != 'X');
 }
 
-int read_process_memory(pid_t pid, const void* remote, void* local, std::size_t bytes) {
-  auto* to = static_cast<std::byte*>(local);
-  const auto* from = static_cast<const std::byte*>(remote);
+namespace {
+
+// Moves `bytes` between `local` and `remote` in process `pid` with process_vm_readv or
+// process_vm_writev (`call`), resuming after a partial copy: 0, or the errno of the failure.
+using CrossMemoryCall = ssize_t (*)(pid_t, const iovec*, unsigned long, const iovec*, unsigned long,
+                                    unsigned long);
+int cross_memory_copy(CrossMemoryCall call, pid_t pid, std::byte* local, std::byte* remote,
+                      std::size_t bytes) {
   while (bytes > 0) {
-    iovec mine{to, bytes};
-    iovec theirs{const_cast<std::byte*>(from), bytes};
-    const ssize_t got = ::process_vm_readv(pid, &mine, 1, &theirs, 1, 0);
-    if (got < 0) {
+    iovec mine{local, bytes};
+    iovec theirs{remote, bytes};
+    const ssize_t moved = call(pid, &mine, 1, &theirs, 1, 0);
+    if (moved < 0) {
       if (errno == EINTR) continue;
       return errno;
     }
-    if (got == 0) return EFAULT;  // a range the kernel would not read any of
-    // A partial read stops at a page the peer cannot supply at once; the rest follows.
-    to += got, from += got, bytes -= static_cast<std::size_t>(got);
+    if (moved == 0) return EFAULT;  // a range the kernel would not copy any of
+    // A partial copy stops at a page the peer cannot supply at once; the rest follows.
+    local += moved, remote += moved, bytes -= static_cast<std::size_t>(moved);
   }
   return 0;
 }
 
+}  // namespace
+
+int read_process_memory(pid_t pid, const void* remote, void* local, std::size_t bytes) {
+  return cross_memory_copy(::process_vm_readv, pid, static_cast<std::byte*>(local),
+                           const_cast<std::byte*>(static_cast<const std::byte*>(remote)), bytes);
+}
+
 int write_process_memory(pid_t pid, void* remote, const void* local, std::size_t bytes) {
-  const auto* from = static_cast<const std::byte*>(local);
-  auto* to = static_cast<std::byte*>(remote);
-  while (bytes > 0) {
-    iovec mine{const_cast<std::byte*>(from), bytes};
-    iovec theirs{to, bytes};
-    const ssize_t put = ::process_vm_writev(pid, &mine, 1, &theirs, 1, 0);
-    if (put < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (put == 0) return EFAULT;
-    to += put, from += put, bytes -= static_cast<std::size_t>(put);
-  }
-  return 0;
+  return cross_memory_copy(::process_vm_writev, pid,
+                           const_cast<std::byte*>(static_cast<const std::byte*>(local)),
+                           static_cast<std::byte*>(remote), bytes);
 }
 
 bool cross_memory_attach_available() {
