@@ -59,7 +59,7 @@ if [ -x "$build/bench/compare/memcpy_bandwidth" ]; then  # built with -DLOOM_BUI
   grep -qE '^\| single-thread memcpy \(GB/s\) \| [0-9.]+ \|' "$tables" || fail "memcpy not measured"
   # memcpy at each working set, in the same repetition, a column of the tables.
   expect memcpy-ws - allreduce 1048576; expect memcpy-ws - alltoall 1048576
-  grep -A4 '^### 2 ranks, tcp: f32 sum all-reduce' "$tables" | grep -q '| memcpy at the working set (GB/s) |' ||
+  grep -A4 '^### 2 ranks, tcp: f32 sum all-reduce' "$tables" | grep '| memcpy at the working set (GB/s) |' >/dev/null ||
     fail "the tcp table has no memcpy at the working set"
 fi
 # The targets: every covered cell listed; one repetition is no figure.
@@ -68,9 +68,9 @@ grep -qE '^\| Loom, allreduce 2 ranks shm 1 MiB \| >= 1.5x .* \| not judged: 1 r
   fail "a one-repetition cell was judged"
 if [ -x "$build/bench/compare/copy_footprint" ]; then
   expect copy-bound - allreduce 1048576
-  grep -A4 '^### 2 ranks, shm: f32 sum all-reduce' "$tables" | grep -q '| memory bound | Loom ÷ memory bound |' ||
+  grep -A4 '^### 2 ranks, shm: f32 sum all-reduce' "$tables" | grep '| memory bound | Loom ÷ memory bound |' >/dev/null ||
     fail "the shm table has no memory bound"
-  grep -A8 '^### 2 ranks, shm: f32 sum all-reduce' "$tables" | grep -qE '^\| 1 MiB \|.*\| [0-9.]+ \| [0-9.]+ \|$' ||
+  grep -A8 '^### 2 ranks, shm: f32 sum all-reduce' "$tables" | grep -E '^\| 1 MiB \|.*\| [0-9.]+ \| [0-9.]+ \|$' >/dev/null ||
     fail "no fraction of the memory bound at 1 MiB"
 fi
 if [ -x "$build/bench/compare/core_to_core" ] && [ "$(nproc)" -ge 2 ]; then
@@ -117,9 +117,9 @@ fi
 cliffs=$(python3 "$here/compare.py" report "$out/synthetic.csv" --cliffs)
 [ $? = 1 ] || fail "a cliff should make the check exit 1"
 [ "$(echo "$cliffs" | grep -c '^- ')" = 1 ] || fail "expected one cliff: $cliffs"
-echo "$cliffs" | grep -q '^- Loom shm, 2 ranks: 128 KiB → 256 KiB: 1.20 → 1.00 GB/s; memory bound not measured at this step: judged on busbw: −17%' ||
+grep -q '^- Loom shm, 2 ranks: 128 KiB → 256 KiB: 1.20 → 1.00 GB/s; memory bound not measured at this step: judged on busbw: −17%' <<<"$cliffs" ||
   fail "the cliff is not at 256 KiB: $cliffs"
-echo "$cliffs" | grep -q 'ring → ring in slices of 140 KiB' || fail "the cliff names no choices"
+grep -q 'ring → ring in slices of 140 KiB' <<<"$cliffs" || fail "the cliff names no choices"
 
 # With the memory bound measured, the fraction of it is judged, over shm and tcp alike: 8 -> 5
 # GB/s against a bound of 40 -> 20 keeps more of it (no cliff); 5 -> 2 against 20 -> 18 does not.
@@ -138,11 +138,11 @@ for t in shm tcp; do
   sed "s/,loom,shm,/,loom,$t,/" "$out/bounded.csv" >"$out/bounded-$t.csv"
   bounded=$(python3 "$here/compare.py" report "$out/bounded-$t.csv" --cliffs)
   [ $? = 1 ] || fail "a fall of the fraction of the memory bound should make the check exit 1 ($t)"
-  echo "$bounded" | grep -q '^Cliffs (busbw ÷ the memory bound .* more than 15% below .*: 1$' ||
+  grep -q '^Cliffs (busbw ÷ the memory bound .* more than 15% below .*: 1$' <<<"$bounded" ||
     fail "expected one cliff ($t): $bounded"
-  echo "$bounded" | grep -q "^- Loom $t, 2 ranks: 8 MiB → 16 MiB: 5.00 → 2.00 GB/s; ÷ memory bound 0.25 → 0.11 (bound 20.00 → 18.00 GB/s): −56%" ||
+  grep -q "^- Loom $t, 2 ranks: 8 MiB → 16 MiB: 5.00 → 2.00 GB/s; ÷ memory bound 0.25 → 0.11 (bound 20.00 → 18.00 GB/s): −56%" <<<"$bounded" ||
     fail "the fall at 16 MiB is not judged against the bound ($t): $bounded"
-  echo "$bounded" | grep -qF '| 16 MiB | 0.11 |' || fail "no fraction of the memory bound ($t): $bounded"
+  grep -qF '| 16 MiB | 0.11 |' <<<"$bounded" || fail "no fraction of the memory bound ($t): $bounded"
   sed -i "/,loom,$t,allreduce,2,16777216,/s/,2,ring,\$/,16,ring,/" "$out/bounded-$t.csv"
   python3 "$here/compare.py" report "$out/bounded-$t.csv" --cliffs >/dev/null ||
     fail "falls the memory bound shares should pass the check ($t)"
@@ -195,7 +195,7 @@ if /usr/bin/python3 -c "import torch" 2>/dev/null; then measured fresh torch-glo
 unfresh=$(grep '^\$ ' "$out/fresh/runs.log" | grep -v -- '--fresh-inputs\| fresh$' | grep -v '/copy_footprint ' || true)
 [ -z "$unfresh" ] || fail "a driver ran without --fresh-inputs: $(echo "$unfresh" | head -1)"
 "$build/tools/loomrun" --nproc-per-node 2 --no-prefix "$build/bench/loom-perf" -b 1M -e 1M -n 3 -w 1 -c \
-  --fresh-inputs --csv 2>&1 | grep -qE '^1048576,.*,0$' || fail "--fresh-inputs changed the input"
+  --fresh-inputs --csv 2>&1 | grep -E '^1048576,.*,0$' >/dev/null || fail "--fresh-inputs changed the input"
 
 # --cpu-bind cores reaches every launcher, and the drivers run bound.
 python3 "$here/compare.py" run --build "$build" --reps 1 --ranks 2 --sizes 1M --alltoall-sizes "" \
@@ -223,9 +223,9 @@ unbound=$(grep '^\$ .*/loomrun ' "$out/bound/runs.log" | grep -v -- '--cpu-bind 
   echo "2,mpi-vader,shm,allreduce,2,1048576,5,2,1,2.5,,,64,near"
 } >"$out/placement.csv"
 placed=$(python3 "$here/compare.py" report "$out/placement.csv") || fail "report of placement.csv failed"
-echo "$placed" | grep -qF '| 1 MiB | 4.00 | 2.75 | 2.75 (OpenMPI vader) | **1.45** (2.00, 0.80†) |' ||
+grep -qF '| 1 MiB | 4.00 | 2.75 | 2.75 (OpenMPI vader) | **1.45** (2.00, 0.80†) |' <<<"$placed" ||
   fail "a near launch should replace its repetition's far one, a far one be marked: $placed"
-echo "$placed" | grep -q '^Placement: .* 2 of 5 launches ran with the cores far apart (330-340 ns).* 1 per-repetition values are from a far launch' ||
+grep -q '^Placement: .* 2 of 5 launches ran with the cores far apart (330-340 ns).* 1 per-repetition values are from a far launch' <<<"$placed" ||
   fail "the far launches are not counted: $placed"
 
 # Pace: a repetition's steady launch is kept over a slow one; a slow value left alone is marked;
@@ -241,9 +241,9 @@ echo "$placed" | grep -q '^Placement: .* 2 of 5 launches ran with the cores far 
   echo "3,mpi-vader,shm,allreduce,2,1048576,5,2,1,2.0,,,64,near,320,steady"
 } >"$out/pace.csv"
 paced=$(python3 "$here/compare.py" report "$out/pace.csv") || fail "report of pace.csv failed"
-echo "$paced" | grep -qF '| 1 MiB | 4.00 | 2.50 | 2.50 (OpenMPI vader) | **1.60** (2.00, 0.80†‡, 2.00) |' ||
+grep -qF '| 1 MiB | 4.00 | 2.50 | 2.50 (OpenMPI vader) | **1.60** (2.00, 0.80†‡, 2.00) |' <<<"$paced" ||
   fail "a steady launch should replace its repetition's slow one, a slow one be marked: $paced"
-echo "$paced" | grep -q '^Host pace: .* ran 310-350 us around 5 launches; 2 of 7 launches ran while it took more than 1.3x the run.s fastest (800-900 us).* 1 per-repetition values are from a slow launch' ||
+grep -q '^Host pace: .* ran 310-350 us around 5 launches; 2 of 7 launches ran while it took more than 1.3x the run.s fastest (800-900 us).* 1 per-repetition values are from a slow launch' <<<"$paced" ||
   fail "the slow launches are not counted: $paced"
 
 # A fall is judged over the repetitions whose launches of both sizes ran at one pace of the host:
@@ -269,11 +269,11 @@ pace_cliffs=$(python3 "$here/compare.py" report "$out/pace-cliff.csv" --cliffs) 
 pace_sweep slow slow slow >"$out/pace-cliff.csv"
 pace_cliffs=$(python3 "$here/compare.py" report "$out/pace-cliff.csv" --cliffs)
 [ $? = 1 ] || fail "a fall in every repetition should be a cliff, slow or not: $pace_cliffs"
-echo "$pace_cliffs" | grep -q '^- Loom tcp, 2 ranks: 1 MiB → 2 MiB: .*per repetition -50%‡, -50%‡, -50%‡)' ||
+grep -q '^- Loom tcp, 2 ranks: 1 MiB → 2 MiB: .*per repetition -50%‡, -50%‡, -50%‡)' <<<"$pace_cliffs" ||
   fail "the slow repetitions are not marked: $pace_cliffs"
 pace_sweep steady slow slow | sed '/^3,loom,tcp,allreduce,2,1048576,/s/,330,steady/,900,slow/' >"$out/pace-cliff.csv"
 pace_cliffs=$(python3 "$here/compare.py" report "$out/pace-cliff.csv" --cliffs)
 [ $? = 1 ] || fail "a fall between two slow launches should count: $pace_cliffs"
-echo "$pace_cliffs" | grep -q '^- Loom tcp, 2 ranks: 1 MiB → 2 MiB: .*per repetition +0%, -50%‡, -50%‡, judged over the 2 whose launches ran at one pace)' ||
+grep -q '^- Loom tcp, 2 ranks: 1 MiB → 2 MiB: .*per repetition +0%, -50%‡, -50%‡, judged over the 2 whose launches ran at one pace)' <<<"$pace_cliffs" ||
   fail "the fall should be judged over the two repetitions at one pace: $pace_cliffs"
 echo "harness OK"

@@ -18,13 +18,13 @@ run() {
 }
 
 out=$(run)
-echo "$out" | grep -q "ibverbs unavailable (no RDMA device on this host.*): TCP to the 1 rank(s) on other hosts" ||
-  echo "$out" | grep -q "ibverbs unavailable (this build has no InfiniBand support" ||
+grep -q "ibverbs unavailable (no RDMA device on this host.*): TCP to the 1 rank(s) on other hosts" <<<"$out" ||
+  grep -q "ibverbs unavailable (this build has no InfiniBand support" <<<"$out" ||
   fail "no log line saying that InfiniBand is unavailable and why"
-echo "$out" | grep -q "tcp to rank(s) 1" || fail "rank 0 does not reach rank 1 over TCP"
-echo "$out" | grep -q "out of bounds values : 0 OK" || fail "the all-reduce over TCP is wrong"
+grep -q "tcp to rank(s) 1" <<<"$out" || fail "rank 0 does not reach rank 1 over TCP"
+grep -q "out of bounds values : 0 OK" <<<"$out" || fail "the all-reduce over TCP is wrong"
 
 out=$(run LOOM_IB_DISABLE=1)
-echo "$out" | grep -q "ibverbs unavailable (disabled by LOOM_IB_DISABLE=1)" ||
+grep -q "ibverbs unavailable (disabled by LOOM_IB_DISABLE=1)" <<<"$out" ||
   fail "LOOM_IB_DISABLE=1 is not reported"
 echo "ib fallback: OK"

@@ -15,8 +15,8 @@ if [ -e /dev/nvidia0 ] || [ "$emulated" = ON ]; then
     out=$(LOOM_CUDA_IPC=$1 LOOM_CUDA_DIRECT=$2 timeout 300 "$loomrun" --nproc-per-node 2 "$perf" \
       --device cuda -b 4 -e 64M -f 8 -n 5 -w 2 --check -d bf16 2>&1) ||
       fail "exit $? with LOOM_CUDA_IPC=$1 LOOM_CUDA_DIRECT=$2"
-    echo "$out" | grep -q "buffers in device 0" || fail "the buffers are not on device 0"
-    echo "$out" | grep -q "out of bounds values : 0 OK" ||
+    grep -q "buffers in device 0" <<<"$out" || fail "the buffers are not on device 0"
+    grep -q "out of bounds values : 0 OK" <<<"$out" ||
       fail "wrong results with LOOM_CUDA_IPC=$1 LOOM_CUDA_DIRECT=$2"
   done
   echo "loom-perf --device cuda: OK on $(echo "$out" | grep -o 'device 0 ([^)]*)' | head -1)"
@@ -29,5 +29,5 @@ set -e
 [ "$rc" -ne 0 ] || fail "--device cuda ran without a GPU"
 echo "$out" | grep -Eq "\-\-device cuda: (no usable GPU|no GPU visible|this build of loom-perf has no CUDA support)" ||
   fail "no reason given"
-echo "$out" | grep -q "size(B)" && fail "a sweep ran on host buffers instead"
+grep -q "size(B)" <<<"$out" && fail "a sweep ran on host buffers instead"
 echo "loom-perf --device cuda without a GPU: refused, with the reason"
