@@ -2,6 +2,7 @@
 """The harness's rules on made-up measurements: when a cell is met (harness/rules.py), how fast
 and slow launches are told apart, and the no-cliff check against the memory bound
 (harness/cliffs.py), and one library in two runs (harness/diff.py)."""
+import dataclasses
 import os
 import sys
 import unittest
@@ -55,6 +56,24 @@ class Targets(unittest.TestCase):
         v = verdict(cell_rows([2.8, 2.8, 2.8], [2.0, 2.0, 2.0]))  # 1.4 < 1.5
         self.assertFalse(v.met)
         self.assertEqual(v.why, "missed: median 1.40 < 1.50")
+
+    def test_a_target_beyond_the_memory_bound_says_so(self):
+        rows = cell_rows([2.0] * 3, [2.0] * 3, op="alltoall", ranks=4)
+        bound = [row(rep, BOUND, 2.5, transport=BOUND_TRANSPORT, op="alltoall", ranks=4)
+                 for rep in (1, 2, 3)]
+        v = verdict(rows + bound, op="alltoall", ranks=4)
+        self.assertEqual(v.why, "missed: median 1.00 < 1.50; the target (3.00 GB/s) is 1.20x the "
+                                "memory bound")
+        bound = [dataclasses.replace(r, busbw_gbps=3.5) for r in bound]  # within: nothing added
+        v = verdict(rows + bound, op="alltoall", ranks=4)
+        self.assertEqual(v.why, "missed: median 1.00 < 1.50")
+
+    def test_the_memory_bound_is_each_operations_busbw_of_one_pass(self):
+        pass_row = "copy_footprint,4,1048576,2,100.0,10.49,100.0,120.0"
+        for op, busbw in (("allreduce", 15.72864), ("alltoall", 7.86432)):
+            job = drivers.Job(BOUND, BOUND_TRANSPORT, op, 4, MIB, ["echo", pass_row],
+                              kind="footprint")
+            self.assertAlmostEqual(drivers.run(job, 10, None).busbw, busbw)
 
     def test_fewer_than_three_repetitions_are_not_judged(self):
         v = verdict(cell_rows([4.0, 4.0], [2.0, 2.0]))

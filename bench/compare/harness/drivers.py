@@ -54,8 +54,9 @@ class Outcome:
 
 # A Loom variant's marker (not passed on): its buffers come from Communicator::alloc.
 SHARED_BUFFERS = "__shared_buffers"
-# The memory bound of an all-reduce (copy_footprint.cpp): every rank reads its input and writes its
-# output once, all ranks at once, on the machine's cores. It is the same for every transport.
+# The memory bound of an all-reduce or an all-to-all (copy_footprint.cpp): every rank reads its
+# input and writes its output once, all ranks at once, on the machine's cores. It is the same for
+# every transport.
 BOUND = "copy-bound"
 BOUND_TRANSPORT = "-"
 # Loopback TCP at an all-reduce's footprint (loopback_footprint.cpp): every rank sends and receives
@@ -155,7 +156,7 @@ class Drivers:
         """The launches that measure one configuration. Gloo and PyTorch only talk TCP: they
         belong to the tcp tables."""
         out = []
-        if BOUND in libs and op == "allreduce" and size >= 64 << 10:
+        if BOUND in libs and size >= 64 << 10:
             out.append(Job(BOUND, BOUND_TRANSPORT, op, ranks, size,
                            [self.footprint, str(ranks), str(size)], kind="footprint"))
         if LOOPBACK in libs and op == "allreduce" and size >= 64 << 10:
@@ -287,9 +288,11 @@ def run(job, timeout, log):
         return result
     fields = rows[-1].split(",")
     if job.kind == "footprint":  # copy_footprint,ranks,bytes,threads,pass_us,GB/s,memcpy,streamed
-        # As busbw: what an all-reduce that took one pass would report (nccl-tests' 2(n-1)/n).
+        # As busbw: what the operation would report had it taken one pass (nccl-tests' factors:
+        # 2(n-1)/n for an all-reduce, (n-1)/n for an all-to-all).
         result.time_us = float(fields[4])
-        result.busbw = job.size / result.time_us / 1e3 * 2 * (job.ranks - 1) / job.ranks
+        factor = (2 if job.op == "allreduce" else 1) * (job.ranks - 1) / job.ranks
+        result.busbw = job.size / result.time_us / 1e3 * factor
         result.choice = f"memcpy {fields[6]} us, streamed {fields[7]} us on {fields[3]} threads"
     elif job.kind == "loopback":  # loopback_footprint,ranks,bytes,threads,pass_us,GB/s (busbw)
         result.time_us, result.busbw = float(fields[4]), float(fields[5])

@@ -226,10 +226,11 @@ def config_table(cells, config):
         lines.append("| " + " | ".join(cell) + " |")
     lines.append("")
     if bounded:
+        what = {"allreduce": "all-reduce", "alltoall": "all-to-all"}.get(op, op)
         lines += ["Memory bound: every rank reads its input and writes its output once, all ranks "
                   "at once on the machine's cores (`copy_footprint`: the faster of memcpy and "
-                  "non-temporal stores), as the busbw an all-reduce taking that long would report. "
-                  "No all-reduce moves fewer bytes through memory than these 2 x size per rank.",
+                  f"non-temporal stores), as the busbw an {what} taking that long would report. "
+                  f"No {what} moves fewer bytes through memory than these 2 x size per rank.",
                   ""]
     if copied:
         lines += ["memcpy at the working set: one thread copying every rank's input (ranks x "

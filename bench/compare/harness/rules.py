@@ -135,6 +135,18 @@ def per_rep_advantages(cells, config, size, loom, target):
     return out
 
 
+def beyond_bound(cells, config, size, others, target):
+    """Where the target asks for more than the machine's memory bound at the cell's working set
+    (copy_footprint, in the same run): how many times the bound it asks for; else nothing."""
+    op, ranks, _ = config
+    bound = cells.bound(op, ranks, size)
+    best = best_of(cells, config, size, others)[1]
+    if target.limit or latency(size) or not bound or not best or target.value * best <= bound:
+        return ""
+    return (f"; the target ({target.value * best:.2f} GB/s) is {target.value * best / bound:.2f}x "
+            f"the memory bound")
+
+
 def judge(cells, config, size, loom, target):
     """The verdict on one cell: its median against the target, each repetition against the
     floor, and at least MIN_REPS repetitions."""
@@ -154,7 +166,8 @@ def judge(cells, config, size, loom, target):
         return Verdict(loom, config, size, target, median, per_rep, False, why)
     low = [a for a in counted if a < target.floor()]
     if median < target.value:
-        why = f"missed: median {median:.2f} < {target.value:.2f}"
+        why = f"missed: median {median:.2f} < {target.value:.2f}" + \
+            beyond_bound(cells, config, size, others, target)
     elif low:
         why = f"missed: {len(low)} repetition(s) below {target.floor():.2f}x"
     else:
