@@ -1,16 +1,28 @@
 #include "algorithms/peer_word.hpp"
 
+#include <sys/random.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <chrono>
 #include <random>
 
 #include "base/process_memory.hpp"
 
 namespace loom::algorithms {
 
+// From the kernel's generator on every call: a generator kept in the process would hand ranks
+// forked from one parent after its first use the same words.
 std::uint64_t fresh_nonce() {
-  thread_local std::mt19937_64 generator{std::random_device{}()};
   std::uint64_t n = 0;
-  while (n == 0) n = generator();
+  while (n == 0) {
+    if (::getrandom(&n, sizeof n, 0) == static_cast<ssize_t>(sizeof n)) continue;
+    if (errno == EINTR) continue;
+    // No getrandom (an old kernel, a filter): the clock and the pid, different per process.
+    std::random_device device;
+    n = (std::uint64_t{device()} << 32 | device()) ^ static_cast<std::uint64_t>(::getpid()) ^
+        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
   return n;
 }
 
