@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -54,6 +55,12 @@ void kill_trial(const std::string& algorithm, const std::function<void(Communica
       opts);
 }
 
+// A call that returned passed off no wrong result: every element of `out` is `want`.
+void expect_every(const std::vector<float>& out, float want) {
+  const auto wrong = std::count_if(out.begin(), out.end(), [want](float v) { return v != want; });
+  EXPECT_EQ(wrong, 0) << "elements other than " << want << " after a call that returned";
+}
+
 }  // namespace
 
 void all_to_all_kill_trial(const std::string& algorithm, bool shared) {
@@ -66,8 +73,13 @@ void all_to_all_kill_trial(const std::string& algorithm, bool shared) {
         plain.assign(shared ? 0 : 4 * count, 1.0f);
         out.assign(4 * count, 0.0f);
         in = shared ? static_cast<float*>(comm.alloc(4 * count * sizeof(float))) : plain.data();
+        std::fill(in, in + 4 * count, 1.0f);
       },
-      [&](Communicator& comm) { comm.all_to_all(in, out.data(), count, DataType::f32); });
+      [&](Communicator& comm) {
+        std::fill(out.begin(), out.end(), 0.0f);
+        comm.all_to_all(in, out.data(), count, DataType::f32);
+        expect_every(out, 1.0f);
+      });
 }
 
 void all_reduce_kill_trial(const std::string& algorithm) {
@@ -76,7 +88,9 @@ void all_reduce_kill_trial(const std::string& algorithm) {
   kill_trial(
       algorithm, [&](Communicator&) { in.assign(count, 1.0f), out.assign(count, 0.0f); },
       [&](Communicator& comm) {
+        std::fill(out.begin(), out.end(), 0.0f);
         comm.all_reduce(in.data(), out.data(), count, DataType::f32, ReduceOp::sum);
+        expect_every(out, static_cast<float>(comm.size()));
       });
 }
 

@@ -1,6 +1,7 @@
 // A rank SIGKILLed while 4 ranks run 1 MiB-block all-to-alls (or 4 MiB all-reduces) over shared
 // memory (between its messages, or while its peers read its memory): every survivor must raise
-// PeerError naming it within seconds, never hang or pass off a wrong result.
+// PeerError naming it within seconds, never hang or pass off a wrong result (every call that
+// returns is checked element by element).
 #pragma once
 
 #include <string>
