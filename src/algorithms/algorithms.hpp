@@ -19,6 +19,8 @@ void one_shot_all_reduce(Engine& engine, const Collective& call);
 // memory (process_vm_readv) and writes the finished block into every peer's output
 // (process_vm_writev).
 void single_copy_all_reduce(Engine& engine, const Collective& call);
+// Calls the single-copy all-reduce served to the end, in this process (tests check the path).
+std::uint64_t single_copy_all_reduce_calls();
 void ring_reduce_scatter(Engine& engine, const Collective& call);
 void ring_all_gather(Engine& engine, const Collective& call);
 void bruck_all_gather(Engine& engine, const Collective& call);

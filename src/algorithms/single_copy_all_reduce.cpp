@@ -18,18 +18,34 @@
 //          receiver's output.
 // A rank returns once every peer's "done" is here, so its buffers are free again.
 //
-// A rank checks the peer's word before it touches the peer's buffers, so a pid that names another
-// process (ranks in different pid namespaces) is a failed read, never wrong data. The first call
-// of a communicator adds a round in which every rank says whether it could read and write every
-// peer's word: where any could not (a container's seccomp filter, Yama's ptrace scope), every rank
-// learns it from the same messages and this call and every later one run the ring through the
-// slots. Later, a read or write that fails means the peer is gone, or has left the call on
-// learning of another rank's failure (its word goes when it leaves, and writers check it first):
-// the peer's next message, or the error in its place, names the rank at fault.
+// A rank checks the peer's word before it touches the peer's buffers, and before each piece it
+// writes, so a pid that names another process (ranks in different pid namespaces) is a failed
+// read, never wrong data, and a peer that has left the call (its word goes when it leaves) is
+// written into no further. The first call of a communicator adds a round in which every rank says
+// whether it could read and write every peer's word: where any could not (a container's seccomp
+// filter, Yama's ptrace scope), every rank learns it from the same messages and this call and
+// every later one run the ring through the slots.
+//
+// Later, a read or write that fails stops the rank's copies, and its "done" says so (the errno,
+// and whose memory); every rank still sends its "done" before it awaits any, so no rank waits for
+// one that waits for it. A peer that is gone is named by its connection's error where its "done"
+// was due, or, where it sent its "done" and died, by the check of its process that a failed copy
+// of its memory makes. Where every rank is there, each learns from the same messages who failed:
+// out of place the call runs again as the ring (the inputs are intact); in place every rank raises
+// (the inputs are partly overwritten), naming the rank whose copy failed, whose memory, and why;
+// every later call runs the ring. A rank that leaves the call on an error clears its word and
+// waits, briefly, for the peers that may still be writing into it.
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -56,14 +72,20 @@ struct Hello {
   std::uint8_t op = 0;
   std::uint8_t pad[6] = {};
 };
-// The first call's verdict, then each call's "done": one word.
+// The first call's verdict, then each call's "done".
 struct Word {
   std::uint32_t value = 0;
-  std::uint32_t pad = 0;
+  std::uint32_t err = 0;   // the errno of the sender's failed read or write, or 0
+  std::uint32_t redo = 0;  // the sender's inputs are intact: the call can run again
+  std::int32_t peer = -1;  // the rank whose memory the sender failed to read or write
 };
 
+// Calls the single copy served to the end, in this process (tests check the path was taken).
+std::atomic<std::uint64_t> calls_served{0};
+
 // Across the calls of one communicator: whether every rank reads and writes every peer (decided by
-// the first call, alike on every rank), and the scratch buffer the pieces are read into.
+// the first call, alike on every rank, and undone by a later call's failed copy), and the scratch
+// buffer the pieces are read into.
 struct Record {
   bool checked = false;
   bool usable = false;
@@ -96,44 +118,62 @@ class SingleCopyAllReduce {
     const std::size_t per_line = std::max<std::size_t>(1, 64 / elem_);
     const std::size_t share = (call.count + static_cast<std::size_t>(n_) - 1) / n_;
     per_block_ = (share + per_line - 1) / per_line * per_line;
-    // Buffers that overlap without being one: the peers read a copy of the input, which this
-    // rank's output would otherwise overwrite under them.
-    const std::size_t bytes = call.count * elem_;
-    if (in_ != out_ && in_ < out_ + bytes && out_ < in_ + bytes) {
-      staged_.assign(in_, in_ + bytes);
-      in_ = staged_.data();
-    }
   }
 
   SingleCopyAllReduce(const SingleCopyAllReduce&) = delete;
   SingleCopyAllReduce& operator=(const SingleCopyAllReduce&) = delete;
   ~SingleCopyAllReduce() { nonce_ = 0; }
 
-  // False where the ranks cannot read and write each other (every rank returns false alike).
+  // False where the call is to run as the ring: the ranks cannot read and write each other, or
+  // a copy failed out of place (every rank returns false alike).
   bool run() {
     if (record_.checked && !record_.usable) return false;
+    // Buffers that overlap without being one: the peers read a copy of the input, which this
+    // rank's output would otherwise overwrite under them.
+    const std::size_t bytes = call_.count * elem_;
+    if (in_ != out_ && in_ < out_ + bytes && out_ < in_ + bytes) {
+      staged_.assign(in_, in_ + bytes);
+      in_ = staged_.data();
+    }
     for (int k = 1; k < n_; ++k) engine_.connection(peer(k)), engine_.connection(peer(-k));
-    say(Hello{static_cast<std::uint64_t>(::getpid()), nonce_,
-              reinterpret_cast<std::uint64_t>(&nonce_), reinterpret_cast<std::uint64_t>(in_),
-              reinterpret_cast<std::uint64_t>(out_), call_.count,
-              static_cast<std::uint8_t>(call_.dtype), static_cast<std::uint8_t>(call_.op)});
+    try {
+      // From here on the peers may write into this rank's output.
+      say(Hello{static_cast<std::uint64_t>(::getpid()), nonce_,
+                reinterpret_cast<std::uint64_t>(&nonce_), reinterpret_cast<std::uint64_t>(in_),
+                reinterpret_cast<std::uint64_t>(out_), call_.count,
+                static_cast<std::uint8_t>(call_.dtype), static_cast<std::uint8_t>(call_.op)});
+      return exchange();
+    } catch (...) {
+      leave();
+      throw;
+    }
+  }
+
+  static std::uint64_t served() { return calls_served.load(std::memory_order_relaxed); }
+
+ private:
+  static constexpr std::uint32_t kDone = 2;    // every read and write went through
+  static constexpr std::uint32_t kFailed = 3;  // one failed (Word::err): the sender stopped there
+  // How long a rank that leaves the call on an error waits for the peers still writing into it.
+  static constexpr auto kLeaveWait = std::chrono::milliseconds(200);
+  // How long a peer whose memory could not be found (ESRCH) is given to finish dying.
+  static constexpr auto kDyingWait = std::chrono::milliseconds(200);
+
+  bool exchange() {
     theirs_.resize(static_cast<std::size_t>(n_));
     for (int k = 1; k < n_; ++k) hear(peer(-k), theirs_[idx(peer(-k))]);
     const int err = check_words();
     if (!record_.checked) {
-      if (!agree(err == 0)) return false;
+      if (!agree(err)) return false;
     } else if (err != 0) {
-      lost(first_unread_, err);
+      fail(first_unread_, err);
     }
-    reduce_own_block();
-    write_own_block();
-    say(Word{kDone});
-    for (int k = 1; k < n_; ++k) expect_done(peer(-k));
-    return true;
+    if (err_ == 0) reduce_own_block();
+    if (err_ == 0) write_own_block();
+    say(Word{err_ == 0 ? kDone : kFailed, static_cast<std::uint32_t>(err_), intact() ? 1u : 0u,
+             failed_peer_});
+    return ends();
   }
-
- private:
-  static constexpr std::uint32_t kDone = 2;
 
   int peer(int k) const { return positive_mod(r_ + k, n_); }
   static std::size_t idx(int rank) { return static_cast<std::size_t>(rank); }
@@ -162,14 +202,107 @@ class SingleCopyAllReduce {
                       hello.count, r_, call_.count));
   }
 
-  void expect_done(int from_rank) {
+  Word expect_end(int from_rank) {
     Word word;
     from(from_rank).recv_message(&word, sizeof word);
-    if (word.value != kDone)
+    if (word.value != kDone && word.value != kFailed)
       throw PeerError(fmt::format("{}: rank {}: rank {} sent step {} of the single copy where the "
                                   "end of its reads and writes was due",
                                   call_.describe(), r_, from_rank, word.value),
                       from_rank);
+    return word;
+  }
+
+  // Every peer's "done" (a peer that is gone raises here, named by its connection); then, where
+  // any rank's copy failed, what every rank does alike: the ring out of place; in place an error
+  // naming the lowest rank whose copy failed (its own Error there, PeerError naming it elsewhere,
+  // so that whichever rank tells the others first, they hear of that rank).
+  bool ends() {
+    std::vector<std::tuple<int, int, int>> failed;  // (rank, errno, the peer it failed on)
+    bool intact_everywhere = intact();
+    for (int k = 1; k < n_; ++k, ++ends_heard_) {
+      const Word word = expect_end(peer(-k));
+      if (word.value == kFailed)
+        failed.emplace_back(peer(-k), static_cast<int>(word.err), word.peer);
+      intact_everywhere = intact_everywhere && word.redo == 1;
+    }
+    if (err_ != 0) failed.emplace_back(r_, err_, failed_peer_);
+    if (failed.empty()) {
+      calls_served.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    record_.usable = false;
+    std::sort(failed.begin(), failed.end());
+    for (const auto& [rank, err, of] : failed)
+      if (of >= 0 && of != r_ && gone(of, err))
+        throw PeerError(
+            fmt::format("{}: rank {}: rank {}'s process {} is gone (exited or crashed): "
+                        "rank {} could not read or write its memory ({})",
+                        call_.describe(), r_, of, theirs_[idx(of)].pid, rank, std::strerror(err)),
+            of);
+    std::string who;
+    for (const auto& [rank, err, of] : failed)
+      who += fmt::format("{}rank {} could not read or write rank {}'s memory ({})",
+                         who.empty() ? "" : "; ", rank, of, std::strerror(err));
+    const std::string what = fmt::format("{}: rank {}: {}", call_.describe(), r_, who);
+    if (intact_everywhere) {
+      base::log().warn(
+          "{}: the call runs again as the ring through the slots, as will every "
+          "later one",
+          what);
+      return false;
+    }
+    const std::string undone =
+        what +
+        "; a rank ran in place, its input partly overwritten: the call cannot run again "
+        "and its output is undefined";
+    const int blamed = std::get<0>(failed.front());
+    if (blamed == r_) throw Error(undone);
+    throw PeerError(undone, blamed);
+  }
+
+  // Whether rank `other`'s process is gone, the cause of a copy that failed with `err`. ESRCH gives
+  // it a moment: a killed process loses its memory before it is a zombie.
+  bool gone(int other, int err) const {
+    const auto pid = static_cast<int>(theirs_[idx(other)].pid);
+    const auto until = std::chrono::steady_clock::now() +
+                       (err == ESRCH ? kDyingWait : std::chrono::milliseconds(0));
+    while (base::process_alive(pid)) {
+      if (std::chrono::steady_clock::now() >= until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
+
+  // The inputs this rank's peers read are still the call's: it can run again.
+  bool intact() const { return in_ != out_ && staged_.empty(); }
+
+  // Stops this rank's copies: the peer whose memory it could not read or write, and why.
+  void fail(int other, int err) {
+    if (err_ != 0) return;
+    err_ = err;
+    failed_peer_ = other;
+  }
+
+  // Leaving on an error: the word goes first (no peer starts another write into this rank), then
+  // a short wait for the "done" of the peers that may be writing, so that none still is when the
+  // caller gets its buffers back. A peer whose hello is still unread here, or that is gone, ends
+  // the wait for it (its next message is not a "done", or none comes).
+  void leave() noexcept {
+    nonce_ = 0;
+    const auto until = std::chrono::steady_clock::now() + kLeaveWait;
+    for (int k = 1 + ends_heard_; k < n_; ++k) {
+      try {
+        Word word;
+        while (std::chrono::steady_clock::now() < until) {
+          if (!from(peer(-k)).try_recv_message(&word, sizeof word))
+            sched_yield();
+          else if (word.value == kDone || word.value == kFailed)
+            break;
+        }
+      } catch (...) {  // gone, or sent something else: nothing more to wait for from it
+      }
+    }
   }
 
   // Reads every peer's word: 0, or the errno of the first that failed (first_unread_ its rank).
@@ -187,45 +320,40 @@ class SingleCopyAllReduce {
     return 0;
   }
 
-  // The first call: whether every rank read every peer's word, from every rank's verdict.
-  bool agree(bool mine) {
-    say(Word{mine ? 1u : 0u});
-    bool all = mine;
+  // The first call: whether every rank read and wrote every peer's word, from every rank's
+  // verdict (`err`: this rank's errno, 0 where it could).
+  bool agree(int err) {
+    say(Word{err == 0 ? 1u : 0u, static_cast<std::uint32_t>(err)});
+    std::string refused = err == 0 ? ""
+                                   : fmt::format("rank {} ({}, of rank {}'s memory)", r_,
+                                                 std::strerror(err), first_unread_);
     for (int k = 1; k < n_; ++k) {
       Word theirs;
       from(peer(-k)).recv_message(&theirs, sizeof theirs);
-      all = all && theirs.value == 1;
+      if (theirs.value != 1)
+        refused += fmt::format("{}rank {} ({})", refused.empty() ? "" : ", ", peer(-k),
+                               std::strerror(static_cast<int>(theirs.err)));
     }
     record_.checked = true;
-    record_.usable = all;
-    if (!all)
+    record_.usable = refused.empty();
+    if (!record_.usable)
       base::log().warn(
-          "{}: rank {}: {} ranks of this host cannot read and write each other's memory "
-          "(process_vm_readv, process_vm_writev){}: the single-copy all-reduce runs the ring "
-          "through the slots",
-          call_.describe(), r_, mine ? "some" : "this rank and its peers",
-          mine ? "" : fmt::format(", rank {} not", first_unread_));
-    return all;
+          "{}: rank {}: not every rank of this host can read and write its peers' memory "
+          "(process_vm_readv, process_vm_writev): refused on {}: the single-copy all-reduce runs "
+          "the ring through the slots",
+          call_.describe(), r_, refused);
+    return record_.usable;
   }
 
-  // A read or write of a peer's memory failed after the first call's check: the peer is gone,
-  // or it left the call (its word no longer there) because it learnt of another rank's failure.
-  // Its next message tells which: the connection's or the failure protocol's error names the rank
-  // at fault; a "done" means the peer is in the call and only this rank's copy failed.
-  [[noreturn]] void lost(int other, int err) {
-    expect_done(other);
-    throw PeerError(fmt::format("{}: rank {}: reading or writing rank {}'s memory failed ({})",
-                                call_.describe(), r_, other, std::strerror(err)),
-                    other);
-  }
-
-  void read(int other, std::uint64_t address, std::size_t offset_elems, void* into,
+  // False where the read failed (fail() has the peer and why).
+  bool read(int other, std::uint64_t address, std::size_t offset_elems, void* into,
             std::size_t count) {
     const Hello& h = theirs_[idx(other)];
     const int err = base::read_process_memory(
         static_cast<pid_t>(h.pid), reinterpret_cast<const void*>(address + offset_elems * elem_),
         into, count * elem_);
-    if (err != 0) lost(other, err);
+    if (err != 0) fail(other, err);
+    return err == 0;
   }
 
   // Block r of every input folded into block r of the output, a piece at a time: this rank's
@@ -243,7 +371,7 @@ class SingleCopyAllReduce {
         bool folded = false;
         for (int p = 0; p < n_; ++p) {
           if (p == r_) continue;
-          read(p, theirs_[idx(p)].in_address, first + done, scratch, m);
+          if (!read(p, theirs_[idx(p)].in_address, first + done, scratch, m)) return;
           kernels::reduce(out + done * elem_, folded ? out + done * elem_ : mine + done * elem_,
                           scratch, m, call_.dtype, call_.op);
           folded = true;
@@ -256,21 +384,24 @@ class SingleCopyAllReduce {
   }
 
   // The finished block into every peer's output, the next peer first (each peer receives the
-  // blocks in a different order).
+  // blocks in a different order), a piece at a time.
   void write_own_block() {
     const auto [first, count] = block(r_);
-    if (count == 0) return;
+    const std::size_t piece = std::max<std::size_t>(1, piece_bytes(engine_) / elem_);
     for (int k = 1; k < n_; ++k) {
       const int to_rank = peer(k);
       const Hello& h = theirs_[idx(to_rank)];
-      // The peer may have left the call since its hello (another rank failed): its word goes
-      // when it leaves, and nothing is written into memory it may have reused.
-      int err = check_peer_word(static_cast<pid_t>(h.pid), h.nonce_address, h.nonce, false);
-      if (err == 0)
-        err = base::write_process_memory(static_cast<pid_t>(h.pid),
-                                         reinterpret_cast<void*>(h.out_address + first * elem_),
-                                         out_ + first * elem_, count * elem_);
-      if (err != 0) lost(to_rank, err);
+      for (std::size_t done = 0; done < count; done += piece) {
+        // The peer may have left the call since its hello (another rank failed): its word goes
+        // when it leaves, and nothing more is written into memory it may have reused.
+        const std::size_t at = first + done, m = std::min(piece, count - done);
+        int err = check_peer_word(static_cast<pid_t>(h.pid), h.nonce_address, h.nonce, false);
+        if (err == 0)
+          err = base::write_process_memory(static_cast<pid_t>(h.pid),
+                                           reinterpret_cast<void*>(h.out_address + at * elem_),
+                                           out_ + at * elem_, m * elem_);
+        if (err != 0) return fail(to_rank, err);
+      }
     }
   }
 
@@ -285,6 +416,9 @@ class SingleCopyAllReduce {
   std::vector<std::byte> staged_;
   std::vector<Hello> theirs_;
   int first_unread_ = -1;
+  int err_ = 0;           // this rank's failed read or write (an errno), or 0
+  int failed_peer_ = -1;  // ... of this peer's memory
+  int ends_heard_ = 0;    // the peers whose "done" is here (peer(-1) first)
   // Kept in memory for the call (a peer reads it, and writes it back as it is); cleared when this
   // rank leaves the call, however it leaves, so that no peer writes into its buffers after.
   volatile std::uint64_t nonce_ = fresh_nonce();
@@ -294,11 +428,15 @@ class SingleCopyAllReduce {
 
 void single_copy_all_reduce(Engine& engine, const Collective& call) {
   if (SingleCopyAllReduce(engine, call).run()) return;
-  // Some rank cannot read its peers (every rank learnt it in the same call): the ring.
+  // Some rank cannot read or write its peers (every rank learnt it in the same call): the ring.
   const SelectionInputs& in = engine.selector().inputs();
   const std::size_t bytes = call.bytes();
   engine.set_slicing(ring_slice(in, bytes, false), ring_round_slices(in, bytes, false));
   ring_all_reduce(engine, call);
+}
+
+std::uint64_t single_copy_all_reduce_calls() {
+  return SingleCopyAllReduce::served();
 }
 
 }  // namespace loom::algorithms

@@ -2,10 +2,6 @@
 // reduce_scatter_v), in real processes over every transport and algorithm, checked element by
 // element; counts that disagree between ranks are a CollectiveMismatch on every rank.
 #include <gtest/gtest.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -17,6 +13,7 @@
 
 #include "../support/kill_trial.hpp"
 #include "../support/ranks.hpp"
+#include "../support/refuse_system_call.hpp"
 #include "../support/transports.hpp"
 #include "verify/patterns.hpp"
 
@@ -330,24 +327,6 @@ TEST(UnevenMismatch, AllToAllWithAnotherCountOnOneRankInOneCopy) {
       "alltoall:single_copy");
 }
 
-// From now on process_vm_readv (or the system call `call`) fails with EPERM in every thread of this
-// process, as a seccomp filter refuses it in some containers.
-void refuse_reading_other_processes(long call = SYS_process_vm_readv) {
-  sock_filter filter[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(call), 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  sock_fprog program{static_cast<unsigned short>(std::size(filter)), filter};
-  ASSERT_EQ(::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-  ASSERT_EQ(::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &program), 0)
-      << std::strerror(errno);
-}
-
 // Rank 1 advertised at init that it reads its peers' memory, then lost the right: its reads of
 // the first single-copy call fail, each of its peers learns it from its done message, and their
 // blocks of that call and of the later ones move through the slots (ranks 0 and 2 go on reading
@@ -363,7 +342,7 @@ TEST(SingleCopyAllToAll, ARankRefusedItsReadsTurnsItsPairsToTheSlots) {
       3,
       [](Communicator& comm) {
         comm.barrier();
-        if (comm.rank() == 1) refuse_reading_other_processes();
+        if (comm.rank() == 1) testing::refuse_system_call(SYS_process_vm_readv);
         for (int call = 0; call < 3; ++call) {
           SCOPED_TRACE(call);
           check_all_to_all(comm, DataType::i32, 70000 + static_cast<std::size_t>(call), false);
@@ -371,59 +350,6 @@ TEST(SingleCopyAllToAll, ARankRefusedItsReadsTurnsItsPairsToTheSlots) {
         }
       },
       opts);
-}
-
-// The all-reduce of `count` elements of `t` (sum), in place or not, checked element by element.
-void check_all_reduce(Communicator& comm, DataType t, std::size_t count, bool in_place) {
-  const int n = comm.size(), r = comm.rank();
-  std::vector<std::byte> in(count * size_of(t) + 1), out(count * size_of(t) + 1);
-  verify::fill(in.data(), count, r, t, ReduceOp::sum);
-  std::byte* result = in_place ? in.data() : out.data();
-  comm.all_reduce(in.data(), result, count, t, ReduceOp::sum);
-  const auto want = verify::expected_reduction(0, count, n, t, ReduceOp::sum);
-  EXPECT_EQ(verify::count_wrong(result, want.data(), count, t), 0u);
-}
-
-// Rank 1 advertised at init that it reads its peers' memory, then lost the right: in the first
-// single-copy all-reduce every rank learns it from the same messages, and that call and the later
-// ones run the ring, with every element right on every rank and no rank waiting for another.
-// Every rank all-reduces three times in single copies after rank 1 lost the right to make the
-// system call `refused`: every element right on every rank, within seconds.
-void all_reduce_with_a_refusing_rank(long refused) {
-  testing::RunOptions opts;
-  opts.options.transport = "shm";
-  opts.options.algorithm = "single_copy";
-  opts.options.timeout = std::chrono::seconds(60);
-  run_ranks(
-      3,
-      [refused](Communicator& comm) {
-        comm.barrier();
-        if (comm.rank() == 1) refuse_reading_other_processes(refused);
-        const auto start = std::chrono::steady_clock::now();
-        for (int call = 0; call < 3; ++call) {
-          SCOPED_TRACE(call);
-          check_all_reduce(comm, DataType::i32, 300001 + static_cast<std::size_t>(call), call == 1);
-          check_all_reduce(comm, DataType::u8, 4093, call != 1);
-        }
-        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
-      },
-      opts);
-}
-
-TEST(SingleCopyAllReduce, ARankRefusedItsReadsTurnsEveryRankToTheRing) {
-#if !defined(__x86_64__)
-  GTEST_SKIP() << "the test's seccomp filter is written for x86-64";
-#endif
-  all_reduce_with_a_refusing_rank(SYS_process_vm_readv);
-}
-
-// Writes refused alone (the block goes into the peers' outputs by process_vm_writev): the first
-// call's check writes too, and every rank turns to the ring alike.
-TEST(SingleCopyAllReduce, ARankRefusedItsWritesTurnsEveryRankToTheRing) {
-#if !defined(__x86_64__)
-  GTEST_SKIP() << "the test's seccomp filter is written for x86-64";
-#endif
-  all_reduce_with_a_refusing_rank(SYS_process_vm_writev);
 }
 
 // Counts that disagree: every rank raises CollectiveMismatch naming the ranks and counts.
@@ -435,12 +361,6 @@ TEST(UnevenMismatch, AllReduceWithAnotherCountOnOneRankInOneCopy) {
         comm.all_reduce(in.data(), out.data(), count, DataType::f32, ReduceOp::sum);
       },
       "single_copy");
-}
-
-// A rank SIGKILLed while single-copy all-reduces run (between its messages, or while its peers
-// read its memory): every survivor raises PeerError naming it within seconds.
-TEST(SingleCopyAllReduce, ARankDyingMidCallIsNamedOnEverySurvivor) {
-  testing::all_reduce_kill_trial("single_copy");
 }
 
 // A rank SIGKILLed while single-copy all-to-alls run (between its messages, or while peers read
