@@ -173,8 +173,8 @@ def main():
     if "loom" in missing:
         sys.exit(f"compare: {missing['loom']}")
     # The references measured beside Loom at each rank count and size, in every repetition: the
-    # all-reduce's memory bound (copy_footprint), the same for every transport, and in the cliff
-    # check over TCP loopback's own shape (loopback_footprint).
+    # memory bound of the all-reduce and the all-to-all (copy_footprint), the same for every
+    # transport, and in the cliff check over TCP loopback's own shape (loopback_footprint).
     references = [] if drivers.BOUND in missing else [({drivers.BOUND}, drivers.BOUND_TRANSPORT)]
     notes = [f"memory bound: not measured, {missing[drivers.BOUND]}"] if not references else []
     if a.command == "cliffs" and "tcp" in a.transports:
@@ -190,8 +190,7 @@ def main():
         plan = [(set(libs_), op, n, t, s) for n in a.ranks
                 for op, op_sizes in (("allreduce", a.sizes), ("alltoall", a.alltoall_sizes))
                 for s in op_sizes
-                for libs_, t in (references if op == "allreduce" else []) +
-                [(libs, t) for t in a.transports]]
+                for libs_, t in references + [(libs, t) for t in a.transports]]
         iter_args = {"scale": a.iters_scale}
     elif a.launch_per_size:
         plan = [(libs, "allreduce", n, t, s) for n in a.ranks for s in sweep(a.min, a.max)
