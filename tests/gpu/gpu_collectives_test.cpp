@@ -197,9 +197,16 @@ TEST_P(GpuCollectives, EveryCollectiveTypeAndReductionMatchesTheReference) {
               const bool reduces =
                   coll == Coll::all_reduce || coll == Coll::reduce_scatter || coll == Coll::reduce;
               if (!reduces && op != ReduceOp::sum) continue;
-              // 1 element, a count with a scalar tail, and one that crosses several slots.
+              // 1 element, a count with a scalar tail, and one that crosses several slots. Past 2
+              // ranks the last runs for one dtype of each element size only: every dtype crosses
+              // the slots at 2 ranks, and under ASan on the emulated runtime the 4-rank cells of
+              // all ten took 330 s of CI's time.
+              const bool every_count = comm.size() == 2 || t == DataType::f32 ||
+                                       t == DataType::f16 || t == DataType::i8 ||
+                                       t == DataType::i64;
               for (std::size_t count : {std::size_t{1}, std::size_t{4093}, std::size_t{300007}})
                 for (bool in_place : {false, true}) {
+                  if (count == 300007 && !every_count) continue;
                   if (coll == Coll::send_recv && in_place) continue;
                   check(comm, coll, t, op, count, in_place, stream);
                 }
