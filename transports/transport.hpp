@@ -9,7 +9,6 @@
 
 #include <poll.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -130,20 +129,6 @@ class Connection {
   // timeout_ms passes.
   virtual void prepare_sleep() {}
   virtual void sleep(int timeout_ms) = 0;
-  // sleep() in two halves, for a rank that sleeps on several connections at once (it waits for
-  // whichever peer speaks first): after prepare_sleep(), arm_sleep() marks this side as asleep,
-  // so that the peer rings, and returns the futex word it rings and the value read before the
-  // last look (word nullptr: this transport has no such word; moved: the peer did something
-  // since prepare_sleep(), so the caller must not sleep). The caller waits on the words of all
-  // (base::futex_wait_any_shared), then calls end_sleep() on each armed connection: it clears
-  // the mark and raises PeerError where the peer's process is gone without having moved.
-  struct Bell {
-    std::atomic<std::uint32_t>* word = nullptr;
-    std::uint32_t rung = 0;
-    bool moved = false;
-  };
-  virtual Bell arm_sleep() { return {}; }
-  virtual void end_sleep() {}
   virtual std::string describe() const = 0;
 
   // The host memory that slot and inline pointers point into, so that a GPU data path knows to

@@ -64,10 +64,9 @@ bool PointToPointBatch::step() {
 void PointToPointBatch::run(bool background, const std::function<void()>& more) {
   engine_.begin_batch(background);
   Waiter waiter(engine_);
-  // What arrives may come on any connection (the sleep watches every one where it can), and
-  // operations issued meanwhile join: look again every millisecond.
+  // What arrives may come on a connection other than the one the sleep watches, and operations
+  // issued meanwhile join: look again every millisecond.
   waiter.cap_sleep_ms(1);
-  waiter.sleep_on_every_connection();
   for (;;) {
     more();
     if (step()) {

@@ -148,7 +148,7 @@ class SingleCopy {
     for (int k = 1; k < n_; ++k)
       if (reads(peer(-k), blocks_.received_from(peer(-k)).second)) pending.push_back(peer(-k));
     Waiter waiter(engine_);
-    waiter.sleep_on_every_connection();  // the next message may come from any pending peer
+    waiter.cap_sleep_ms(1);  // a message on another connection than the one slept on
     while (!pending.empty()) {
       bool moved = false;
       waiter.until(

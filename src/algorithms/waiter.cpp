@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <exception>
 #include <thread>
 
 #include <fmt/format.h>
@@ -98,12 +97,6 @@ transport::Connection* Waiter::prepare_sleep(int peer, const char* what) {
     c->add_poll_fds(fds_);
     if (c->peer() == peer) waited = c, poll_waited_fd_ = fds_.size() > before;
   }
-  sleep_every_ = fds_.empty() && every_ && engine_.used().size() > 1;
-  if (sleep_every_) {
-    for (auto* c : engine_.used()) c->prepare_sleep();
-    waited_ = waited;
-    return nullptr;
-  }
   if (fds_.empty() && waited != nullptr) {
     waited->prepare_sleep();  // shared memory: a futex the peer rings
     return waited;
@@ -113,45 +106,11 @@ transport::Connection* Waiter::prepare_sleep(int peer, const char* what) {
 
 void Waiter::sleep(transport::Connection* sleeper) {
   const int timeout_ms = engine_.deadline().remaining_ms(sleep_cap_ms_);
-  if (sleep_every_) {
-    sleep_on_every(timeout_ms);
-  } else if (sleeper != nullptr) {
+  if (sleeper != nullptr) {
     sleeper->sleep(timeout_ms);
   } else if (::poll(fds_.data(), fds_.size(), poll_waited_fd_ ? timeout_ms : 1) > 0) {
     begin();  // a connection without descriptors cannot wake poll: look again soon
   }
-}
-
-void Waiter::sleep_on_every(int timeout_ms) {
-  bells_.clear();
-  armed_.clear();
-  bool moved = false, unwatched = false;
-  for (auto* c : engine_.used()) {
-    const transport::Connection::Bell bell = c->arm_sleep();
-    if (bell.word == nullptr) {
-      unwatched = true;
-      continue;
-    }
-    armed_.push_back(c);
-    bells_.push_back({bell.word, bell.rung});
-    moved |= bell.moved;
-  }
-  // A connection without a bell cannot end the sleep: look again within a millisecond.
-  const int cap_ms = unwatched ? std::min(timeout_ms, 1) : timeout_ms;
-  const bool slept = moved || (!bells_.empty() &&
-                               base::futex_wait_any_shared(bells_.data(), bells_.size(), cap_ms));
-  // Every mark is cleared before a gone peer's error leaves.
-  std::exception_ptr gone;
-  for (auto* c : armed_) {
-    try {
-      c->end_sleep();
-    } catch (...) {
-      if (!gone) gone = std::current_exception();
-    }
-  }
-  if (gone) std::rethrow_exception(gone);
-  // No futex_waitv here: the waited peer's connection alone, looking again every millisecond.
-  if (!slept && waited_ != nullptr) waited_->sleep(std::min(timeout_ms, 1));
 }
 
 }  // namespace loom::algorithms

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "algorithms/engine.hpp"
-#include "base/futex.hpp"
 
 namespace loom::algorithms {
 
@@ -20,11 +19,6 @@ class Waiter {
   // The longest one sleep lasts before the waiter looks again (100 ms by default): shorter where
   // what is waited for may arrive on a connection the sleep does not watch.
   void cap_sleep_ms(int ms) { sleep_cap_ms_ = ms; }
-  // Sleeps on every connection the call has used, not the waited peer's only, where none has
-  // descriptors (shared memory: one futex_waitv on all their bells): for a rank waiting for
-  // whichever of several peers speaks first, which otherwise sleeps through a message on another
-  // connection until the cap.
-  void sleep_on_every_connection() { every_ = true; }
 
   // Returns once ready() is true. `peer` and `what` name the wait in a timeout message.
   template <typename Ready>
@@ -63,8 +57,6 @@ class Waiter {
   // the descriptors of all, and returns which.
   transport::Connection* prepare_sleep(int peer, const char* what);
   void sleep(transport::Connection* sleeper);
-  // One sleep on the bells of every connection used (sleep_on_every_connection()).
-  void sleep_on_every(int timeout_ms);
 
   const Engine& engine_;
   std::vector<pollfd> fds_;
@@ -76,11 +68,6 @@ class Waiter {
   bool yield_ = false;  // spin by yielding, briefly (decided whenever the window opens)
   int window_us_ = 0;   // how long this wait pauses after the last movement (decided at begin())
   int sleep_cap_ms_ = 100;
-  bool every_ = false;        // sleep_on_every_connection() was asked for
-  bool sleep_every_ = false;  // this sleep goes on every connection (decided at prepare_sleep)
-  transport::Connection* waited_ = nullptr;  // this sleep's waited connection
-  std::vector<base::FutexWord> bells_;
-  std::vector<transport::Connection*> armed_;
 };
 
 }  // namespace loom::algorithms

@@ -2,10 +2,6 @@
 // bytes that never complete what is waited for (a trickle).
 #include <gtest/gtest.h>
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -13,9 +9,7 @@
 
 #include "algorithms/dispatch.hpp"
 #include "algorithms/engine.hpp"
-#include "algorithms/waiter.hpp"
 #include "base/abort_record.hpp"
-#include "base/futex.hpp"
 
 namespace loom::algorithms {
 namespace {
@@ -101,107 +95,6 @@ TEST(Waiter, ATricklingPeerCannotKeepACallPastItsDeadline) {
 TEST(Waiter, ATricklingPeerCannotKeepACallPastAbort) {
   base::Halt halt;
   EXPECT_LT(time_to_fail<Aborted>(60s, halt, 200ms), 2s);
-}
-
-// A peer that rings a futex word when it speaks (as shared memory does), or has no word at all.
-class BellConnection final : public transport::Connection {
- public:
-  BellConnection(int peer, bool has_bell) : peer_(peer), has_bell_(has_bell) {}
-  int peer() const override { return peer_; }
-  std::size_t slot_bytes() const override { return 4096; }
-  std::byte* try_acquire_send_slot(std::size_t) override { return nullptr; }
-  void post_send(std::size_t, transport::Tag) override {}
-  std::optional<transport::RecvSlot> try_recv_slot() override { return std::nullopt; }
-  void release_recv_slot() override {}
-  bool progress() override { return false; }
-  bool send_idle() const override { return true; }
-  void add_poll_fds(std::vector<pollfd>&) const override {}
-  void sleep(int timeout_ms) override {
-    if (has_bell_) base::futex_wait(bell_, bell_.load(), timeout_ms);
-  }
-  Bell arm_sleep() override {
-    if (!has_bell_) return {};
-    ++armed;
-    return Bell{&bell_, bell_.load(), false};
-  }
-  void end_sleep() override { ++ended; }
-  std::string describe() const override { return "a peer with a bell"; }
-  std::vector<Region> host_regions() const override { return {}; }
-  void ring() {
-    bell_.fetch_add(1);
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&bell_), FUTEX_WAKE, INT32_MAX, nullptr,
-              nullptr, 0);
-  }
-  std::atomic<int> armed{0}, ended{0};
-
- private:
-  int peer_;
-  bool has_bell_;
-  std::atomic<std::uint32_t> bell_{0};
-};
-
-class TwoPeers final : public transport::Transport {
- public:
-  TwoPeers(transport::Connection& one, transport::Connection& two) : one_(one), two_(two) {}
-  transport::TransportKind kind_to(int) const override { return transport::TransportKind::shm; }
-  transport::Connection& connect(int peer, const base::Deadline&, const base::Halt&) override {
-    return peer == 1 ? one_ : two_;
-  }
-  void abort() override {}
-
- private:
-  transport::Connection &one_, &two_;
-};
-
-// How long a wait for rank 1 takes to see what rank 2 says after 50 ms, with 2-second sleeps.
-Clock::duration time_to_hear_the_other_peer(BellConnection& one, BellConnection& two,
-                                            bool on_every) {
-  TwoPeers transport(one, two);
-  base::Config config;
-  config.timeout = std::chrono::seconds(60);
-  base::Halt halt;
-  std::atomic<int> callers_waiting{0};
-  SelectionInputs selection;
-  selection.size = 3;
-  selection.hosts = {{0, 1, 2}};
-  Engine engine(0, 3, transport, config, halt, callers_waiting,
-                std::make_shared<const Selector>(selection));
-  engine.begin_batch(false);
-  engine.connection(1);
-  engine.connection(2);
-  Waiter waiter(engine);
-  waiter.cap_sleep_ms(2000);
-  if (on_every) waiter.sleep_on_every_connection();
-  std::atomic<bool> said{false};
-  std::thread speaker([&] {
-    std::this_thread::sleep_for(50ms);
-    said = true;
-    two.ring();
-  });
-  const auto start = Clock::now();
-  waiter.until([&] { return said.load(); }, 1, "a message from");
-  const auto took = Clock::now() - start;
-  speaker.join();
-  return took;
-}
-
-// A rank waiting for whichever of its peers speaks first sleeps on all their bells: it wakes
-// when the one it did not name rings, not at the end of its sleep.
-TEST(Waiter, ASleepOnEveryConnectionWakesWhenAnyPeerRings) {
-  BellConnection one(1, true), two(2, true);
-  EXPECT_LT(time_to_hear_the_other_peer(one, two, true), 1s);
-  EXPECT_GT(one.armed.load(), 0);
-  EXPECT_EQ(one.armed.load(), one.ended.load()) << "a connection left marked as asleep";
-  EXPECT_EQ(two.armed.load(), two.ended.load());
-  // The control: a sleep on the named peer alone hears the other only when the sleep ends.
-  BellConnection three(1, true), four(2, true);
-  EXPECT_GE(time_to_hear_the_other_peer(three, four, false), 1500ms);
-}
-
-// A connection without a bell cannot end the sleep: the sleep is then a millisecond at most.
-TEST(Waiter, ASleepOnEveryConnectionLooksAgainSoonWhereOneHasNoBell) {
-  BellConnection one(1, true), two(2, false);
-  EXPECT_LT(time_to_hear_the_other_peer(one, two, true), 1s);
 }
 
 // The spinning window: halves on a short wait that spun out, earns a sixteenth of its ceiling back

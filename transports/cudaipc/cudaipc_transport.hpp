@@ -30,8 +30,6 @@ class CudaIpcConnection final : public Connection {
   void add_poll_fds(std::vector<pollfd>& fds) const override { control_.add_poll_fds(fds); }
   void prepare_sleep() override { control_.prepare_sleep(); }
   void sleep(int timeout_ms) override { control_.sleep(timeout_ms); }
-  Bell arm_sleep() override { return control_.arm_sleep(); }
-  void end_sleep() override { control_.end_sleep(); }
   std::string describe() const override;
   std::vector<Region> host_regions() const override { return {}; }
 

@@ -225,33 +225,24 @@ void ShmConnection::ring_peer() {
   }
 }
 
-bool ShmConnection::moved_since_prepare() const {
-  return recv_->head.load(std::memory_order_seq_cst) != seen_head_ ||
-         send_->tail.load(std::memory_order_seq_cst) != seen_tail_ ||
-         send_->acked.load(std::memory_order_seq_cst) != seen_acked_ ||
-         recv_mail_[inline_received_ % slots_].flag.load(std::memory_order_seq_cst) != seen_flag_ ||
-         header_->closed[1 - side_].load(std::memory_order_seq_cst) != 0;
-}
-
-Connection::Bell ShmConnection::arm_sleep() {
+void ShmConnection::sleep(int timeout_ms) {
+  // What the peer did since the caller last looked, or during the sleep.
+  auto moved = [&] {
+    return recv_->head.load(std::memory_order_seq_cst) != seen_head_ ||
+           send_->tail.load(std::memory_order_seq_cst) != seen_tail_ ||
+           send_->acked.load(std::memory_order_seq_cst) != seen_acked_ ||
+           recv_mail_[inline_received_ % slots_].flag.load(std::memory_order_seq_cst) !=
+               seen_flag_ ||
+           header_->closed[1 - side_].load(std::memory_order_seq_cst) != 0;
+  };
   header_->waiting[side_].store(1, std::memory_order_seq_cst);
   const std::uint32_t rung = header_->bell[side_].load(std::memory_order_seq_cst);
-  // What the peer did since the caller last looked: a post after the mark rings the bell.
-  return Bell{&header_->bell[side_], rung, moved_since_prepare()};
-}
-
-void ShmConnection::end_sleep() {
+  if (!moved()) futex_wait_shared(header_->bell[side_], rung, timeout_ms);
   header_->waiting[side_].store(0, std::memory_order_relaxed);
   // A peer that died cannot ring. Check only when it has not moved: a peer may post its last
   // slot and exit, and that slot must still be read.
-  if (!moved_since_prepare() && peer_pid_ > 0 && !base::process_alive(peer_pid_))
+  if (!moved() && peer_pid_ > 0 && !base::process_alive(peer_pid_))
     peer_gone(fmt::format("process {} is gone (exited or crashed)", peer_pid_).c_str());
-}
-
-void ShmConnection::sleep(int timeout_ms) {
-  const Bell bell = arm_sleep();
-  if (!bell.moved) futex_wait_shared(*bell.word, bell.rung, timeout_ms);
-  end_sleep();
 }
 
 std::string ShmConnection::describe() const {

@@ -41,8 +41,6 @@ class ShmConnection final : public Connection {
   void add_poll_fds(std::vector<pollfd>&) const override {}
   void prepare_sleep() override;
   void sleep(int timeout_ms) override;
-  Bell arm_sleep() override;
-  void end_sleep() override;
   std::string describe() const override;
   std::vector<Region> host_regions() const override { return {{base_, bytes_}}; }
   // Marks this side gone and wakes the peer.
@@ -96,8 +94,6 @@ class ShmConnection final : public Connection {
   std::uint64_t inline_sent_ = 0;      // inline messages posted
   std::uint64_t inline_received_ = 0;  // our copy of recv_->acked
   std::uint64_t inline_acked_ = 0;     // the last value of send_->acked we read
-  // Whether the peer wrote anything since prepare_sleep(), or closed its side.
-  bool moved_since_prepare() const;
   // What prepare_sleep() saw of the peer's writes.
   std::uint64_t seen_head_ = 0;
   std::uint64_t seen_tail_ = 0;
