@@ -79,9 +79,13 @@ wait_for 60 '[ -s "$dir/seen.C" ] && grep -q " 3$" "$dir/seen.A"' || fail "C was
 touch "$dir/release"
 for p in "${pids[@]}"; do wait "$p" || fail "a node exited with code $?"; done
 pids=()
-[ "$(cat "$dir/seen.C")" = "1 1 3" ] || fail "C's workers saw '$(cat "$dir/seen.C")', not restart count 1 in a world of 3"
-[ "$(cat "$dir/seen.A" | tr '\n' ',')" = "0 0 2,1 1 2,1 1 3," ] ||
-  fail "A saw '$(cat "$dir/seen.A" | tr '\n' ',')': a failure restart then letting C in (not counted)"
+# B learns that C waits at its next probe of the store (once a second) and may, on a loaded host,
+# rejoin after the round that lets C in has closed (last_call_timeout) without it: A and C then run
+# a round of 2 before B's arrival ends it. Either way no round after the failure counts again.
+[ "$(tail -n 1 "$dir/seen.C")" = "1 1 3" ] && ! grep -qv "^1 1 [23]$" "$dir/seen.C" ||
+  fail "C's workers saw '$(tr '\n' ',' < "$dir/seen.C")', not restart count 1 (and last a world of 3)"
+[[ "$(tr '\n' ',' < "$dir/seen.A")" =~ ^0\ 0\ 2,1\ 1\ 2,(1\ 1\ 2,)?1\ 1\ 3,$ ]] ||
+  fail "A saw '$(tr '\n' ',' < "$dir/seen.A")': a failure restart then letting C in (not counted)"
 
 # The agent hosting the rendezvous store is killed (SIGKILL) while another agent of the same
 # machine (same address) and one at another address run: the first takes the store over at the
