@@ -129,6 +129,12 @@ class Connection {
   // timeout_ms passes.
   virtual void prepare_sleep() {}
   virtual void sleep(int timeout_ms) = 0;
+  // From another thread of this process: ends this rank's sleep() on this connection, or makes
+  // the next one return at once where it has begun since prepare_sleep(). Where a transport has
+  // no way to, the sleep ends at its timeout.
+  virtual void wake_sleep() {}
+  // Whether wake_sleep() ends a sleep() here (else a waiter that must be woken sleeps elsewhere).
+  virtual bool sleep_wakeable() const { return false; }
   virtual std::string describe() const = 0;
 
   // The host memory that slot and inline pointers point into, so that a GPU data path knows to

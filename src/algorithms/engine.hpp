@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "algorithms/algorithm_records.hpp"
+#include "algorithms/batch_wake.hpp"
 #include "algorithms/collective.hpp"
 #include "algorithms/data_path.hpp"
 #include "algorithms/peer_memory.hpp"
@@ -162,6 +163,8 @@ class Engine {
   }
   // How long this rank's waits spin before they sleep, learned across calls (waiter.hpp).
   SpinBudget& spin_budget() const { return spin_budget_; }
+  // Ends the worker's sleep in a batch of sends and receives when an operation joins it.
+  BatchWake& batch_wake() const { return batch_wake_; }
   // What the algorithms keep across this communicator's calls, each in a record of its own.
   AlgorithmRecords& records() { return records_; }
   // Whether a call whose buffers take `bytes` on each rank outgrows the last-level cache, counted
@@ -206,6 +209,7 @@ class Engine {
   AlgorithmRecords records_;
   ReadRange reads_;
   mutable SpinBudget spin_budget_;
+  mutable BatchWake batch_wake_;
   bool counting_waits_ = false;
   mutable WaitStats wait_stats_;
   std::vector<transport::Connection*> by_peer_;         // connections made so far, by rank

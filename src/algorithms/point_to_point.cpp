@@ -65,8 +65,9 @@ void PointToPointBatch::run(bool background, const std::function<void()>& more) 
   engine_.begin_batch(background);
   Waiter waiter(engine_);
   // What arrives may come on a connection other than the one the sleep watches, and operations
-  // issued meanwhile join: look again every millisecond.
+  // issued meanwhile join (they wake the sleep too): look again every millisecond.
   waiter.cap_sleep_ms(1);
+  waiter.wake_with(engine_.batch_wake());
   for (;;) {
     more();
     if (step()) {

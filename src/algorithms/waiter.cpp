@@ -97,10 +97,14 @@ transport::Connection* Waiter::prepare_sleep(int peer, const char* what) {
     c->add_poll_fds(fds_);
     if (c->peer() == peer) waited = c, poll_waited_fd_ = fds_.size() > before;
   }
-  if (fds_.empty() && waited != nullptr) {
+  // A sleep another thread must be able to end goes to poll() (with the wake's eventfd) unless
+  // the waited connection's own sleep can be ended.
+  if (fds_.empty() && waited != nullptr && (wake_ == nullptr || waited->sleep_wakeable())) {
+    if (wake_ != nullptr) wake_->mark_sleep_on(*waited);
     waited->prepare_sleep();  // shared memory: a futex the peer rings
     return waited;
   }
+  if (wake_ != nullptr) wake_->mark_poll(fds_);
   return nullptr;
 }
 

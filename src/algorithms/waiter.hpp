@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "algorithms/batch_wake.hpp"
 #include "algorithms/engine.hpp"
 
 namespace loom::algorithms {
@@ -19,6 +20,8 @@ class Waiter {
   // The longest one sleep lasts before the waiter looks again (100 ms by default): shorter where
   // what is waited for may arrive on a connection the sleep does not watch.
   void cap_sleep_ms(int ms) { sleep_cap_ms_ = ms; }
+  // Sleeps that another thread may end early through `wake` (a batch that operations join).
+  void wake_with(BatchWake& wake) { wake_ = &wake; }
 
   // Returns once ready() is true. `peer` and `what` name the wait in a timeout message.
   template <typename Ready>
@@ -31,7 +34,8 @@ class Waiter {
       if (spin(peer, what)) continue;
       spun_out = true;
       transport::Connection* sleeper = prepare_sleep(peer, what);
-      if (ready()) break;  // what the sleeper recorded is older than this look
+      const Unmark unmark{wake_, fds_};  // also where ready() or sleep() raises
+      if (ready()) break;                // what the sleeper recorded is older than this look
       sleep(sleeper);
       ++sleeps;
     }
@@ -40,6 +44,14 @@ class Waiter {
   }
 
  private:
+  // Clears the sleep's mark (BatchWake) when the look or the sleep after it ends.
+  struct Unmark {
+    BatchWake* wake;
+    const std::vector<pollfd>& fds;
+    ~Unmark() {
+      if (wake != nullptr) wake->unmark(fds);
+    }
+  };
   // Opens the spinning window; returns the time it read.
   base::Clock::time_point begin();
   // Tells the spin budget how the wait went (a clock read only for a wait that spun out).
@@ -68,6 +80,7 @@ class Waiter {
   bool yield_ = false;  // spin by yielding, briefly (decided whenever the window opens)
   int window_us_ = 0;   // how long this wait pauses after the last movement (decided at begin())
   int sleep_cap_ms_ = 100;
+  BatchWake* wake_ = nullptr;
 };
 
 }  // namespace loom::algorithms

@@ -69,6 +69,11 @@ void CallQueue::enqueue(std::shared_ptr<Work::State> state, const Collective& ca
   queue_.push_back(Queued{std::move(state), call});
   queued_.fetch_add(1, std::memory_order_seq_cst);
   wake_.notify_all();
+  // A batch running on the worker takes it (Batch::take) at its next look: now, not at the end of
+  // its sleep. (busy_ may be another caller's blocking call: then no batch sleeps, nothing to do.)
+  if ((call.kind == Kind::send || call.kind == Kind::recv) && call.device < 0 &&
+      busy_.load(std::memory_order_seq_cst))
+    runner_.wake_batch();
 }
 
 void CallQueue::admit(Collective& call) {

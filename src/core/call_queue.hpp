@@ -40,6 +40,10 @@ class CallQueue {
     // Runs the sends and receives `batch` takes, side by side, until each is done; raises what
     // failed (the queue then fails every operation taken and not done).
     virtual void run_batch(Batch& batch) = 0;
+    // Under the queue's lock, a host send or receive just queued while the engine is busy: ends
+    // the worker's sleep in a batch, which takes the operation (nothing where no batch sleeps:
+    // a collective on the worker, a blocking call on another caller's thread).
+    virtual void wake_batch() = 0;
     // Without the lock, from any thread: whether a halt may wait for the engine to go idle.
     virtual bool halted() const noexcept = 0;
     // Under the queue's lock, the engine idle: after every call and every batch, and at once

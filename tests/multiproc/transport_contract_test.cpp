@@ -223,6 +223,40 @@ TEST_P(TransportContract, ASleeperWakesWhenThePeerPosts) {
   });
 }
 
+// Another thread of the rank ends its sleep on a connection (a send or receive joining the
+// worker's batch): a sleep already begun, and one that begins after the wake (it returns at
+// once). TCP's own sleep cannot be ended so (sleep_wakeable() is false): a batch's waiter sleeps
+// in poll() instead, where the eventfd of algorithms/batch_wake.hpp wakes it.
+TEST_P(TransportContract, AnotherThreadOfTheRankEndsItsSleep) {
+  if (GetParam() == std::string("tcp"))
+    GTEST_SKIP() << "tcp's sleep cannot be ended from another thread; a batch's waiter polls its "
+                    "descriptors and BatchWake's eventfd instead (BatchWake's own test)";
+  testing::run_ranks_raw(2, [](RankContext& ctx) {
+    auto t = make(GetParam(), ctx);
+    base::Halt halt;
+    Connection& c = t->connect(1 - ctx.rank, base::Deadline(30s), halt);
+    if (ctx.rank == 0) {
+      ctx.store->get("woken", 30s);
+      return;
+    }
+    c.prepare_sleep();
+    std::thread other([&] {
+      std::this_thread::sleep_for(100ms);
+      c.wake_sleep();
+    });
+    auto start = std::chrono::steady_clock::now();
+    c.sleep(20000);  // the wake must end it long before its timeout
+    other.join();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+    c.prepare_sleep();
+    c.wake_sleep();
+    start = std::chrono::steady_clock::now();
+    c.sleep(20000);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+    ctx.store->set("woken", std::string("1"));
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, TransportContract, loom::testing::transports(),
                          [](const auto& info) { return info.param; });
 

@@ -38,11 +38,15 @@ class Recorder final : public CallQueue::Runner {
   }
   void issue(Collective&) override { issued.fetch_add(1); }
   std::function<void()> execute(const Collective& call, bool background) override {
-    if (call.count == kGated) gate.wait();
+    if (call.count == kGated) {
+      held.store(true);
+      gate.wait();
+    }
     record(call, background);
     if (call.count == kFailing) throw Error("the call failed");
     return nullptr;
   }
+  void wake_batch() override { wakes.fetch_add(1); }
   void run_batch(CallQueue::Batch& batch) override {
     std::vector<std::function<void()>> done;
     batch.take([&](const Collective& call, std::function<void()> d) {
@@ -66,7 +70,9 @@ class Recorder final : public CallQueue::Runner {
   Gate gate;
   std::atomic<bool> halt{false};
   std::atomic<int> idles{0};
-  std::atomic<int> issued{0};  // calls admitted
+  std::atomic<int> issued{0};     // calls admitted
+  std::atomic<bool> held{false};  // a kGated call is waiting at the gate
+  std::atomic<int> wakes{0};      // wake_batch() calls
   int fail_batch_after = -1;
   std::mutex mu;
 
@@ -207,6 +213,29 @@ TEST_F(CallQueueTest, AHaltDuringACallWaitsForTheEngineToGoIdle) {
   // Idle now: a halt's request closes at once.
   queue.locked([](const CallQueue::Now& now) { return !now.closed; });
   EXPECT_EQ(runner.idles.load(), before + 2);
+}
+
+// A host send or receive queued while the engine is busy wakes the batch that may sleep on the
+// worker (it takes the operation at once); a collective, a device send, or anything queued while
+// the engine is idle does not.
+TEST_F(CallQueueTest, AHostSendOrReceiveQueuedWhileTheEngineIsBusyWakesTheBatch) {
+  queue.submit(call_of(Kind::send, 1, 1)).wait();  // the engine idle
+  EXPECT_EQ(runner.wakes.load(), 0);
+  Work held = queue.submit(call_of(Kind::all_reduce, Recorder::kGated));
+  while (!runner.held.load()) std::this_thread::sleep_for(1ms);
+  std::vector<Work> works;
+  works.push_back(queue.submit(call_of(Kind::broadcast)));
+  Collective on_device = call_of(Kind::send, 1, 1);
+  on_device.device = 0;
+  works.push_back(queue.submit(on_device));
+  EXPECT_EQ(runner.wakes.load(), 0);
+  works.push_back(queue.submit(call_of(Kind::recv, 1, 1)));
+  EXPECT_EQ(runner.wakes.load(), 1);
+  works.push_back(queue.submit(call_of(Kind::send, 1, 1)));
+  EXPECT_EQ(runner.wakes.load(), 2);
+  runner.gate.open();
+  held.wait();
+  for (auto& w : works) w.wait();
 }
 
 }  // namespace

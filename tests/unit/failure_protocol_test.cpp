@@ -42,6 +42,7 @@ class HeldCalls final : public CallQueue::Runner {
     return nullptr;
   }
   void run_batch(CallQueue::Batch&) override {}
+  void wake_batch() override {}
   bool halted() const noexcept override { return failure_.halt().triggered(); }
   void engine_idle(bool closed) override { failure_.engine_idle(closed); }
 

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "algorithms/batch_wake.hpp"
 #include "algorithms/dispatch.hpp"
 #include "algorithms/engine.hpp"
 #include "base/abort_record.hpp"
@@ -161,6 +162,63 @@ TEST(SpinBudget, ACeilingOfZeroNeverSpins) {
   EXPECT_EQ(budget.window_us(), 0);
   budget.record(std::chrono::microseconds(1), true);
   EXPECT_EQ(budget.window_us(), 0);
+}
+
+// A connection that counts wake_sleep() calls.
+class WakeCountingConnection final : public transport::Connection {
+ public:
+  int peer() const override { return 1; }
+  std::size_t slot_bytes() const override { return 4096; }
+  std::byte* try_acquire_send_slot(std::size_t) override { return nullptr; }
+  void post_send(std::size_t, transport::Tag) override {}
+  std::optional<transport::RecvSlot> try_recv_slot() override { return std::nullopt; }
+  void release_recv_slot() override {}
+  bool progress() override { return false; }
+  bool send_idle() const override { return true; }
+  void add_poll_fds(std::vector<pollfd>&) const override {}
+  void sleep(int) override {}
+  void wake_sleep() override { ++wakes; }
+  std::string describe() const override { return "a counting peer"; }
+  std::vector<Region> host_regions() const override { return {}; }
+  std::atomic<int> wakes{0};
+};
+
+// The worker of a batch sleeps in poll() with the eventfd among its descriptors: another
+// thread's wake() ends the sleep (its timeout is 20 s), unmark() empties the eventfd, and a
+// wake() with no sleep marked leaves it empty.
+TEST(BatchWake, AWakeFromAnotherThreadEndsAPollSleepAndIsEmptiedAfter) {
+  BatchWake wake;
+  std::vector<pollfd> fds;
+  wake.mark_poll(fds);
+  ASSERT_EQ(fds.size(), 1u);
+  std::thread other([&] {
+    std::this_thread::sleep_for(50ms);
+    wake.wake();
+  });
+  const auto start = Clock::now();
+  const int ready = ::poll(fds.data(), fds.size(), 20000);
+  other.join();
+  EXPECT_EQ(ready, 1);
+  EXPECT_LT(Clock::now() - start, 10s);
+  wake.unmark(fds);
+  fds[0].revents = 0;
+  EXPECT_EQ(::poll(fds.data(), fds.size(), 0), 0) << "the eventfd was not emptied";
+  wake.wake();
+  EXPECT_EQ(::poll(fds.data(), fds.size(), 0), 0) << "a wake with no sleep marked reached it";
+}
+
+// A sleep on a connection's futex: wake() reaches the connection marked, and none once unmarked.
+TEST(BatchWake, AWakeReachesTheConnectionMarkedAndNoneAfterUnmark) {
+  BatchWake wake;
+  WakeCountingConnection c;
+  wake.wake();
+  EXPECT_EQ(c.wakes, 0);
+  wake.mark_sleep_on(c);
+  wake.wake();
+  EXPECT_EQ(c.wakes, 1);
+  wake.unmark({});
+  wake.wake();
+  EXPECT_EQ(c.wakes, 1);
 }
 
 }  // namespace

@@ -30,6 +30,8 @@ class CudaIpcConnection final : public Connection {
   void add_poll_fds(std::vector<pollfd>& fds) const override { control_.add_poll_fds(fds); }
   void prepare_sleep() override { control_.prepare_sleep(); }
   void sleep(int timeout_ms) override { control_.sleep(timeout_ms); }
+  void wake_sleep() override { control_.wake_sleep(); }
+  bool sleep_wakeable() const override { return control_.sleep_wakeable(); }
   std::string describe() const override;
   std::vector<Region> host_regions() const override { return {}; }
 

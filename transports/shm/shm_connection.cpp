@@ -106,6 +106,7 @@ void ShmConnection::prepare_sleep() {
   seen_tail_ = send_->tail.load(std::memory_order_acquire);
   seen_acked_ = send_->acked.load(std::memory_order_acquire);
   seen_flag_ = recv_mail_[inline_received_ % slots_].flag.load(std::memory_order_acquire);
+  seen_wakes_ = wakes_.load(std::memory_order_seq_cst);
 }
 
 std::byte* ShmConnection::try_acquire_send_slot(std::size_t bytes) {
@@ -233,7 +234,8 @@ void ShmConnection::sleep(int timeout_ms) {
            send_->acked.load(std::memory_order_seq_cst) != seen_acked_ ||
            recv_mail_[inline_received_ % slots_].flag.load(std::memory_order_seq_cst) !=
                seen_flag_ ||
-           header_->closed[1 - side_].load(std::memory_order_seq_cst) != 0;
+           header_->closed[1 - side_].load(std::memory_order_seq_cst) != 0 ||
+           wakes_.load(std::memory_order_seq_cst) != seen_wakes_;
   };
   header_->waiting[side_].store(1, std::memory_order_seq_cst);
   const std::uint32_t rung = header_->bell[side_].load(std::memory_order_seq_cst);
@@ -243,6 +245,16 @@ void ShmConnection::sleep(int timeout_ms) {
   // slot and exit, and that slot must still be read.
   if (!moved() && peer_pid_ > 0 && !base::process_alive(peer_pid_))
     peer_gone(fmt::format("process {} is gone (exited or crashed)", peer_pid_).c_str());
+}
+
+// As ring_peer(), on this side's own bell: the sleeper either sees wakes_ move before it sleeps,
+// or its futex word changed, or it is woken.
+void ShmConnection::wake_sleep() {
+  wakes_.fetch_add(1, std::memory_order_seq_cst);
+  if (header_->waiting[side_].load(std::memory_order_seq_cst) != 0) {
+    header_->bell[side_].fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_shared(header_->bell[side_]);
+  }
 }
 
 std::string ShmConnection::describe() const {

@@ -2,6 +2,7 @@
 // engine's reduction writes straight into the peer's memory.
 #pragma once
 
+#include <atomic>
 #include <string>
 
 #include "base/process_memory.hpp"
@@ -41,6 +42,8 @@ class ShmConnection final : public Connection {
   void add_poll_fds(std::vector<pollfd>&) const override {}
   void prepare_sleep() override;
   void sleep(int timeout_ms) override;
+  void wake_sleep() override;
+  bool sleep_wakeable() const override { return true; }
   std::string describe() const override;
   std::vector<Region> host_regions() const override { return {{base_, bytes_}}; }
   // Marks this side gone and wakes the peer.
@@ -99,6 +102,9 @@ class ShmConnection final : public Connection {
   std::uint64_t seen_tail_ = 0;
   std::uint64_t seen_acked_ = 0;
   std::uint64_t seen_flag_ = 0;
+  // wake_sleep() calls from this process's other threads, and what prepare_sleep() saw of them.
+  std::atomic<std::uint64_t> wakes_{0};
+  std::uint64_t seen_wakes_ = 0;
 };
 
 }  // namespace loom::transport::shm

@@ -49,7 +49,7 @@ struct alignas(64) SegmentHeader {
   std::uint64_t slot_bytes;
   std::uint32_t slots;
   // Side s sleeps on bell[s] with waiting[s] set; the other side rings it after posting to s or
-  // releasing s's slots.
+  // releasing s's slots, and side s's own other threads to end its sleep (wake_sleep).
   alignas(64) std::atomic<std::uint32_t> bell[2];
   alignas(64) std::atomic<std::uint32_t> waiting[2];
   // Side s has gone (destroyed or aborted): the other side stops waiting for it.
