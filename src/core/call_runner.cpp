@@ -102,6 +102,10 @@ void Communicator::Impl::fail_in_flight(const Collective& call) {
 // The queue's worker: the sends and receives at the queue's front, and those issued while they
 // run, side by side (PointToPointBatch). Each operation's Work is done as soon as it is; an error
 // fails the communicator (as any call's does) and every operation of the batch not yet done.
+void Communicator::Impl::wake_batch() {
+  engine_->batch_wake().wake();
+}
+
 void Communicator::Impl::run_batch(core::CallQueue::Batch& ops) {
   algorithms::PointToPointBatch batch(*engine_);
   const auto add = [&](const Collective& call, std::function<void()> done) {

@@ -126,7 +126,7 @@ class LOOM_INTERNAL Communicator::Impl final : private core::CallQueue::Runner {
   void issue(algorithms::Collective& call) override;
   std::function<void()> execute(const algorithms::Collective& call, bool background) override;
   void run_batch(core::CallQueue::Batch& batch) override;
-  void wake_batch() override { engine_->batch_wake().wake(); }
+  void wake_batch() override;
   bool halted() const noexcept override;
   void engine_idle(bool closed) override;
   void run_engine(const algorithms::Collective& call, bool background, gpu::Runtime* runtime);
