@@ -5,10 +5,13 @@ barrier; rank 0 gathers the arrays; a call's time is its slowest rank's; the med
 Starts its own ranks (fresh processes, forked after torch is imported) on loopback TCP. Prints one
 CSV row per size:
   torch-<backend>,<op>,<ranks>,<bytes>,<time_us>,<busbw_gbps>,<timed calls>
-    python3 torch_bench.py --op allreduce|allgather|alltoall --ranks 2 --bytes 1048576 -n 20 -w 5
+    python3 torch_bench.py --op allreduce|allgather|alltoall|sendrecv --ranks 2 --bytes 1048576 -n 20 -w 5
     python3 torch_bench.py --backend loom --alloc --op allgather --bytes 1M,64M ...
 Sizes are the whole buffer, as loom-perf's: for allgather (all_gather_into_tensor) the output, for
-alltoall each rank's buffer. --backend loom needs loom_torch on PYTHONPATH; --alloc takes the
+alltoall each rank's buffer, for sendrecv each message. sendrecv is a pipeline's step around the
+ring of ranks: each rank posts the irecv of the next step's message from its left before it
+isends this step's to its right and waits for both (a prefetch that keeps a receive always
+posted); busbw is the message's size over the step's time. --backend loom needs loom_torch on PYTHONPATH; --alloc takes the
 tensors from the group's allocate_tensor (PyTorch 2.15; loom's shared window: the row's backend
 reads "loom-alloc"). -n and -w are every size's timed and warm-up calls; with --iter-bytes B a
 size runs B / size timed calls instead, at least 3 and at most -n (a tenth of them to warm up, at
@@ -30,19 +33,41 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 FACTOR = {"allreduce": lambda n: 2.0 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
-          "alltoall": lambda n: (n - 1) / n}
+          "alltoall": lambda n: (n - 1) / n, "sendrecv": lambda n: 1.0}
 
 
 def buffers(op, size, n, make):
     """(input, output, elements of the whole buffer) for one call of `op` on `size` bytes."""
-    unit = 1 if op == "allreduce" else n  # the others' buffer is whole blocks, one per rank
+    unit = 1 if op in ("allreduce", "sendrecv") else n  # the others': blocks, one per rank
     count = max(1, size // 4 // unit) * unit
     if op == "allreduce":  # in place
         out = make(count)
         return out, out, count
     if op == "allgather":
         return make(count // n), make(count), count
+    if op == "sendrecv":  # out: the two receive buffers, one for this step, one for the next
+        return make(count), [make(count), make(count)], count
     return make(count), make(count), count
+
+
+def pipeline_step(inp, out):
+    """sendrecv's call, and what matches its last irecv once the timed calls are done."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    right, left = (rank + 1) % n, (rank - 1) % n
+    state = {"step": 0, "recv": dist.irecv(out[0], left)}
+
+    def call():
+        step = state["step"]
+        ahead = dist.irecv(out[(step + 1) % 2], left)
+        sent = dist.isend(inp, right)
+        state["recv"].wait()
+        sent.wait()
+        state["recv"], state["step"] = ahead, step + 1
+
+    def finish():
+        dist.isend(inp, right).wait()
+        state["recv"].wait()
+    return call, finish
 
 
 def maker(args):
@@ -58,7 +83,10 @@ def maker(args):
 
 def measure(op, size, n, args, make):
     inp, out, count = buffers(op, size, n, make)
-    if op == "allreduce":
+    finish = None
+    if op == "sendrecv":
+        call, finish = pipeline_step(inp, out)
+    elif op == "allreduce":
         def call():
             dist.all_reduce(out, op=dist.ReduceOp.SUM)
     elif op == "allgather":
@@ -76,6 +104,8 @@ def measure(op, size, n, args, make):
         iters = max(3, min(args.iters, args.iter_bytes // size))
         warmup = min(args.warmup, max(2, iters // 10))
     mine = torch_common.time_each_us(call, iters, warmup, before if args.fresh_inputs else None)
+    if finish is not None:
+        finish()
     return count * 4, mine
 
 

@@ -10,7 +10,9 @@ For 2 and 4 ranks (--ranks), each repetition (--reps, 3) launches, in fresh proc
 gloo side by side (their order turning from one repetition to the next):
   collectives  all_reduce at 8 B, 1, 4, 16, 64 MiB and all_gather_into_tensor at 1-64 MiB (the
                output's size), per-op timing (torch_bench.py); loom also on tensors from the
-               group's allocate_tensor (loom-alloc: its shared window, Loom's direct path)
+               group's allocate_tensor (loom-alloc: its shared window, Loom's direct path);
+               and a pipeline's step at 8 B, 64 KiB and 1 MiB: the next irecv posted ahead,
+               isend to the right, wait (torch_bench.py --op sendrecv)
   ddp          DDP steps of an MLP 784-1024-1024-1024-10, batch 64 per rank (torch_ddp.py)
   fsdp         FSDP2 steps of 9 Linear layers of 1024, batch 64 per rank; loom also with
                set_allocate_memory_from_process_group_for_comm(True) (loom-alloc)
@@ -55,6 +57,8 @@ def options():
     p.add_argument("--impls", type=words, default=["loom", "loom-alloc", "gloo"])
     p.add_argument("--allreduce-sizes", type=sizes, default=sizes("8 1M 4M 16M 64M"))
     p.add_argument("--allgather-sizes", type=sizes, default=sizes("1M 4M 16M 64M"))
+    p.add_argument("--sendrecv-sizes", type=sizes, default=sizes("8 64K 1M"),
+                   help="sizes of the pipeline step's messages (isend/irecv)")
     p.add_argument("--iter-bytes", type=sizes, default=[512 << 20],
                    help="each size's timed calls: this / size, at least 3, at most --small-iters")
     p.add_argument("--small-iters", type=int, default=1000, help="timed calls of the small sizes")
@@ -110,8 +114,8 @@ def chosen(a, api):
 
 
 def settings_of(a):
-    return torch_runs.Settings(a.python, a.allreduce_sizes, a.allgather_sizes, a.iter_bytes[0],
-                               a.small_iters, a.fresh_inputs, ddp_steps=a.ddp_steps,
+    return torch_runs.Settings(a.python, a.allreduce_sizes, a.allgather_sizes, a.sendrecv_sizes,
+                               a.iter_bytes[0], a.small_iters, a.fresh_inputs, ddp_steps=a.ddp_steps,
                                fsdp_steps=a.fsdp_steps, calls=a.calls)
 
 

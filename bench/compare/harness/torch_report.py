@@ -86,6 +86,9 @@ def targets(settings, ranks_list):
              ("collectives", "allreduce", n, 64 * MIB, "gloo"), False, (">=", 2.0)),
             ("all_reduce 8 B time", n, ("collectives", "allreduce", n, 8, "loom"),
              ("collectives", "allreduce", n, 8, "gloo"), True, ("<=", 0.1)),
+            ("isend/irecv pipeline step, 8 B, the next irecv posted ahead (time; no issue "
+             "target: at most gloo's)", n, ("collectives", "sendrecv", n, 8, "loom"),
+             ("collectives", "sendrecv", n, 8, "gloo"), True, ("<=", 1.0)),
         ]
         for op, call in (("allreduce", "all_reduce"), ("allgather", "all_gather_into_tensor")):
             for size in (MIB, 4 * MIB, 16 * MIB, 64 * MIB):
@@ -129,7 +132,8 @@ def figures_table(fig, settings, ranks_list):
     return lines + [""]
 
 
-WHAT = {"allreduce": "all_reduce", "allgather": "all_gather_into_tensor", "ddp": "DDP step",
+WHAT = {"allreduce": "all_reduce", "allgather": "all_gather_into_tensor",
+        "sendrecv": "isend/irecv pipeline step", "ddp": "DDP step",
         "fsdp": "FSDP2 step", "call": "one call"}
 
 

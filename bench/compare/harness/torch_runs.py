@@ -2,7 +2,7 @@
 processes with the same timing method (torch_common.py), and their rows.
 
 Each launch measures one library (impl) at one rank count: the per-op collectives of
-torch_bench.py (one op, every size), the training steps of torch_ddp.py (DDP or FSDP2), or the
+torch_bench.py (one op, every size; sendrecv, a pipeline's isend/irecv step, among them), the training steps of torch_ddp.py (DDP or FSDP2), or the
 per-call cost of torch_call_overhead.py (a group of one process). A launch that fails or runs past
 its time is launched once more (its ranks pick a new port); the row says how many tries it took
 and why the first failed."""
@@ -27,7 +27,7 @@ class Row:
     rep: int
     part: str  # collectives, ddp, fsdp, overhead, limit
     impl: str
-    op: str  # allreduce, allgather, ddp, fsdp, call, memcpy
+    op: str  # allreduce, allgather, sendrecv, ddp, fsdp, call, memcpy
     ranks: int
     bytes: int = 0
     iters: int = 0
@@ -75,6 +75,7 @@ class Settings:
     python: str
     allreduce_sizes: list
     allgather_sizes: list
+    sendrecv_sizes: list = field(default_factory=list)
     iter_bytes: int = 512 << 20
     small_iters: int = 1000
     fresh_inputs: bool = False
@@ -172,7 +173,8 @@ def plan(s, rep, ranks_list, parts, impls):
             chosen = rotated([i for i in IMPLS[part] if i in impls], rep)
             if part == "collectives":
                 for op, sizes in (("allreduce", s.allreduce_sizes),
-                                  ("allgather", s.allgather_sizes)):
+                                  ("allgather", s.allgather_sizes),
+                                  ("sendrecv", s.sendrecv_sizes)):
                     if sizes:
                         out += collective_launches(s, ranks, op, sizes, chosen)
             else:
