@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import unittest
@@ -243,6 +244,28 @@ def coalesced_point_to_point(rank, world):
     assert got[0].tolist() == [left] * 3 and got[1].tolist() == [100 + right] * 3, got
 
 
+def pipelined_point_to_point(rank, world):
+    """A pipeline's steps, the next irecv posted ahead of each wait (each send and receive issued
+    at once by the thread that submits it), exact values; then an isend's future completes with
+    nobody waiting for it, and the last receive posted ahead gets its message."""
+    right, left = (rank + 1) % world, (rank - 1) % world
+    got = [torch.zeros(2, dtype=torch.int64) for _ in range(2)]
+    current = dist.irecv(got[0], left)
+    for step in range(200):
+        ahead = dist.irecv(got[(step + 1) % 2], left)
+        sent = dist.isend(torch.tensor([step, 1000 * rank + step]), right)
+        current.wait()
+        assert got[step % 2].tolist() == [step, 1000 * left + step], (step, got[step % 2])
+        sent.wait()
+        current = ahead
+    done = threading.Event()
+    future = dist.isend(torch.tensor([-1, -2]), right).get_future()
+    future.then(lambda f: done.set())
+    assert done.wait(10), "an isend's future did not complete with nobody waiting for it"
+    current.wait()
+    assert got[0].tolist() == [-1, -2], got[0]
+
+
 def coalesced_collectives(rank, world):
     a, b = torch.full((4,), rank), torch.full((2,), 10 * rank)
     with dist._coalescing_manager(device=CPU, async_ops=True) as cm:
@@ -333,6 +356,9 @@ class BackendApi(unittest.TestCase):
 
     def test_coalesced_point_to_point(self):
         run_ranks(coalesced_point_to_point)
+
+    def test_pipelined_point_to_point(self):
+        run_ranks(pipelined_point_to_point)
 
     def test_coalesced_collectives(self):
         run_ranks(coalesced_collectives)

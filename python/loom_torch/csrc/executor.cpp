@@ -8,6 +8,7 @@ namespace loom_torch {
 namespace {
 // The worker leaves a new operation this long to a thread that waits for it at once (a blocking
 // dist call), which then runs it without a hand-off; operations nobody waits for start after it.
+// (A send or receive with nothing ahead is issued by the thread that submits it: submit().)
 constexpr std::chrono::microseconds kGrace{100};
 // How often the worker looks at issued operations nobody waits for (their futures complete).
 constexpr std::chrono::milliseconds kInFlightPoll{1};
@@ -36,8 +37,18 @@ void Executor::submit(std::shared_ptr<Op> op) {
   op->submitted = std::chrono::steady_clock::now();
   const bool wake = !op->waited_at_once;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     if (stopping_) throw std::logic_error("the process group was shut down");
+    // A send or receive with nothing ahead of it is issued here and now: issuing only queues
+    // Loom's call, and left to the worker it waited kGrace first (a pipeline's step, whose irecv
+    // is posted ahead and whose isend follows, took 100 us a message more than its transfer).
+    if (op->issue && queue_.empty() && !running_) {
+      op->taken = true;
+      running_ = true;
+      lock.unlock();
+      execute(op);
+      return;
+    }
     queue_.push_back(std::move(op));
   }
   if (wake) work_cv_.notify_one();
@@ -92,13 +103,17 @@ void Executor::execute(const std::shared_ptr<Op>& op) {
     }
     op->issue = nullptr;
     if (!error) {
+      bool wake = false;
       {
         std::lock_guard lock(mu_);
         running_ = false;
         op->in_flight = true;
+        // The worker looks at the operations in flight every kInFlightPoll while there are
+        // any: woken for the first (it may wait kIdlePoll), and for what is queued behind.
+        wake = in_flight_.empty() || !queue_.empty();
         in_flight_.push_back(op);
       }
-      work_cv_.notify_one();
+      if (wake) work_cv_.notify_one();
       done_cv_.notify_all();
       return;
     }
@@ -148,7 +163,8 @@ void Executor::finish(const std::shared_ptr<Op>& op, std::exception_ptr error) {
   {
     std::lock_guard lock(mu_);
     op->done.store(true, std::memory_order_release);
-    more = !queue_.empty() || !in_flight_.empty() || stopping_;
+    // (The worker already looks at what is in flight every kInFlightPoll.)
+    more = !queue_.empty() || stopping_;
   }
   done_cv_.notify_all();
   if (more) work_cv_.notify_one();

@@ -1,7 +1,7 @@
 // Runs a process group's operations one at a time, in the order they were issued (every rank
 // issues Loom's calls in the same order): on a worker thread, or on the thread that waits for an
 // operation when that operation is next and nothing runs, so that a blocking call costs no
-// hand-off.
+// hand-off; a send or receive with nothing ahead of it is issued by the thread that submits it.
 #pragma once
 
 #include <atomic>
