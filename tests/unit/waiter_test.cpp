@@ -18,23 +18,30 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// A peer that moves a few bytes on every progress() until `trickle_until`, but never completes
-// a slot.
-class TricklingConnection final : public transport::Connection {
+// A peer (rank 1) that never posts nor frees a slot; its sleep lasts its timeout.
+class QuietConnection : public transport::Connection {
  public:
-  explicit TricklingConnection(Clock::time_point trickle_until) : until_(trickle_until) {}
   int peer() const override { return 1; }
   std::size_t slot_bytes() const override { return 4096; }
   std::byte* try_acquire_send_slot(std::size_t) override { return nullptr; }
   void post_send(std::size_t, transport::Tag) override {}
   std::optional<transport::RecvSlot> try_recv_slot() override { return std::nullopt; }
   void release_recv_slot() override {}
-  bool progress() override { return Clock::now() < until_; }
+  bool progress() override { return false; }
   bool send_idle() const override { return true; }
   void add_poll_fds(std::vector<pollfd>&) const override {}
   void sleep(int timeout_ms) override { std::this_thread::sleep_for(1ms * timeout_ms); }
-  std::string describe() const override { return "a trickling peer"; }
+  std::string describe() const override { return "a quiet peer"; }
   std::vector<Region> host_regions() const override { return {}; }
+};
+
+// A peer that moves a few bytes on every progress() until `trickle_until`, but never completes
+// a slot.
+class TricklingConnection final : public QuietConnection {
+ public:
+  explicit TricklingConnection(Clock::time_point trickle_until) : until_(trickle_until) {}
+  bool progress() override { return Clock::now() < until_; }
+  std::string describe() const override { return "a trickling peer"; }
 
  private:
   Clock::time_point until_;
@@ -165,21 +172,9 @@ TEST(SpinBudget, ACeilingOfZeroNeverSpins) {
 }
 
 // A connection that counts wake_sleep() calls.
-class WakeCountingConnection final : public transport::Connection {
+class WakeCountingConnection final : public QuietConnection {
  public:
-  int peer() const override { return 1; }
-  std::size_t slot_bytes() const override { return 4096; }
-  std::byte* try_acquire_send_slot(std::size_t) override { return nullptr; }
-  void post_send(std::size_t, transport::Tag) override {}
-  std::optional<transport::RecvSlot> try_recv_slot() override { return std::nullopt; }
-  void release_recv_slot() override {}
-  bool progress() override { return false; }
-  bool send_idle() const override { return true; }
-  void add_poll_fds(std::vector<pollfd>&) const override {}
-  void sleep(int) override {}
   void wake_sleep() override { ++wakes; }
-  std::string describe() const override { return "a counting peer"; }
-  std::vector<Region> host_regions() const override { return {}; }
   std::atomic<int> wakes{0};
 };
 
