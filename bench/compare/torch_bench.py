@@ -5,19 +5,20 @@ barrier; rank 0 gathers the arrays; a call's time is its slowest rank's; the med
 Starts its own ranks (fresh processes, forked after torch is imported) on loopback TCP. Prints one
 CSV row per size:
   torch-<backend>,<op>,<ranks>,<bytes>,<time_us>,<busbw_gbps>,<timed calls>
-    python3 torch_bench.py --op allreduce|allgather|alltoall|sendrecv --ranks 2 --bytes 1048576 -n 20 -w 5
+    python3 torch_bench.py --op allreduce|allgather|alltoall|sendrecv --ranks 2 --bytes 1M -n 20
     python3 torch_bench.py --backend loom --alloc --op allgather --bytes 1M,64M ...
 Sizes are the whole buffer, as loom-perf's: for allgather (all_gather_into_tensor) the output, for
 alltoall each rank's buffer, for sendrecv each message. sendrecv is a pipeline's step around the
 ring of ranks: each rank posts the irecv of the next step's message from its left before it
 isends this step's to its right and waits for both (a prefetch that keeps a receive always
-posted); busbw is the message's size over the step's time. --backend loom needs loom_torch on PYTHONPATH; --alloc takes the
-tensors from the group's allocate_tensor (PyTorch 2.15; loom's shared window: the row's backend
-reads "loom-alloc"). -n and -w are every size's timed and warm-up calls; with --iter-bytes B a
-size runs B / size timed calls instead, at least 3 and at most -n (a tenth of them to warm up, at
-least 2, at most -w). --fresh-inputs rewrites the input before every call, untimed (per_op.hpp's
-rewrite_lines). With --describe, rank 0 prints the backend's description on stderr. A launch
-that fails starts again on a new port, --tries times in all (3).
+posted); busbw is the message's size over the step's time. --backend loom needs loom_torch on
+PYTHONPATH; --alloc takes the tensors from the group's allocate_tensor (PyTorch 2.15; loom's
+shared window: the row's backend reads "loom-alloc"). -n and -w are every size's timed and
+warm-up calls; with --iter-bytes B a size runs B / size timed calls instead, at least 3 and at
+most -n (a tenth of them to warm up, at least 2, at most -w). --fresh-inputs rewrites the input
+before every call, untimed (per_op.hpp's rewrite_lines). With --describe, rank 0 prints the
+backend's description on stderr. A launch that fails starts again on a new port, --tries times in
+all (3).
 """
 import argparse
 import os

@@ -115,8 +115,8 @@ def chosen(a, api):
 
 def settings_of(a):
     return torch_runs.Settings(a.python, a.allreduce_sizes, a.allgather_sizes, a.sendrecv_sizes,
-                               a.iter_bytes[0], a.small_iters, a.fresh_inputs, ddp_steps=a.ddp_steps,
-                               fsdp_steps=a.fsdp_steps, calls=a.calls)
+                               a.iter_bytes[0], a.small_iters, a.fresh_inputs,
+                               ddp_steps=a.ddp_steps, fsdp_steps=a.fsdp_steps, calls=a.calls)
 
 
 def execute(a, settings, env, parts, impls, recorder, log):

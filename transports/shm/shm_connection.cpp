@@ -218,11 +218,10 @@ void ShmConnection::map_now(std::byte* slot, int advice) const {
   ::madvise(slot, placement_span_, advice);
 }
 
-void ShmConnection::ring_peer() {
-  const int other = 1 - side_;
-  if (header_->waiting[other].load(std::memory_order_seq_cst) != 0) {
-    header_->bell[other].fetch_add(1, std::memory_order_seq_cst);
-    futex_wake_shared(header_->bell[other]);
+void ShmConnection::ring(int side) {
+  if (header_->waiting[side].load(std::memory_order_seq_cst) != 0) {
+    header_->bell[side].fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_shared(header_->bell[side]);
   }
 }
 
@@ -247,14 +246,11 @@ void ShmConnection::sleep(int timeout_ms) {
     peer_gone(fmt::format("process {} is gone (exited or crashed)", peer_pid_).c_str());
 }
 
-// As ring_peer(), on this side's own bell: the sleeper either sees wakes_ move before it sleeps,
-// or its futex word changed, or it is woken.
+// This side's own bell: the sleeper either sees wakes_ move before it sleeps, or its futex word
+// changed, or it is woken.
 void ShmConnection::wake_sleep() {
   wakes_.fetch_add(1, std::memory_order_seq_cst);
-  if (header_->waiting[side_].load(std::memory_order_seq_cst) != 0) {
-    header_->bell[side_].fetch_add(1, std::memory_order_seq_cst);
-    futex_wake_shared(header_->bell[side_]);
-  }
+  ring(side_);
 }
 
 std::string ShmConnection::describe() const {

@@ -62,7 +62,10 @@ class ShmConnection final : public Connection {
   // Maps the placement span of a slot into this process now, so that messages placed further
   // along it do not take a page fault each on their first pass.
   void map_now(std::byte* slot, int advice) const;
-  void ring_peer();
+  // Wakes side `side`'s sleep if it sleeps (bell[side], shm_segment.hpp): the peer's after
+  // posting to it or freeing its slots, this side's own for wake_sleep().
+  void ring(int side);
+  void ring_peer() { ring(1 - side_); }
   void check_peer_open() const;
   void check_peer_sent_more() const;
   [[noreturn]] void peer_gone(const char* why) const;

@@ -2,8 +2,9 @@
 processes with the same timing method (torch_common.py), and their rows.
 
 Each launch measures one library (impl) at one rank count: the per-op collectives of
-torch_bench.py (one op, every size; sendrecv, a pipeline's isend/irecv step, among them), the training steps of torch_ddp.py (DDP or FSDP2), or the
-per-call cost of torch_call_overhead.py (a group of one process). A launch that fails or runs past
+torch_bench.py (one op, every size; sendrecv, a pipeline's isend/irecv step, among them), the
+training steps of torch_ddp.py (DDP or FSDP2), or the per-call cost of torch_call_overhead.py (a
+group of one process). A launch that fails or runs past
 its time is launched once more (its ranks pick a new port); the row says how many tries it took
 and why the first failed."""
 import csv
