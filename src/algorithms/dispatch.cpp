@@ -105,9 +105,15 @@ void Dispatcher::run(Engine& engine, const Collective& call) {
   engine.count_waits(true);
   const int cpu = ::sched_getcpu();
   const auto started = std::chrono::steady_clock::now();
-  plan_.algorithm->run(engine, call);
+  {
+    // A call that raises stops the count too: no clock is read in the uncounted calls after it.
+    struct StopCounting {
+      Engine& engine;
+      ~StopCounting() { engine.count_waits(false); }
+    } stop{engine};
+    plan_.algorithm->run(engine, call);
+  }
   const auto took = std::chrono::steady_clock::now() - started;
-  engine.count_waits(false);
   record_time(engine, call, std::chrono::duration<double, std::micro>(took).count(),
               ::sched_getcpu() != cpu);
 }
@@ -122,20 +128,34 @@ void Dispatcher::record_time(const Engine& engine, const Collective& call, doubl
   t.fastest_us = t.calls == 1 ? took_us : std::min(t.fastest_us, took_us);
   const Engine::WaitStats& w = engine.wait_stats();
   t.waited_us += w.us, t.waits += w.waits, t.sleeps += w.sleeps, t.moved += moved ? 1 : 0;
+  for (int k = 0; k < Engine::kWorkKinds; ++k) {
+    t.work.us[k] += engine.work_stats().us[k];
+    t.work.bytes[k] += engine.work_stats().bytes[k];
+  }
   std::uint64_t power = 1;
   while (power * 10 <= t.calls) power *= 10;
   if (t.calls != power) return;
   const double calls = static_cast<double>(t.calls);
+  // The work by where its bytes come from: time a call, and the rate (bytes moved a microsecond
+  // is MB/s; divided by 1000, GB/s).
+  std::string work;
+  static constexpr const char* kWorkNames[Engine::kWorkKinds] = {"into slots", "out of slots",
+                                                                 "peers' memory", "own memory"};
+  for (int k = 0; k < Engine::kWorkKinds; ++k)
+    if (t.work.bytes[k] > 0)
+      work += fmt::format("{}{} {:.1f} us ({:.2f} GB/s)", work.empty() ? "" : ", ", kWorkNames[k],
+                          t.work.us[k] / calls,
+                          t.work.us[k] > 0 ? t.work.bytes[k] / t.work.us[k] / 1e3 : 0.0);
   // Of the time measured, how much this rank waited for its peers (a slow placement of the cores
   // shows there: the peer's slots arrive later) and how often it slept (each a wake-up).
   base::log().debug(
       "{} {} of {}-{} B: predicted {:.1f} us, measured {:.1f} us (fastest {:.1f}) on this rank, "
       "mean of {} call(s), of which waiting for peers {:.1f} us ({:.1f} waits, {:.1f} sleeps a "
-      "call; {} call(s) ended on another CPU); cost model {}",
+      "call; {} call(s) ended on another CPU); copies and reductions: {}; cost model {}",
       to_string(call.kind), plan_.algorithm->name, lowest_bytes(cls), highest_bytes(cls),
       t.predicted_us / calls, t.measured_us / calls, t.fastest_us, t.calls, t.waited_us / calls,
       static_cast<double>(t.waits) / calls, static_cast<double>(t.sleeps) / calls, t.moved,
-      engine.selector().inputs().costs.source);
+      work.empty() ? "none timed" : work, engine.selector().inputs().costs.source);
 }
 
 }  // namespace loom::algorithms

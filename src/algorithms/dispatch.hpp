@@ -10,10 +10,10 @@
 
 #include "algorithms/algorithm_costs.hpp"
 #include "algorithms/collective.hpp"
+#include "algorithms/engine.hpp"
 
 namespace loom::algorithms {
 
-class Engine;
 struct Algorithm;
 
 class Dispatcher {
@@ -44,6 +44,7 @@ class Dispatcher {
     std::uint64_t waits = 0;
     std::uint64_t sleeps = 0;
     std::uint64_t moved = 0;  // calls that ended on another CPU than they began on
+    Engine::WorkStats work;   // sums: the copies and reductions, by where their bytes come from
   };
   // At DEBUG, each call class's predicted time against this rank's measured one, at its 1st,
   // 10th, 100th, ... call: where the model is wrong, and by how much.

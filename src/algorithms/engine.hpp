@@ -153,13 +153,30 @@ class Engine {
   // Starts counting afresh (on), or stops and keeps the count (off).
   void count_waits(bool on) {
     counting_waits_ = on;
-    if (on) wait_stats_ = {};
+    if (on) wait_stats_ = {}, work_stats_ = {};
   }
   const WaitStats& wait_stats() const { return wait_stats_; }
   void note_wait(double us, std::uint64_t sleeps) const {
     wait_stats_.us += us;
     wait_stats_.waits += 1;
     wait_stats_.sleeps += sleeps;
+  }
+  // The copies and reductions of the same calls, by where their bytes come from: the caller's
+  // memory into a send slot; a received slot (over shared memory, lines the peer's core wrote:
+  // where the bytes cross between cores) into the caller's memory or the next slot; a peer's
+  // memory read or written in place (the single copy); the rank's own memory (the single copy's
+  // folds of what it read). The rest of a call's time is its waits and the hand-overs between
+  // them (the slots' flags, the messages).
+  enum class Work { into_slots, out_of_slots, peer_memory, own_memory };
+  static constexpr int kWorkKinds = 4;
+  struct WorkStats {
+    double us[kWorkKinds] = {};
+    double bytes[kWorkKinds] = {};
+  };
+  const WorkStats& work_stats() const { return work_stats_; }
+  void note_work(Work kind, double us, std::size_t bytes) const {
+    work_stats_.us[static_cast<int>(kind)] += us;
+    work_stats_.bytes[static_cast<int>(kind)] += static_cast<double>(bytes);
   }
   // How long this rank's waits spin before they sleep, learned across calls (waiter.hpp).
   SpinBudget& spin_budget() const { return spin_budget_; }
@@ -212,6 +229,7 @@ class Engine {
   mutable BatchWake batch_wake_;
   bool counting_waits_ = false;
   mutable WaitStats wait_stats_;
+  mutable WorkStats work_stats_;
   std::vector<transport::Connection*> by_peer_;         // connections made so far, by rank
   std::vector<transport::Connection*> by_peer_device_;  // the same for calls on GPU buffers
   HostDataPath host_path_;
@@ -223,6 +241,34 @@ class Engine {
   std::vector<transport::Connection*> used_;
   static constexpr std::size_t kHistory = 64;
   std::array<transport::Tag, kHistory> history_{};  // tags of the last calls, by sequence number
+};
+
+// Times one copy or reduction into the engine's work count (Engine::Work) while the engine counts
+// (DEBUG logging) a call on host buffers; otherwise reads no clock. (A GPU's copies are queued on
+// its stream: the time here would be the queueing's.) Where the work runs inside a wait's look (the
+// exchanges: Primitives::send_recv and its kin), a wait that does not end at once counts it too.
+class WorkTimer {
+ public:
+  WorkTimer(const Engine& engine, Engine::Work kind, std::size_t bytes)
+      : engine_(engine.counting_waits() && engine.device_path() == nullptr ? &engine : nullptr),
+        kind_(kind),
+        bytes_(bytes) {
+    if (engine_ != nullptr) started_ = base::Clock::now();
+  }
+  ~WorkTimer() {
+    if (engine_ != nullptr)
+      engine_->note_work(
+          kind_, std::chrono::duration<double, std::micro>(base::Clock::now() - started_).count(),
+          bytes_);
+  }
+  WorkTimer(const WorkTimer&) = delete;
+  WorkTimer& operator=(const WorkTimer&) = delete;
+
+ private:
+  const Engine* engine_;
+  Engine::Work kind_;
+  std::size_t bytes_;
+  base::Clock::time_point started_{};
 };
 
 }  // namespace loom::algorithms

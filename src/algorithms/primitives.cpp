@@ -37,7 +37,10 @@ void Primitives::post_from(std::byte* slot, const std::byte* src, std::size_t by
     send_to_->post_send_from(src, bytes, engine_.call().tag());
     return;
   }
-  copy(slot, src, bytes);
+  {
+    const WorkTimer timed(engine_, Engine::Work::into_slots, bytes);
+    copy(slot, src, bytes);
+  }
   complete();
   post(bytes);
 }
@@ -144,7 +147,11 @@ void Primitives::recv(void* dst, std::size_t count) {
   for (std::size_t off = 0; off < count; off += slice_elems_, ++received) {
     steered = steer(d, count, received, steered);
     const std::size_t bytes = std::min(slice_elems_, count - off) * elem_;
-    copy_out(d + off * elem_, wait_recv(bytes), bytes);
+    const transport::RecvSlot slot = wait_recv(bytes);
+    {
+      const WorkTimer timed(engine_, Engine::Work::out_of_slots, bytes);
+      copy_out(d + off * elem_, slot, bytes);
+    }
     complete();
     release();
   }
@@ -156,7 +163,10 @@ std::size_t Primitives::send_some(const void* src, std::size_t count, std::size_
     const std::size_t bytes = std::min(slice_elems_, count - done) * elem_;
     std::byte* slot = try_send(bytes);
     if (slot == nullptr) break;
-    copy(slot, s + done * elem_, bytes);
+    {
+      const WorkTimer timed(engine_, Engine::Work::into_slots, bytes);
+      copy(slot, s + done * elem_, bytes);
+    }
     complete();
     post(bytes);
     done += bytes / elem_;
@@ -170,7 +180,10 @@ std::size_t Primitives::recv_some(void* dst, std::size_t count, std::size_t done
     const std::size_t bytes = std::min(slice_elems_, count - done) * elem_;
     auto slot = try_recv(bytes);
     if (!slot) break;
-    copy(d + done * elem_, slot->data, bytes);
+    {
+      const WorkTimer timed(engine_, Engine::Work::out_of_slots, bytes);
+      copy(d + done * elem_, slot->data, bytes);
+    }
     complete();
     release();
     done += bytes / elem_;
@@ -185,7 +198,10 @@ void Primitives::recv_reduce_send(const void* local, std::size_t count) {
     const std::size_t n = std::min(slice_elems_, count - off);
     auto slot = wait_recv(n * elem_);
     std::byte* out = wait_send(n * elem_);
-    reduce(out, l + off * elem_, slot.data, n, c.dtype, c.op);
+    {
+      const WorkTimer timed(engine_, Engine::Work::out_of_slots, n * elem_);
+      reduce(out, l + off * elem_, slot.data, n, c.dtype, c.op);
+    }
     complete();
     post(n * elem_);
     release();
@@ -203,20 +219,27 @@ void Primitives::recv_reduce_copy(const void* local, void* dst, std::size_t coun
     std::byte* out = send ? wait_send(n * elem_) : nullptr;
     if (send && send_from_caller_ && !send_inline_) {  // host memory only: nothing to complete
       // The transport sends the result from dst: one write pass instead of two.
-      reduce_copy(d + off * elem_, nullptr, l + off * elem_, slot.data, n, c.dtype, c.op, divisor);
+      {
+        const WorkTimer timed(engine_, Engine::Work::out_of_slots, n * elem_);
+        reduce_copy(d + off * elem_, nullptr, l + off * elem_, slot.data, n, c.dtype, c.op,
+                    divisor);
+      }
       release();
       post_from(out, d + off * elem_, n * elem_);
       continue;
     }
-    if (send && streaming_out_ && !device_) {
-      // Beyond the cache: the result goes to the send slot, cached, where the peer reads it
-      // next, and from there past the caches into dst, whose lines are then never read before
-      // being written. Shared memory, in one launch alternating with the fused pass: 2 ranks
-      // 1.03-1.05x at 16 MiB, 1.06-1.09x at 64 MiB; 4 ranks 1.00-1.08x at 4-64 MiB.
-      host_.reduce_copy(out, nullptr, l + off * elem_, slot.data, n, c.dtype, c.op, divisor);
-      host_.copy_streaming(d + off * elem_, out, n * elem_);
-    } else {
-      reduce_copy(d + off * elem_, out, l + off * elem_, slot.data, n, c.dtype, c.op, divisor);
+    {
+      const WorkTimer timed(engine_, Engine::Work::out_of_slots, n * elem_);
+      if (send && streaming_out_ && !device_) {
+        // Beyond the cache: the result goes to the send slot, cached, where the peer reads it
+        // next, and from there past the caches into dst, whose lines are then never read before
+        // being written. Shared memory, in one launch alternating with the fused pass: 2 ranks
+        // 1.03-1.05x at 16 MiB, 1.06-1.09x at 64 MiB; 4 ranks 1.00-1.08x at 4-64 MiB.
+        host_.reduce_copy(out, nullptr, l + off * elem_, slot.data, n, c.dtype, c.op, divisor);
+        host_.copy_streaming(d + off * elem_, out, n * elem_);
+      } else {
+        reduce_copy(d + off * elem_, out, l + off * elem_, slot.data, n, c.dtype, c.op, divisor);
+      }
     }
     complete();
     if (send) post(n * elem_);
@@ -232,14 +255,20 @@ void Primitives::recv_copy_send(void* dst, std::size_t count) {
     const std::size_t bytes = std::min(slice_elems_, count - off) * elem_;
     auto slot = wait_recv(bytes);
     std::byte* out = wait_send(bytes);
-    if (send_from_caller_ && !send_inline_) {         // host memory only: nothing to complete
-      copy_out(d + off * elem_, slot, bytes, false);  // forwarded from where it lands
+    if (send_from_caller_ && !send_inline_) {  // host memory only: nothing to complete
+      {
+        const WorkTimer timed(engine_, Engine::Work::out_of_slots, bytes);
+        copy_out(d + off * elem_, slot, bytes, false);  // forwarded from where it lands
+      }
       release();
       post_from(out, d + off * elem_, bytes);
       continue;
     }
-    copy_out(d + off * elem_, slot, bytes);
-    copy(out, slot.data, bytes);
+    {
+      const WorkTimer timed(engine_, Engine::Work::out_of_slots, bytes);
+      copy_out(d + off * elem_, slot, bytes);
+      copy(out, slot.data, bytes);
+    }
     complete();
     post(bytes);
     release();
@@ -295,10 +324,13 @@ void Primitives::exchange(const void* src, std::size_t send_count, const void* l
             const std::size_t n = std::min(slice_elems_, recv_count - off);
             const std::size_t bytes = n * elem_;
             if (auto slot = try_recv(bytes)) {
-              if (l != nullptr)
-                reduce(d + off * elem_, l + off * elem_, slot->data, n, c.dtype, c.op);
-              else
-                copy_out(d + off * elem_, *slot, bytes);
+              {
+                const WorkTimer timed(engine_, Engine::Work::out_of_slots, bytes);
+                if (l != nullptr)
+                  reduce(d + off * elem_, l + off * elem_, slot->data, n, c.dtype, c.op);
+                else
+                  copy_out(d + off * elem_, *slot, bytes);
+              }
               complete();
               release();
               ++received, moved = true;

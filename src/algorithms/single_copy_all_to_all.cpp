@@ -84,8 +84,11 @@ class SingleCopy {
     for (int k = 1; k < n_; ++k) engine_.connection(peer(k)), engine_.connection(peer(-k));
     say_hello();
     const auto [own_from, own_count] = blocks_.sent_to(r_);
-    kernels::copy(out_ + blocks_.received_from(r_).first * elem_, in_ + own_from * elem_,
-                  own_count * elem_);
+    {
+      const WorkTimer timed(engine_, Engine::Work::own_memory, own_count * elem_);
+      kernels::copy(out_ + blocks_.received_from(r_).first * elem_, in_ + own_from * elem_,
+                    own_count * elem_);
+    }
     through_slots([&](int to) { return !reads(to, blocks_.sent_to(to).second); },
                   [&](int from) { return !reads(from, blocks_.received_from(from).second); });
     read_blocks();
@@ -180,9 +183,11 @@ class SingleCopy {
                       hello.block_count, r_, expected));
     const auto pid = static_cast<pid_t>(hello.pid);
     int err = check_peer_word(pid, hello.nonce_address, hello.nonce, false);
-    if (err == 0)
+    if (err == 0) {
+      const WorkTimer timed(engine_, Engine::Work::peer_memory, expected * elem_);
       err = base::read_process_memory(pid, reinterpret_cast<const void*>(hello.block_address),
                                       out_ + at * elem_, expected * elem_);
+    }
     const Done done{static_cast<std::uint32_t>(err), 0};
     to(from_rank).send_message(&done, sizeof done);
     if (err != 0) failed(failed_in_, from_rank, err);

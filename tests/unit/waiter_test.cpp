@@ -11,6 +11,7 @@
 #include "algorithms/dispatch.hpp"
 #include "algorithms/engine.hpp"
 #include "base/abort_record.hpp"
+#include "base/logging.hpp"
 
 namespace loom::algorithms {
 namespace {
@@ -214,6 +215,68 @@ TEST(BatchWake, AWakeReachesTheConnectionMarkedAndNoneAfterUnmark) {
   wake.unmark({});
   wake.wake();
   EXPECT_EQ(c.wakes, 1);
+}
+
+// A peer with one slot ready: 4096 bytes of 7s, for the call whose tag it is given.
+class OneSlotConnection final : public QuietConnection {
+ public:
+  std::optional<transport::RecvSlot> try_recv_slot() override {
+    if (released) return std::nullopt;
+    return transport::RecvSlot{data.data(), data.size(), tag};
+  }
+  void release_recv_slot() override { released = true; }
+  std::vector<std::byte> data = std::vector<std::byte>(4096, std::byte{7});
+  transport::Tag tag{};
+  bool released = false;
+};
+
+// Engine::WorkStats: while the engine counts (DEBUG logging), a received slot's copy into the
+// caller's buffer is counted as work out of the slots, its bytes exactly, afresh for each call;
+// the other kinds stay empty. Not counting, nothing is. (The log stays at WARN here: at DEBUG the
+// dispatch counts every call itself.)
+TEST(WorkStats, AReceivedSliceCountsItsBytesOutOfTheSlotsOnlyWhileCounting) {
+  const auto level = base::log().level();
+  base::log().set_level(spdlog::level::warn);
+  for (const bool counting : {true, false}) {
+    OneSlotConnection peer;
+    OnePeer transport(peer);
+    base::Config config;
+    config.timeout = 10s;
+    base::Halt halt;
+    std::atomic<int> callers_waiting{0};
+    SelectionInputs selection;
+    selection.size = 2;
+    selection.hosts = {{0}, {1}};
+    Engine engine(0, 2, transport, config, halt, callers_waiting,
+                  std::make_shared<const Selector>(selection));
+    Dispatcher dispatcher;
+    std::vector<std::byte> out(4096);
+    for (std::uint64_t seq = 0; seq < 2; ++seq) {  // the second call's count starts afresh
+      Collective call;
+      call.kind = Kind::recv;
+      call.seq = seq;
+      call.count = out.size();
+      call.root = 1;
+      call.out = out.data();
+      peer.tag = call.tag();
+      peer.released = false;
+      engine.count_waits(counting);
+      engine.run(call, dispatcher);
+      engine.count_waits(false);
+      EXPECT_TRUE(peer.released);
+      EXPECT_EQ(out[4095], std::byte{7});
+    }
+    const Engine::WorkStats& work = engine.work_stats();
+    const auto kind = [](Engine::Work w) { return static_cast<int>(w); };
+    EXPECT_EQ(work.bytes[kind(Engine::Work::out_of_slots)], counting ? 4096.0 : 0.0);
+    EXPECT_EQ(work.bytes[kind(Engine::Work::into_slots)], 0.0);
+    EXPECT_EQ(work.bytes[kind(Engine::Work::peer_memory)], 0.0);
+    EXPECT_EQ(work.bytes[kind(Engine::Work::own_memory)], 0.0);
+    if (!counting) {
+      EXPECT_EQ(work.us[kind(Engine::Work::out_of_slots)], 0.0);
+    }
+  }
+  base::log().set_level(level);
 }
 
 }  // namespace
