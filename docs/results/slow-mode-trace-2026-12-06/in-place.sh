@@ -1,5 +1,5 @@
 #!/bin/bash
-B=/work/main/build-bench
+B=${B:-build-bench}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 for r in $(seq 1 ${1:-4}); do
  for s in 1048576 16777216 67108864; do

@@ -1,7 +1,7 @@
 #!/bin/bash
 # One round: the cache-line round trip, then Loom (ring, single copy) and vader, 2 ranks shm,
 # 1 / 16 / 64 MiB, each a fresh launch; Loom at DEBUG for its copies' breakdown.
-B=${B:-/work/main/build-bench}
+B=${B:-build-bench}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 rounds=${1:-6}
 for r in $(seq 1 $rounds); do
