@@ -61,20 +61,41 @@ class OnePeer final : public transport::Transport {
   transport::Connection& c_;
 };
 
+// The engine of rank 0 of 2, whose one peer is `peer`; its calls time out after `timeout`.
+class OnePeerEngine {
+ public:
+  OnePeerEngine(transport::Connection& peer, std::chrono::milliseconds timeout,
+                const base::Halt& halt)
+      : transport_(peer),
+        config_(with_timeout(timeout)),
+        engine_(0, 2, transport_, config_, halt, callers_waiting_,
+                std::make_shared<const Selector>(two_hosts())) {}
+  Engine* operator->() { return &engine_; }
+
+ private:
+  static base::Config with_timeout(std::chrono::milliseconds timeout) {
+    base::Config config;
+    config.timeout = timeout;
+    return config;
+  }
+  static SelectionInputs two_hosts() {
+    SelectionInputs selection;
+    selection.size = 2;
+    selection.hosts = {{0}, {1}};
+    return selection;
+  }
+  OnePeer transport_;
+  base::Config config_;
+  std::atomic<int> callers_waiting_{0};
+  Engine engine_;
+};
+
 // How long a recv of one slot from the trickling peer takes to fail, and what it raised.
 template <typename Error>
 Clock::duration time_to_fail(std::chrono::milliseconds timeout, base::Halt& halt,
                              std::chrono::milliseconds halt_after = 0ms) {
   TricklingConnection peer(Clock::now() + 10s);
-  OnePeer transport(peer);
-  base::Config config;
-  config.timeout = timeout;
-  std::atomic<int> callers_waiting{0};
-  SelectionInputs selection;
-  selection.size = 2;
-  selection.hosts = {{0}, {1}};
-  Engine engine(0, 2, transport, config, halt, callers_waiting,
-                std::make_shared<const Selector>(selection));
+  OnePeerEngine engine(peer, timeout, halt);
   std::vector<std::byte> out(4096);
   Collective call;
   call.kind = Kind::recv;
@@ -90,7 +111,7 @@ Clock::duration time_to_fail(std::chrono::milliseconds timeout, base::Halt& halt
     });
   const auto start = Clock::now();
   Dispatcher dispatcher;
-  EXPECT_THROW(engine.run(call, dispatcher), Error);
+  EXPECT_THROW(engine->run(call, dispatcher), Error);
   const auto took = Clock::now() - start;
   if (halter.joinable()) halter.join();
   return took;
@@ -239,16 +260,8 @@ TEST(WorkStats, AReceivedSliceCountsItsBytesOutOfTheSlotsOnlyWhileCounting) {
   base::log().set_level(spdlog::level::warn);
   for (const bool counting : {true, false}) {
     OneSlotConnection peer;
-    OnePeer transport(peer);
-    base::Config config;
-    config.timeout = 10s;
     base::Halt halt;
-    std::atomic<int> callers_waiting{0};
-    SelectionInputs selection;
-    selection.size = 2;
-    selection.hosts = {{0}, {1}};
-    Engine engine(0, 2, transport, config, halt, callers_waiting,
-                  std::make_shared<const Selector>(selection));
+    OnePeerEngine engine(peer, 10s, halt);
     Dispatcher dispatcher;
     std::vector<std::byte> out(4096);
     for (std::uint64_t seq = 0; seq < 2; ++seq) {  // the second call's count starts afresh
@@ -260,13 +273,13 @@ TEST(WorkStats, AReceivedSliceCountsItsBytesOutOfTheSlotsOnlyWhileCounting) {
       call.out = out.data();
       peer.tag = call.tag();
       peer.released = false;
-      engine.count_waits(counting);
-      engine.run(call, dispatcher);
-      engine.count_waits(false);
+      engine->count_waits(counting);
+      engine->run(call, dispatcher);
+      engine->count_waits(false);
       EXPECT_TRUE(peer.released);
       EXPECT_EQ(out[4095], std::byte{7});
     }
-    const Engine::WorkStats& work = engine.work_stats();
+    const Engine::WorkStats& work = engine->work_stats();
     const auto kind = [](Engine::Work w) { return static_cast<int>(w); };
     EXPECT_EQ(work.bytes[kind(Engine::Work::out_of_slots)], counting ? 4096.0 : 0.0);
     EXPECT_EQ(work.bytes[kind(Engine::Work::into_slots)], 0.0);
