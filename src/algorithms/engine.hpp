@@ -168,7 +168,7 @@ class Engine {
   // folds of what it read). The rest of a call's time is its waits and the hand-overs between
   // them (the slots' flags, the messages).
   enum class Work { into_slots, out_of_slots, peer_memory, own_memory };
-  static constexpr int kWorkKinds = 4;
+  static constexpr int kWorkKinds = static_cast<int>(Work::own_memory) + 1;
   struct WorkStats {
     double us[kWorkKinds] = {};
     double bytes[kWorkKinds] = {};
