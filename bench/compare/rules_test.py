@@ -3,14 +3,13 @@
 and slow launches are told apart, and the no-cliff check against the memory bound
 (harness/cliffs.py), and one library in two runs (harness/diff.py)."""
 import dataclasses
-import json
 import os
 import sys
 import unittest
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import cliffs, diff, drivers, limits, report, rules  # noqa: E402
+from harness import cliffs, diff, drivers, report, rules  # noqa: E402
 from harness.drivers import BOUND, BOUND_TRANSPORT  # noqa: E402
 from harness.measure import MEMCPY_WS, Row  # noqa: E402
 
@@ -68,48 +67,6 @@ class Targets(unittest.TestCase):
         bound = [dataclasses.replace(r, busbw_gbps=3.5) for r in bound]  # within: nothing added
         v = verdict(rows + bound, op="alltoall", ranks=4)
         self.assertEqual(v.why, "missed: median 1.00 < 1.50")
-
-    def test_a_target_beyond_the_cores_bound_over_tcp_says_so(self):
-        size = 16 * MIB
-        rows = cell_rows([1.1] * 3, [1.1] * 3, transport="tcp", ranks=4, size=size,
-                         other_impl="gloo:allreduce_ring")
-        cpu = [Row(rep, report.tcp_cpu_limit(4), "-", "limit", 4, 0, busbw_gbps=1.2)
-               for rep in (1, 2, 3)]
-        v = verdict(rows + cpu, ranks=4, transport="tcp", size=size)
-        self.assertEqual(v.why, "missed: median 1.00 < 1.25; the target (1.38 GB/s) is 1.15x the "
-                                "cores' bound over TCP")
-        cpu = [dataclasses.replace(r, busbw_gbps=1.5) for r in cpu]  # within: nothing added
-        self.assertEqual(verdict(rows + cpu, ranks=4, transport="tcp", size=size).why,
-                         "missed: median 1.00 < 1.25")
-        # Another rank count's bound is not this cell's.
-        cpu = [dataclasses.replace(r, impl=report.tcp_cpu_limit(2), ranks=2, busbw_gbps=1.0)
-               for r in cpu]
-        self.assertEqual(verdict(rows + cpu, ranks=4, transport="tcp", size=size).why,
-                         "missed: median 1.00 < 1.25")
-
-    def test_a_limit_target_beyond_the_cores_bound_says_so(self):
-        size = 64 * MIB
-        rows = cell_rows([2.0] * 3, [1.0] * 3, transport="tcp", size=size)
-        for rep in (1, 2, 3):
-            rows += [Row(rep, "iperf3", "-", "limit", 2, 0, busbw_gbps=4.0),
-                     Row(rep, report.tcp_cpu_limit(2), "-", "limit", 2, 0, busbw_gbps=2.5)]
-        found = [v for v in rules.verdicts(report.Cells(rows)) if v.target.limit == "iperf3"]
-        self.assertEqual(found[0].why, "missed: median 0.50 < 0.90; the target (3.60 GB/s) is "
-                                       "1.44x the cores' bound over TCP")
-
-    def test_the_cores_bound_is_one_streams_cost_per_byte_on_every_core(self):
-        class Client:  # an iperf3 client's JSON report: 4 GB/s, sender 95% and receiver 65%
-            def communicate(self, timeout):
-                end = {"sum_received": {"bits_per_second": 32e9},
-                       "cpu_utilization_percent": {"host_total": 95.0, "remote_total": 65.0}}
-                return json.dumps({"end": end}), ""
-        gbps, cores = limits._received(Client(), 1)
-        self.assertAlmostEqual(gbps, 4.0)
-        self.assertAlmostEqual(cores, 1.6)
-        # 2.5 GB/s a core sending and receiving; 4 ranks on 2 cores: each 1.25 GB/s at most.
-        self.assertAlmostEqual(limits.tcp_cpu_bound_gbps(gbps / cores, 4, cpus=2), 1.25)
-        self.assertAlmostEqual(limits.tcp_cpu_bound_gbps(gbps / cores, 2, cpus=2), 2.5)
-        self.assertIsNone(limits.tcp_cpu_bound_gbps(None, 2, cpus=2))
 
     def test_the_memory_bound_is_each_operations_busbw_of_one_pass(self):
         pass_row = "copy_footprint,4,1048576,2,100.0,10.49,100.0,120.0"

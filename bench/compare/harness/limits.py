@@ -1,6 +1,5 @@
 """The machine's limits, measured in the same run as the libraries: single-thread memcpy bandwidth
-(the yardstick of shared memory), one iperf3 TCP stream on loopback (the yardstick of TCP) and
-the CPU time its two ends used for it (what each byte sent and received costs the cores), two
+(the yardstick of shared memory), one iperf3 TCP stream on loopback (the yardstick of TCP), two
 streams at once in opposite directions (what loopback carries each way when, as in a 2-rank
 all-reduce, both directions share the cores) and n streams at once (what each link of an n-rank
 ring carries when all n share the cores); and, measured around every launch, the cores' placement
@@ -74,23 +73,19 @@ def _iperf3_client(port, seconds, reverse):
                             stderr=subprocess.DEVNULL, text=True)
 
 
-def _received(client, seconds):
-    """(the client's received GB/s (bytes), the cores its two ends used: the sender's and the
-    receiver's CPU time over the test's, iperf3's own figures, None where it gave none); None
-    where the server was not yet listening."""
+def _received_gbps(client, seconds):
+    """The client's received GB/s (bytes), None where the server was not yet listening."""
     out, _ = client.communicate(timeout=seconds + 30)
     report = json.loads(out)
     if "end" in report and "sum_received" in report["end"]:
-        cpu = report["end"].get("cpu_utilization_percent", {})
-        cores = (cpu.get("host_total", 0) + cpu.get("remote_total", 0)) / 100
-        return report["end"]["sum_received"]["bits_per_second"] / 8e9, cores or None
+        return report["end"]["sum_received"]["bits_per_second"] / 8e9
     return None
 
 
 def _iperf3(streams, seconds, opposite=False):
-    """(GB/s (bytes), cores used) of each of `streams` loopback streams, all running at once,
-    every second one in the opposite direction (iperf3 -R) if `opposite`; one server per stream.
-    None without iperf3."""
+    """GB/s (bytes) each of `streams` loopback streams carried, all running at once, every second
+    one in the opposite direction (iperf3 -R) if `opposite`; one server per stream. None without
+    iperf3."""
     if not shutil.which("iperf3"):
         return None
     servers, clients = [], []
@@ -105,7 +100,7 @@ def _iperf3(streams, seconds, opposite=False):
             time.sleep(0.1)
             clients = [_iperf3_client(port, seconds, opposite and i % 2 == 1)
                        for i, port in enumerate(ports)]
-            rates = [_received(c, seconds) for c in clients]
+            rates = [_received_gbps(c, seconds) for c in clients]
             clients = []
             if all(r is not None for r in rates):
                 return rates
@@ -120,16 +115,10 @@ def _iperf3(streams, seconds, opposite=False):
             p.wait()
 
 
-def iperf3_stream(seconds=3):
-    """One iperf3 stream over loopback: (the GB/s (bytes) it carried, the GB/s one core carries
-    when it both sends and receives each byte: the stream's rate over the cores its sender and
-    receiver used together). (None, None) without iperf3; the second None where iperf3 gave no
-    CPU figures."""
+def iperf3_gbps(seconds=3):
+    """GB/s (bytes) of one iperf3 stream over loopback; None without iperf3."""
     rates = _iperf3(1, seconds)
-    if not rates:
-        return None, None
-    gbps, cores = rates[0]
-    return gbps, (gbps / cores if cores else None)
+    return rates[0] if rates else None
 
 
 def iperf3_opposite_gbps(seconds=3):
@@ -137,7 +126,7 @@ def iperf3_opposite_gbps(seconds=3):
     opposite directions: a 2-rank all-reduce sends as many bytes each way at once, so on a host
     whose cores both streams share this, not one stream, bounds it. None without iperf3."""
     rates = _iperf3(2, seconds, opposite=True)
-    return sum(r for r, _ in rates) / 2 if rates else None
+    return sum(rates) / 2 if rates else None
 
 
 def iperf3_ring_gbps(streams, seconds=3):
@@ -146,16 +135,4 @@ def iperf3_ring_gbps(streams, seconds=3):
     whose cores all the streams share, this bounds the ring's busbw before any reduction. None
     without iperf3."""
     rates = _iperf3(streams, seconds)
-    return sum(r for r, _ in rates) / streams if rates else None
-
-
-def tcp_cpu_bound_gbps(core_gbps, ranks, cpus=None):
-    """The most busbw an all-reduce or all-to-all of `ranks` ranks over loopback TCP on this host
-    can report, from the cores' side: busbw x time is what each rank must at least send and
-    receive, every rank's bytes cost 1 / core_gbps of a core each, and the host has `cpus` cores
-    (this process's CPUs by default). Generous: it counts no reduction, and iperf3's buffers stay
-    in the cache."""
-    if not core_gbps:
-        return None
-    cpus = cpus or len(os.sched_getaffinity(0))
-    return core_gbps * cpus / ranks
+    return sum(rates) / streams if rates else None

@@ -68,19 +68,15 @@ def iterations(size, scale=1.0, budget=BUDGET, least=5, most=400):
 MEMCPY_WS, MEMCPY_WS_TRANSPORT = report.MEMCPY_WS, drivers.BOUND_TRANSPORT
 
 
-def limits_rows(rep, drv, ring_ranks=(), working_sets=(), tcp_ranks=()):
+def limits_rows(rep, drv, ring_ranks=(), working_sets=()):
     """The machine's limits; ring_ranks: the rank counts (above 2) whose TCP ring bound to
     measure; working_sets: (op, ranks, size) whose working set (every rank's input and output:
     one thread copies ranks x size bytes into as many) to copy with memcpy, as rows of op at that
-    rank count and size; tcp_ranks: the rank counts run over TCP, each given the cores' bound
-    (limits.tcp_cpu_bound_gbps) from the same iperf3 stream."""
-    stream, core = limits.iperf3_stream()
+    rank count and size."""
     rows = [Row(rep, "memcpy", "-", "limit", 1, 64 << 20, busbw_gbps=limits.memcpy_gbps(drv.memcpy)),
-            Row(rep, "iperf3", "-", "limit", 2, 0, busbw_gbps=stream),
+            Row(rep, "iperf3", "-", "limit", 2, 0, busbw_gbps=limits.iperf3_gbps()),
             Row(rep, "iperf3-opposite", "-", "limit", 2, 0,
                 busbw_gbps=limits.iperf3_opposite_gbps())]
-    rows += [Row(rep, report.tcp_cpu_limit(n), "-", "limit", n, 0,
-                 busbw_gbps=limits.tcp_cpu_bound_gbps(core, n)) for n in sorted(tcp_ranks)]
     rows += [Row(rep, report.ring_limit(n), "-", "limit", n, 0,
                  busbw_gbps=limits.iperf3_ring_gbps(n)) for n in sorted(ring_ranks)]
     for op, n, size in sorted(working_sets):
@@ -216,14 +212,13 @@ def execute(plan, drv, reps, recorder, log, timeout, iter_args, with_limits=True
         iters, warmup = iterations(size, **iter_args)
         jobs += [(j, iters, warmup)
                  for j in drv.jobs(libs, op, ranks, transport, size, iters, warmup)]
-    tcp_ranks = {ranks for _, _, ranks, transport, _ in plan if transport == "tcp"}
-    ring_ranks = {ranks for ranks in tcp_ranks if ranks > 2}
+    ring_ranks = {ranks for _, _, ranks, transport, _ in plan if transport == "tcp" and ranks > 2}
     working_sets = {(op, ranks, s) for libs, op, ranks, _, size in plan if "loom" in libs
                     for s in (size if isinstance(size, tuple) else (size,)) if s >= 64 << 10}
     total, done, start = len(jobs) * reps, 0, time.monotonic()
     for rep in range(1, reps + 1):
         if with_limits:
-            for row in limits_rows(rep, drv, ring_ranks, working_sets, tcp_ranks):
+            for row in limits_rows(rep, drv, ring_ranks, working_sets):
                 recorder.add(row)
                 print(f"rep {rep}: {row.impl} {row.op} {row.ranks} ranks {row.bytes} B "
                       f"{row.busbw_gbps} GB/s", file=sys.stderr)

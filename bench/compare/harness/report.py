@@ -56,18 +56,11 @@ def better(a, b, size):
 
 
 RING_LIMIT = "iperf3-ring-"
-TCP_CPU_LIMIT = "tcp-cpu-"
 
 
 def ring_limit(ranks):
     """The name of the limit row of `ranks` loopback streams at once (limits.iperf3_ring_gbps)."""
     return f"{RING_LIMIT}{ranks}"
-
-
-def tcp_cpu_limit(ranks):
-    """The name of the limit row of the cores' bound on `ranks` ranks' busbw over loopback TCP
-    (limits.tcp_cpu_bound_gbps)."""
-    return f"{TCP_CPU_LIMIT}{ranks}"
 
 
 class Cells:
@@ -263,14 +256,6 @@ def config_table(cells, config):
                     b, bv = best_of(cells, config, largest, others)
                     if b:
                         text += f"; {name(b)} {bv / ring:.2f} x"
-                cpu = cells.limit(tcp_cpu_limit(ranks)) if transport != "shm" else None
-                if cpu:
-                    b, bv = best_of(cells, config, largest, others)
-                    text += (f"; {v / cpu:.2f} x the cores' bound ({cpu:.2f} GB/s: every rank "
-                             f"sending and receiving each byte at the CPU cost of one iperf3 "
-                             f"stream's byte, on all the host's cores)")
-                    if b:
-                        text += f", {name(b)} {bv / cpu:.2f} x"
                 lines.append(text + ".  ")
         lines.append("")
     return lines
@@ -303,11 +288,7 @@ def limits_table(cells):
                          "iperf3 loopback, two opposite streams at once, each (GB/s)"),
                         *((ring_limit(n), f"iperf3 loopback, {n} streams at once, each (GB/s)")
                           for n in sorted(int(w[len(RING_LIMIT):]) for w in cells.limits
-                                          if w.startswith(RING_LIMIT))),
-                        *((tcp_cpu_limit(n), f"the cores' bound on {n} ranks' busbw over TCP "
-                                             f"(GB/s, from the one stream's CPU time)")
-                          for n in sorted(int(w[len(TCP_CPU_LIMIT):]) for w in cells.limits
-                                          if w.startswith(TCP_CPU_LIMIT)))):
+                                          if w.startswith(RING_LIMIT)))):
         v = cells.limits.get(what, {})
         med = cells.limit(what)
         lines.append(f"| {label} | " + " | ".join(f"{v[r]:.2f}" if r in v else "—" for r in reps)

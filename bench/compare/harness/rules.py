@@ -10,8 +10,7 @@ figure over both hides what each placement does."""
 import statistics
 from dataclasses import dataclass
 
-from .report import (FAR_MARK, SLOW_MARK, Cells, best_of, latency, marks_of, name, size_text,
-                     tcp_cpu_limit)
+from .report import FAR_MARK, SLOW_MARK, Cells, best_of, latency, marks_of, name, size_text
 
 MIN_REPS = 3
 KIB, MIB = 1 << 10, 1 << 20
@@ -137,25 +136,15 @@ def per_rep_advantages(cells, config, size, loom, target):
 
 
 def beyond_bound(cells, config, size, others, target):
-    """Where the target asks for more than a bound of the machine measured in the same run: the
-    memory bound at the cell's working set (copy_footprint; targets over the other libraries), or
-    over TCP the cores' bound (limits.tcp_cpu_bound_gbps); how many times each bound it asks for,
-    else nothing."""
-    op, ranks, transport = config
-    if latency(size):
+    """Where the target asks for more than the machine's memory bound at the cell's working set
+    (copy_footprint, in the same run): how many times the bound it asks for; else nothing."""
+    op, ranks, _ = config
+    bound = cells.bound(op, ranks, size)
+    best = best_of(cells, config, size, others)[1]
+    if target.limit or latency(size) or not bound or not best or target.value * best <= bound:
         return ""
-    yardstick = cells.limit(target.limit) if target.limit else best_of(cells, config, size,
-                                                                        others)[1]
-    if not yardstick:
-        return ""
-    ask, out = target.value * yardstick, ""
-    bound = None if target.limit else cells.bound(op, ranks, size)
-    if bound and ask > bound:
-        out += f"; the target ({ask:.2f} GB/s) is {ask / bound:.2f}x the memory bound"
-    cpu = cells.limit(tcp_cpu_limit(ranks)) if transport == "tcp" else None
-    if cpu and ask > cpu:
-        out += f"; the target ({ask:.2f} GB/s) is {ask / cpu:.2f}x the cores' bound over TCP"
-    return out
+    return (f"; the target ({target.value * best:.2f} GB/s) is {target.value * best / bound:.2f}x "
+            f"the memory bound")
 
 
 def judge(cells, config, size, loom, target):
