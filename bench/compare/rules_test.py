@@ -9,7 +9,7 @@ import unittest
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import cliffs, diff, drivers, report, rules  # noqa: E402
+from harness import cliffs, diff, drivers, placement, report, rules  # noqa: E402
 from harness.drivers import BOUND, BOUND_TRANSPORT  # noqa: E402
 from harness.measure import MEMCPY_WS, Row  # noqa: E402
 
@@ -239,6 +239,30 @@ class Diff(unittest.TestCase):
         text, median = diff.diff_report([row(1, "loom", 4.0)], [row(1, "loom", 4.0, ranks=4)])
         self.assertIsNone(median)
         self.assertIn("No cell", text)
+
+
+class Placement(unittest.TestCase):
+    """Each library's time over near and over far launches, from every launch of the run."""
+
+    def test_far_over_near_per_library(self):
+        rows = [row(1, "loom", 4.0, time_us=100.0, ns=60),
+                row(2, "loom", 2.0, time_us=300.0, ns=300), row(3, "loom", 4.0, time_us=120.0, ns=62),
+                row(1, "mpi-vader", 2.0, time_us=200.0, ns=61),
+                row(2, "mpi-vader", 2.0, time_us=210.0, ns=310),
+                row(1, "gloo:ring", 1.0, time_us=900.0, ns=60),
+                row(1, "gloo:bcube", 1.0, time_us=700.0, ns=305)]
+        report.Cells(rows)  # sets each row's placement
+        text = "\n".join(placement.placement_table(rows))
+        self.assertIn("| allreduce 2 ranks shm 1 MiB | Loom | 110.0 (2) | 300.0 (1) | 2.73 |", text)
+        self.assertIn("| OpenMPI vader | 200.0 (1) | 210.0 (1) | 1.05 |", text)
+        # Of Gloo's algorithms only the fastest over all its launches, whatever their placement.
+        self.assertIn("| Gloo bcube | — | 700.0 (1) | — |", text)
+        self.assertNotIn("Gloo ring", text)
+
+    def test_nothing_where_no_library_ran_both_near_and_far(self):
+        rows = cell_rows([3.0, 3.2], [2.0, 2.0])
+        report.Cells(rows)
+        self.assertEqual(placement.placement_table(rows), [])
 
 
 if __name__ == "__main__":

@@ -358,4 +358,7 @@ def compare_report(rows):
     for config in cells.configs():
         lines += config_table(cells, config)
         lines += gloo_table(cells, config)
+    # Imported here: placement.py takes its names from this module.
+    from .placement import placement_table
+    lines += placement_table(rows)
     return "\n".join(lines)
