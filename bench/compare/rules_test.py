@@ -244,23 +244,49 @@ class Diff(unittest.TestCase):
 class Placement(unittest.TestCase):
     """Each library's time over near and over far launches, from every launch of the run."""
 
-    def test_far_over_near_per_library(self):
-        rows = [row(1, "loom", 4.0, time_us=100.0, ns=60),
-                row(2, "loom", 2.0, time_us=300.0, ns=300), row(3, "loom", 4.0, time_us=120.0, ns=62),
+    def rows(self):
+        return [row(1, "loom", 4.0, time_us=100.0, ns=60),
+                row(2, "loom", 2.0, time_us=300.0, ns=300, pace=600.0),
+                row(3, "loom", 4.0, time_us=120.0, ns=62),
                 row(1, "mpi-vader", 2.0, time_us=200.0, ns=61),
                 row(2, "mpi-vader", 2.0, time_us=210.0, ns=310),
+                # Of Gloo's algorithms the fastest near, not one that only ran far.
                 row(1, "gloo:ring", 1.0, time_us=900.0, ns=60),
-                row(1, "gloo:bcube", 1.0, time_us=700.0, ns=305)]
-        report.Cells(rows)  # sets each row's placement
-        text = "\n".join(placement.placement_table(rows))
-        self.assertIn("| allreduce 2 ranks shm 1 MiB | Loom | 110.0 (2) | 300.0 (1) | 2.73 |", text)
-        self.assertIn("| OpenMPI vader | 200.0 (1) | 210.0 (1) | 1.05 |", text)
-        # Of Gloo's algorithms only the fastest over all its launches, whatever their placement.
-        self.assertIn("| Gloo bcube | — | 700.0 (1) | — |", text)
-        self.assertNotIn("Gloo ring", text)
+                row(1, "gloo:bcube", 1.0, time_us=700.0, ns=305),
+                row(1, "gloo:ring_chunked", 1.0, time_us=950.0, ns=60),
+                # Neither a failed launch nor the memory bound's reference row counts.
+                dataclasses.replace(row(2, "mpi-vader", None, time_us=5.0, ns=300), error="x"),
+                row(1, BOUND, 9.0, time_us=50.0, transport=BOUND_TRANSPORT, ns=60),
+                row(2, BOUND, 9.0, time_us=500.0, transport=BOUND_TRANSPORT, ns=300)]
 
-    def test_nothing_where_no_library_ran_both_near_and_far(self):
+    def test_far_over_near_per_library(self):
+        rows = self.rows()
+        report.Cells(rows)  # sets each row's placement and pace
+        text = "\n".join(placement.placement_table(rows))
+        # The far launch ran while the host was slow too: the count says so.
+        self.assertIn("| allreduce 2 ranks shm 1 MiB | Loom | 110.0 (2) | 300.0 (1, 1‡) | 2.73 |",
+                      text)
+        self.assertIn("| OpenMPI vader | 200.0 (1) | 210.0 (1) | 1.05 |", text)
+        self.assertIn("| Gloo ring | 900.0 (1) | — | — |", text)
+        self.assertNotIn("Gloo bcube", text)
+        self.assertNotIn("ring_chunked", text)
+        self.assertNotIn(report.name(BOUND), text)
+        self.assertEqual(text.count("| allreduce 2 ranks shm 1 MiB |"), 3)
+
+    def test_the_comparison_report_ends_with_it(self):
+        text = report.compare_report(self.rows())
+        self.assertIn("### Near and far launches", text)
+        self.assertIn("| Loom | 110.0 (2) | 300.0 (1, 1‡) | 2.73 |", text)
+
+    def test_nothing_where_no_library_shown_ran_both_near_and_far(self):
         rows = cell_rows([3.0, 3.2], [2.0, 2.0])
+        report.Cells(rows)
+        self.assertEqual(placement.placement_table(rows), [])
+        # A Gloo algorithm that is not shown ran both: still nothing.
+        rows = cell_rows([3.0], [2.0], transport="tcp") + [
+            row(1, "gloo:ring", 1.0, time_us=90.0, transport="tcp", ns=60),
+            row(1, "gloo:bcube", 1.0, time_us=95.0, transport="tcp", ns=60),
+            row(2, "gloo:bcube", 1.0, time_us=95.0, transport="tcp", ns=300)]
         report.Cells(rows)
         self.assertEqual(placement.placement_table(rows), [])
 
