@@ -94,15 +94,54 @@ void Dispatcher::run(Engine& engine, const Collective& call) {
                  choice.slice,
                  choice.round_slices,
                  choice.predicted_us,
-                 choice.reads};
+                 choice.reads,
+                 choice.rival};
   }
+  if (plan_.rival != nullptr) {
+    if (Trials::Trial* trial =
+            trials_.of(call.kind, bytes, plan_.algorithm, plan_.rival, engine.slots())) {
+      if (trial->winner() == nullptr) {
+        run_trial(engine, call, *trial);
+        return;
+      }
+      plan_for(engine, *trial->winner());
+    }
+    plan_.rival = nullptr;  // judged, or past the sizes a communicator tries: the plan stands
+  }
+  run_timed(engine, call, false);
+}
+
+void Dispatcher::plan_for(const Engine& engine, const Algorithm& algorithm) {
+  const Selector::Choice c = engine.selector().choice_of(algorithm, plan_.bytes, plan_.device);
+  plan_.algorithm = c.algorithm;
+  plan_.slice = c.slice;
+  plan_.round_slices = c.round_slices;
+  plan_.predicted_us = c.predicted_us;
+  plan_.reads = c.reads;
+}
+
+void Dispatcher::run_trial(Engine& engine, const Collective& call, Trials::Trial& trial) {
+  plan_for(engine, *trial.next());
+  if (!trial.record(run_timed(engine, call, true))) return;
+  const Trials::Judgement j = trial.decide(Trials::swap(engine, trial.times()));
+  base::log().info(
+      "{} of {} B: {} against {} on its first {} calls, each the slowest rank's time, medians "
+      "of the last {} of each: {:.1f} us against {:.1f} us; {} from now on",
+      to_string(call.kind), plan_.bytes, trial.choice()->name, trial.rival()->name, trial.calls(),
+      Trials::kCounted, j.choice_us, j.rival_us, trial.winner()->name);
+  plan_for(engine, *trial.winner());
+  plan_.rival = nullptr;
+}
+
+double Dispatcher::run_timed(Engine& engine, const Collective& call, bool timed) {
   engine.set_slicing(plan_.slice, plan_.round_slices);
   engine.set_reads(plan_.reads);
-  if (!base::log().should_log(spdlog::level::debug)) {
+  const bool debug = base::log().should_log(spdlog::level::debug);
+  if (!debug && !timed) {
     plan_.algorithm->run(engine, call);
-    return;
+    return 0;
   }
-  engine.count_waits(true);
+  engine.count_waits(debug);
   const int cpu = ::sched_getcpu();
   const auto started = std::chrono::steady_clock::now();
   {
@@ -113,9 +152,10 @@ void Dispatcher::run(Engine& engine, const Collective& call) {
     } stop{engine};
     plan_.algorithm->run(engine, call);
   }
-  const auto took = std::chrono::steady_clock::now() - started;
-  record_time(engine, call, std::chrono::duration<double, std::micro>(took).count(),
-              ::sched_getcpu() != cpu);
+  const double took =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started).count();
+  if (debug) record_time(engine, call, took, ::sched_getcpu() != cpu);
+  return took;
 }
 
 void Dispatcher::record_time(const Engine& engine, const Collective& call, double took_us,

@@ -1,6 +1,7 @@
 // Runs each call with the algorithm its communicator's selector chooses (selection.hpp), and
 // keeps what that needs across calls: the last plan, since a loop of calls of one kind and size
-// decides once (the inputs are fixed per communicator), and, while DEBUG logging is on, the
+// decides once (the inputs are fixed per communicator); the trials of the sizes where the model
+// cannot price its two cheapest rows apart (trials.hpp); and, while DEBUG logging is on, the
 // model's predictions against this rank's clock.
 #pragma once
 
@@ -11,6 +12,7 @@
 #include "algorithms/algorithm_costs.hpp"
 #include "algorithms/collective.hpp"
 #include "algorithms/engine.hpp"
+#include "algorithms/trials.hpp"
 
 namespace loom::algorithms {
 
@@ -33,6 +35,7 @@ class Dispatcher {
     std::size_t round_slices = 0;
     double predicted_us = 0;
     ReadRange reads;
+    const Algorithm* rival = nullptr;  // measured against `algorithm` (Trials) until judged
   };
   // The model against this rank's clock, per call class (algorithm, power-of-two size class).
   struct ClassTimes {
@@ -49,8 +52,17 @@ class Dispatcher {
   // At DEBUG, each call class's predicted time against this rank's measured one, at its 1st,
   // 10th, 100th, ... call: where the model is wrong, and by how much.
   void record_time(const Engine& engine, const Collective& call, double took_us, bool moved);
+  // Runs the plan's call (timed, where DEBUG logging is on); returns its time on this rank in
+  // microseconds, or 0 untimed.
+  double run_timed(Engine& engine, const Collective& call, bool timed);
+  // A call whose plan has a rival: the trial's turn, its time, and at its last call the swap of
+  // every rank's times and the winner, which the plan keeps from then on.
+  void run_trial(Engine& engine, const Collective& call, Trials::Trial& trial);
+  // The plan's algorithm and its cuts become `algorithm`'s.
+  void plan_for(const Engine& engine, const Algorithm& algorithm);
 
   Plan plan_;
+  Trials trials_;
   std::unordered_map<std::size_t, ClassTimes> class_times_;
 };
 

@@ -62,7 +62,42 @@ Selector::Choice Selector::choose(Kind kind, std::size_t bytes, bool device, boo
   Choice choice{best, slice, best_cost, forced, tuned, round_slices, ReadRange{}};
   if (best->traits.reads_blocks && rule == nullptr && kind == Kind::all_to_all_v)
     choice.reads = single_copy_reads(inputs_);
+  if (rule == nullptr) choice.rival = rival_of(*best, kind, bytes, device, windows);
   return choice;
+}
+
+Selector::Choice Selector::choice_of(const Algorithm& a, std::size_t bytes, bool device) const {
+  const std::size_t round_slices =
+      a.traits.round_slices ? a.traits.round_slices(inputs_, bytes, device) : 0;
+  return Choice{&a,
+                a.slice(inputs_, bytes, device),
+                a.cost(inputs_, bytes, device),
+                false,
+                false,
+                round_slices,
+                ReadRange{}};
+}
+
+// The all-to-all on one host over shared memory, where ranks outnumber its cores: pairwise's
+// steps need both partners on the CPU at once, and on 4 ranks on 2 cores the model priced it at
+// 0.17-0.28x what it took, the single copy at 1.3-2.4x, and chose the slower of the two at 1-2
+// MiB a rank (docs/tuning.md, "Measured on the first calls"). No figure the probe takes at
+// init, while the ranks start up on the same cores, prices it steadily, so the dispatch measures
+// both there. Host buffers outside the windows (where the direct row takes the call) only.
+const Algorithm* Selector::rival_of(const Algorithm& best, Kind kind, std::size_t bytes,
+                                    bool device, bool windows) const {
+  if (kind != Kind::all_to_all || device || windows || !inputs_.oversubscribed() ||
+      !inputs_.one_host() || inputs_.local != transport::TransportKind::shm || inputs_.size < 2)
+    return nullptr;
+  const Algorithm* rival = nullptr;
+  double rival_cost = kNever;
+  for (const Algorithm& a : algorithm_table()) {
+    if (a.collective != kind || &a == &best || unfit(a, bytes, device, windows) != nullptr)
+      continue;
+    const double cost = a.cost(inputs_, bytes, device);
+    if (rival == nullptr || cost < rival_cost) rival = &a, rival_cost = cost;
+  }
+  return rival;
 }
 
 }  // namespace loom::algorithms

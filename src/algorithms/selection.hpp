@@ -32,10 +32,16 @@ class Selector {
     // The blocks the single copy reads in place (Algorithm::Traits::reads_blocks): every one
     // where a rule names it or the call's one size chose it, else the model's (all_to_all_v).
     ReadRange reads;
+    // The next cheapest row, where the model cannot price the two apart and the dispatch
+    // measures both on the first calls of the size (trials.hpp); else null.
+    const Algorithm* rival = nullptr;
   };
   // windows: the communicator has shared host windows (Communicator::alloc), so the algorithms
   // that read the peers' buffers in place may take a host call.
   Choice choose(Kind kind, std::size_t bytes, bool device, bool windows = false) const;
+  // The choice of `algorithm` for the call, as a rule naming it would make it but for its slice
+  // (a trial's rival, or its winner).
+  Choice choice_of(const Algorithm& algorithm, std::size_t bytes, bool device) const;
   // Why `algorithm` cannot take the call (nullptr: it can): its own reason, or the windows.
   const char* unfit(const Algorithm& algorithm, std::size_t bytes, bool device, bool windows) const;
   const SelectionInputs& inputs() const { return inputs_; }
@@ -46,6 +52,9 @@ class Selector {
   // The first rule of `rules` for the call, where its algorithm can take it; else null.
   const Rule* rule_for(const std::vector<Rule>& rules, Kind kind, std::size_t bytes, bool device,
                        bool windows) const;
+  // The row to measure against the model's choice `best` (Choice::rival), or null.
+  const Algorithm* rival_of(const Algorithm& best, Kind kind, std::size_t bytes, bool device,
+                            bool windows) const;
 
   SelectionInputs inputs_;
   std::vector<Rule> rules_;        // LOOM_ALGO

@@ -1,0 +1,82 @@
+#include "algorithms/trials.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+
+#include "algorithms/engine.hpp"
+#include "algorithms/primitives.hpp"
+
+namespace loom::algorithms {
+
+namespace {
+
+std::atomic<std::uint64_t> judged_trials{0};
+
+// The median of one side's counted calls, each call the slowest rank's.
+double median_of(const std::vector<Trials::Times>& ranks, bool rival) {
+  std::array<double, Trials::kCounted> side{};
+  for (int call = 0; call < Trials::kCounted; ++call)
+    for (const Trials::Times& t : ranks)
+      side[call] = std::max(side[call], rival ? t.rival_us[call] : t.choice_us[call]);
+  std::sort(side.begin(), side.end());
+  constexpr int n = Trials::kCounted;
+  return n % 2 == 1 ? side[n / 2] : (side[n / 2 - 1] + side[n / 2]) / 2;
+}
+
+}  // namespace
+
+Trials::Judgement Trials::judge(const std::vector<Times>& ranks) {
+  Judgement j;
+  j.choice_us = median_of(ranks, false);
+  j.rival_us = median_of(ranks, true);
+  j.rival_wins = j.rival_us < j.choice_us;
+  return j;
+}
+
+std::uint64_t Trials::judged() {
+  return judged_trials.load(std::memory_order_relaxed);
+}
+
+bool Trials::Trial::record(double us) {
+  if (winner_ != nullptr || calls_ >= calls()) return false;
+  const bool rival = calls_ >= choice_calls();
+  const int counted = rival ? calls_ - choice_calls() - kRivalWarm : calls_ - warm_;
+  if (counted >= 0) (rival ? times_.rival_us : times_.choice_us)[counted] = us;
+  return ++calls_ == calls();
+}
+
+Trials::Judgement Trials::Trial::decide(const std::vector<Times>& ranks) {
+  const Judgement j = judge(ranks);
+  winner_ = j.rival_wins ? rival_ : choice_;
+  judged_trials.fetch_add(1, std::memory_order_relaxed);
+  return j;
+}
+
+Trials::Trial* Trials::of(Kind kind, std::size_t bytes, const Algorithm* choice,
+                          const Algorithm* rival, int slots) {
+  const auto key = std::make_pair(kind, bytes);
+  if (auto it = trials_.find(key); it != trials_.end()) return &it->second;
+  if (trials_.size() >= kMostSizes) return nullptr;
+  return &trials_.emplace(key, Trial(choice, rival, std::clamp(2 * slots, 0, kMostWarm)))
+              .first->second;
+}
+
+// Messages go out to every peer before any is awaited (each connection has room for one), in
+// ring order, as the single copy's do.
+std::vector<Trials::Times> Trials::swap(Engine& engine, const Times& mine) {
+  const int n = engine.size(), r = engine.rank();
+  std::vector<Times> all(static_cast<std::size_t>(n));
+  all[static_cast<std::size_t>(r)] = mine;
+  for (int k = 1; k < n; ++k)
+    Primitives(engine, nullptr, &engine.connection(engine.ring_next(k)))
+        .send_message(&mine, sizeof mine);
+  for (int k = 1; k < n; ++k) {
+    const int from = engine.ring_prev(k);
+    Primitives(engine, &engine.connection(from), nullptr)
+        .recv_message(&all[static_cast<std::size_t>(from)], sizeof(Times));
+  }
+  return all;
+}
+
+}  // namespace loom::algorithms

@@ -1,0 +1,98 @@
+// The model's choice measured against its rival on the first calls of a size, where the model
+// cannot price the two apart (Selector::Choice::rival): the first calls run the choice, as many
+// after them the rival, every rank times each call, and at the trial's last call the ranks swap
+// their times. A call's time is its slowest rank's; the faster of the two (medians) then runs
+// every later call of that size. Every rank judges the same figures, so every rank keeps the same
+// one. LOOM_ALGO, or a tuning table's rule, names an algorithm instead of a trial.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "algorithms/collective.hpp"
+
+namespace loom::algorithms {
+
+struct Algorithm;
+class Engine;
+
+class Trials {
+ public:
+  // The choice's calls: `warm` not counted, then kCounted that are; then the rival's: kRivalWarm
+  // not counted, then kCounted. A schedule's first calls at a new size run slow, pairwise's for
+  // about as many calls as its connections have slots, and longer at a job's first size (4 ranks
+  // on 2 cores, 8 slots: 4-8 calls at 5-20x its later time, and at the first size up to 11; 4
+  // slots: 3-5 calls; 16 slots: 8-16). So the choice warms up for twice the slots, at most
+  // kMostWarm: it would have run those calls anyway. The rival's calls are the trial's cost where
+  // it loses, so it warms up for one (the single copy's first read of a peer); a rival that needs
+  // more is measured slower than it is, and the model's choice stays.
+  static constexpr int kCounted = 3;
+  static constexpr int kMostWarm = 16;
+  static constexpr int kRivalWarm = 1;
+  // The sizes a communicator tries; beyond them the model's choice stands, so that a program
+  // calling with ever new sizes stops paying for trials. Every rank makes the same calls in the
+  // same order, so every rank stops at the same size.
+  static constexpr std::size_t kMostSizes = 32;
+
+  // One rank's time of each counted call, in microseconds: the choice's, then the rival's.
+  struct Times {
+    double choice_us[kCounted] = {};
+    double rival_us[kCounted] = {};
+  };
+  struct Judgement {
+    bool rival_wins = false;
+    double choice_us = 0;  // the median of the choice's counted calls, each the slowest rank's
+    double rival_us = 0;
+  };
+  // The rival must be faster to win: a tie keeps the model's choice.
+  static Judgement judge(const std::vector<Times>& ranks);
+  // Trials judged in this process (tests check the path).
+  static std::uint64_t judged();
+
+  // The trial of one kind and size.
+  class Trial {
+   public:
+    Trial(const Algorithm* choice, const Algorithm* rival, int warm)
+        : choice_(choice), rival_(rival), warm_(warm) {}
+    // The winner once judged, else null.
+    const Algorithm* winner() const { return winner_; }
+    // The algorithm the next call runs.
+    const Algorithm* next() const { return calls_ < choice_calls() ? choice_ : rival_; }
+    // This rank's time of the call next() named; true when that was the trial's last call.
+    bool record(double us);
+    const Times& times() const { return times_; }
+    // Judges every rank's times (this rank's among them) and keeps the winner.
+    Judgement decide(const std::vector<Times>& ranks);
+    const Algorithm* choice() const { return choice_; }
+    const Algorithm* rival() const { return rival_; }
+    int calls() const { return choice_calls() + kRivalWarm + kCounted; }
+
+   private:
+    int choice_calls() const { return warm_ + kCounted; }
+
+    const Algorithm* choice_;
+    const Algorithm* rival_;
+    int warm_;
+    int calls_ = 0;
+    Times times_;
+    const Algorithm* winner_ = nullptr;
+  };
+
+  // The trial of `kind` at `bytes`, started with `choice` (warmed up for twice `slots` calls, at
+  // most kMostWarm) against `rival` if there is none yet; null once kMostSizes sizes have been
+  // tried.
+  Trial* of(Kind kind, std::size_t bytes, const Algorithm* choice, const Algorithm* rival,
+            int slots);
+
+  // Within the trial's last call, on every rank: sends this rank's times to every peer and
+  // receives theirs (one small message each way on each connection). Indexed by rank.
+  static std::vector<Times> swap(Engine& engine, const Times& mine);
+
+ private:
+  std::map<std::pair<Kind, std::size_t>, Trial> trials_;
+};
+
+}  // namespace loom::algorithms

@@ -1,0 +1,83 @@
+// The trials (algorithms/trials.hpp) over real ranks: 4 ranks on fewer cores over shared
+// memory, all-to-alls of two sizes interleaved, synchronous and not, each call checked element
+// by element through both schedules of each trial and the winner after it. Ranks that kept
+// different winners would send one schedule's messages into the other's and fail the call.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstddef>
+#include <thread>
+#include <vector>
+
+#include "../support/ranks.hpp"
+#include "algorithms/trials.hpp"
+#include "verify/patterns.hpp"
+
+namespace loom {
+namespace {
+
+using testing::run_ranks;
+
+// One all-to-all of `count` elements a block, every block checked.
+void check_all_to_all(Communicator& comm, DataType t, std::size_t count, bool async) {
+  const int n = comm.size(), r = comm.rank();
+  const std::size_t elem = size_of(t), total = count * static_cast<std::size_t>(n);
+  std::vector<std::byte> in(total * elem + 1), out(total * elem + 1), want(count * elem + 1);
+  // Rank r's block for rank j: r's pattern from element j * count (what j keeps as block r).
+  for (int j = 0; j < n; ++j)
+    verify::fill(in.data() + static_cast<std::size_t>(j) * count * elem, count, r, t, ReduceOp::sum,
+                 static_cast<std::size_t>(j) * count);
+  if (async)
+    comm.all_to_all_async(in.data(), out.data(), count, t).wait();
+  else
+    comm.all_to_all(in.data(), out.data(), count, t);
+  for (int j = 0; j < n; ++j) {
+    verify::fill(want.data(), count, j, t, ReduceOp::sum, static_cast<std::size_t>(r) * count);
+    EXPECT_EQ(verify::count_wrong(out.data() + static_cast<std::size_t>(j) * count * elem,
+                                  want.data(), count, t),
+              0u)
+        << "block from rank " << j;
+  }
+}
+
+TEST(Trials, RanksOnSharedCoresMeasureBothSchedulesAndKeepTheSameWinner) {
+  if (std::thread::hardware_concurrency() >= 4)
+    GTEST_SKIP() << "4 ranks have a core each here: the model chooses, nothing is tried";
+  testing::RunOptions opts;
+  opts.options.transport = "shm";
+  opts.options.timeout = std::chrono::seconds(60);
+  run_ranks(
+      4,
+      [](Communicator& comm) {
+        // Enough calls of each size for its trial and a few after it.
+        using algorithms::Trials;
+        constexpr int kCalls = Trials::kMostWarm + Trials::kRivalWarm + 2 * Trials::kCounted + 4;
+        const std::uint64_t before = Trials::judged();
+        for (int call = 0; call < kCalls; ++call) {
+          SCOPED_TRACE(call);
+          check_all_to_all(comm, DataType::i32, 70001, call % 3 == 0);
+          check_all_to_all(comm, DataType::u8, 33333, false);
+        }
+        EXPECT_EQ(Trials::judged() - before, 2u) << "one trial for each size";
+      },
+      opts);
+}
+
+// A rule names the schedule: nothing is tried.
+TEST(Trials, LoomAlgoNamesTheScheduleInstead) {
+  testing::RunOptions opts;
+  opts.options.transport = "shm";
+  opts.options.algorithm = "alltoall:pairwise";
+  run_ranks(
+      4,
+      [](Communicator& comm) {
+        const std::uint64_t before = algorithms::Trials::judged();
+        for (int call = 0; call < 2 * algorithms::Trials::kMostWarm + 8; ++call)
+          check_all_to_all(comm, DataType::f32, 4099, false);
+        EXPECT_EQ(algorithms::Trials::judged(), before);
+      },
+      opts);
+}
+
+}  // namespace
+}  // namespace loom

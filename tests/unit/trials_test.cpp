@@ -1,0 +1,150 @@
+// The trials (trials.hpp): where the selector names a rival, the order of a trial's calls, the
+// judgement from every rank's times, and the sizes a communicator tries.
+#include <gtest/gtest.h>
+
+#include <string_view>
+#include <vector>
+
+#include "algorithms/trials.hpp"
+#include "selection_inputs.hpp"
+
+namespace loom::algorithms {
+namespace {
+
+using namespace test_inputs;
+
+SelectionInputs crowded_shm(int ranks, int cores) {
+  auto in = one_host(ranks);
+  in.costs = CostModel::measured(zen4_rates(), false);
+  in.cores = cores;
+  in.ranks_per_core = (ranks + cores - 1) / cores;
+  in.reads_peers = true;
+  return in;
+}
+
+std::string_view rival(const SelectionInputs& in, Kind kind, std::size_t bytes, bool device = false,
+                       bool windows = false) {
+  const Algorithm* r = Selector(in).choose(kind, bytes, device, windows).rival;
+  return r == nullptr ? "" : r->name;
+}
+
+// Only the all-to-all of host buffers on one host over shared memory with more ranks than
+// cores: there the two schedules' prices are not measured. Wherever a rule names the
+// algorithm, it stands.
+TEST(Trials, TheAllToAllWhereRanksOutnumberCoresHasARival) {
+  const auto crowded = crowded_shm(4, 2);
+  for (std::size_t bytes : {std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{4} << 20}) {
+    const Selector::Choice c = Selector(crowded).choose(Kind::all_to_all, bytes, false, false);
+    ASSERT_NE(c.rival, nullptr) << bytes;
+    EXPECT_NE(c.rival, c.algorithm);
+    const std::string_view names[] = {c.algorithm->name, c.rival->name};
+    EXPECT_TRUE((names[0] == "pairwise" && names[1] == "single_copy") ||
+                (names[0] == "single_copy" && names[1] == "pairwise"))
+        << names[0] << " " << names[1];
+  }
+  EXPECT_EQ(rival(crowded_shm(2, 2), Kind::all_to_all, 1 << 20), "");     // a core each
+  EXPECT_EQ(rival(crowded, Kind::all_to_all, 1 << 20, true), "");         // device buffers
+  EXPECT_EQ(rival(crowded, Kind::all_to_all, 1 << 20, false, true), "");  // in the windows
+  EXPECT_EQ(rival(crowded, Kind::all_reduce, 1 << 20), "");
+  EXPECT_EQ(rival(crowded, Kind::all_to_all_v, 1 << 20), "");
+  auto tcp = crowded;
+  tcp.local = TransportKind::tcp;
+  EXPECT_EQ(rival(tcp, Kind::all_to_all, 1 << 20), "");
+  auto unreadable = crowded;
+  unreadable.reads_peers = false;  // the single copy cannot run: nothing to measure against
+  EXPECT_EQ(rival(unreadable, Kind::all_to_all, 1 << 20), "");
+  auto forced = crowded;
+  forced.overrides = "alltoall:pairwise";
+  EXPECT_EQ(rival(forced, Kind::all_to_all, 1 << 20), "");
+  auto tuned = crowded;
+  tuned.tuned = "alltoall:single_copy";
+  EXPECT_EQ(rival(tuned, Kind::all_to_all, 1 << 20), "");
+}
+
+// `ranks` ranks' times, every rank the same: the choice's counted calls, then the rival's.
+std::vector<Trials::Times> ranks_with(const double (&choice)[Trials::kCounted],
+                                      const double (&rival)[Trials::kCounted], int ranks = 3) {
+  std::vector<Trials::Times> all(static_cast<std::size_t>(ranks));
+  for (auto& t : all)
+    for (int c = 0; c < Trials::kCounted; ++c) t.choice_us[c] = choice[c], t.rival_us[c] = rival[c];
+  return all;
+}
+
+TEST(Trials, EachCallIsItsSlowestRanksAndEachSideItsMedian) {
+  auto all = ranks_with({300, 310, 290}, {200, 210, 9000});
+  Trials::Judgement j = Trials::judge(all);
+  EXPECT_DOUBLE_EQ(j.choice_us, 300);
+  EXPECT_DOUBLE_EQ(j.rival_us, 210);
+  EXPECT_TRUE(j.rival_wins);
+  // One rank slower at two of the rival's calls: those calls take its time, and the median moves.
+  all[2].rival_us[0] = 400, all[2].rival_us[1] = 500;
+  j = Trials::judge(all);
+  EXPECT_DOUBLE_EQ(j.rival_us, 500);
+  EXPECT_FALSE(j.rival_wins);
+  // The same on the choice's side: two ranks each slower at one call make the choice's median
+  // their time, and the rival, faster than that, wins.
+  all = ranks_with({100, 100, 100}, {150, 150, 150});
+  all[0].choice_us[1] = 160, all[1].choice_us[2] = 170;
+  j = Trials::judge(all);
+  EXPECT_DOUBLE_EQ(j.choice_us, 160);
+  EXPECT_TRUE(j.rival_wins);
+  // A tie keeps the model's choice.
+  EXPECT_FALSE(Trials::judge(ranks_with({100, 100, 100}, {100, 100, 100})).rival_wins);
+}
+
+// The choice's calls, then the rival's, each its warm-up then its counted calls; only the
+// counted calls' times are kept.
+TEST(Trials, ATrialWarmsUpEachSideCountsThenKeepsItsWinner) {
+  const auto in = crowded_shm(4, 2);
+  const Selector::Choice c = Selector(in).choose(Kind::all_to_all, 1 << 20, false, false);
+  ASSERT_NE(c.rival, nullptr);
+  Trials trials;
+  Trials::Trial* t = trials.of(Kind::all_to_all, 1 << 20, c.algorithm, c.rival, 1);
+  ASSERT_NE(t, nullptr);
+  const int choice_calls = 2 + Trials::kCounted;
+  ASSERT_EQ(t->calls(), choice_calls + Trials::kRivalWarm + Trials::kCounted);
+  for (int call = 0; call < t->calls(); ++call) {
+    EXPECT_EQ(t->next(), call < choice_calls ? c.algorithm : c.rival) << call;
+    EXPECT_EQ(t->winner(), nullptr);
+    // Warm-up calls take 1000 us, counted ones the call's number.
+    const bool warm =
+        call < 2 || (call >= choice_calls && call < choice_calls + Trials::kRivalWarm);
+    EXPECT_EQ(t->record(warm ? 1000 : call), call == t->calls() - 1) << call;
+  }
+  for (int k = 0; k < Trials::kCounted; ++k) {
+    EXPECT_DOUBLE_EQ(t->times().choice_us[k], 2 + k);
+    EXPECT_DOUBLE_EQ(t->times().rival_us[k], choice_calls + Trials::kRivalWarm + k);
+  }
+  const std::vector<Trials::Times> all(2, t->times());
+  EXPECT_FALSE(t->decide(all).rival_wins);
+  EXPECT_EQ(t->winner(), c.algorithm);
+  EXPECT_FALSE(t->record(1));  // judged: nothing more is recorded
+  // The same trial for the same kind and size, whatever the plan says now.
+  EXPECT_EQ(trials.of(Kind::all_to_all, 1 << 20, c.rival, c.algorithm, 1), t);
+}
+
+// The choice's warm-up is twice the connections' slots, at most kMostWarm.
+TEST(Trials, TheChoicesWarmUpIsTheSlotsUpToAFew) {
+  Trials trials;
+  const auto in = crowded_shm(4, 2);
+  const Selector::Choice c = Selector(in).choose(Kind::all_to_all, 1 << 20, false, false);
+  const int rival_calls = Trials::kRivalWarm + Trials::kCounted;
+  EXPECT_EQ(trials.of(Kind::all_to_all, 1, c.algorithm, c.rival, 4)->calls(),
+            8 + Trials::kCounted + rival_calls);
+  EXPECT_EQ(trials.of(Kind::all_to_all, 2, c.algorithm, c.rival, 64)->calls(),
+            Trials::kMostWarm + Trials::kCounted + rival_calls);
+}
+
+TEST(Trials, ACommunicatorTriesAtMostSoManySizes) {
+  const auto in = crowded_shm(4, 2);
+  const Selector::Choice c = Selector(in).choose(Kind::all_to_all, 1 << 20, false, false);
+  Trials trials;
+  for (std::size_t k = 0; k < Trials::kMostSizes; ++k)
+    EXPECT_NE(trials.of(Kind::all_to_all, 4096 + k, c.algorithm, c.rival, 8), nullptr) << k;
+  EXPECT_EQ(trials.of(Kind::all_to_all, 1 << 30, c.algorithm, c.rival, 8), nullptr);
+  // The sizes already tried keep their trials.
+  EXPECT_NE(trials.of(Kind::all_to_all, 4096, c.algorithm, c.rival, 8), nullptr);
+}
+
+}  // namespace
+}  // namespace loom::algorithms
