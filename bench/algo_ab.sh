@@ -4,15 +4,17 @@
 # launch fresh, launches alternating within every repetition, in each buffer mode (out of place;
 # in place; in place with every cache line of the input rewritten before each call, as a training
 # step writes its gradients). loom-perf times every call on every rank, a call counts as its
-# slowest rank's, a launch's figure is the median call.
+# slowest rank's, a launch's figure is the median call. The algorithm `model` forces none: the
+# library chooses (the cost model, or a trial on the first calls where it measures the choice).
 #   bench/algo_ab.sh [--build DIR] [--ranks 2] [--op allreduce] [--algos "ring single_copy"]
-#                    [--sizes "1M 4M"] [--reps 5] [--iters 30] [--modes "oop inplace fresh"]
+#                    [--sizes "1M 4M"] [--reps 5] [--iters 30] [--warmup 3]
+#                    [--modes "oop inplace fresh"]
 # Prints one line per mode, size (as given) and algorithm: the busbw (GB/s) of every repetition
 # (nan: the launch failed), then their median; and per mode and size each algorithm's median over
 # the first's.
 set -euo pipefail
 
-build=build ranks=2 op=allreduce algos="ring single_copy" sizes="1M 4M" reps=5 iters=30
+build=build ranks=2 op=allreduce algos="ring single_copy" sizes="1M 4M" reps=5 iters=30 warmup=3
 modes="oop inplace fresh"
 while [ $# -gt 0 ]; do
   case $1 in
@@ -23,8 +25,9 @@ while [ $# -gt 0 ]; do
     --sizes) sizes=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "algo_ab.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -49,9 +52,11 @@ for rep in $(seq "$reps"); do
   for mode in $modes; do
     for size in $sizes; do
       for algo in $algos; do
+        rule=("LOOM_ALGO=${op}:${algo}")
+        [ "$algo" = model ] && rule=(-u LOOM_ALGO)
         # shellcheck disable=SC2046
-        LOOM_ALGO="${op}:${algo}" LOOM_TRANSPORT=shm timeout 300 "$loomrun" --nproc-per-node "$ranks" \
-          "$perf" -o "$op" -b "$size" -e "$size" -n "$iters" -w 3 --csv $(mode_flags "$mode") 2>/dev/null |
+        env "${rule[@]}" LOOM_TRANSPORT=shm timeout 300 "$loomrun" --nproc-per-node "$ranks" \
+          "$perf" -o "$op" -b "$size" -e "$size" -n "$iters" -w "$warmup" --csv $(mode_flags "$mode") 2>/dev/null |
           grep -E '^\[0\] [0-9]' | sed 's/^\[0\] //' |
           awk -F, -v m="$mode" -v s="$size" -v a="$algo" -v r="$rep" '{print m, s, a, r, $7}' >> "$rows" ||
           echo "$mode $size $algo $rep nan" >> "$rows"
