@@ -3,9 +3,10 @@
 # model's rules in docs/tuning.md were measured: every algorithm forced in turn (LOOM_ALGO), each
 # launch fresh, launches alternating within every repetition, in each buffer mode (out of place;
 # in place; in place with every cache line of the input rewritten before each call, as a training
-# step writes its gradients). loom-perf times every call on every rank, a call counts as its
-# slowest rank's, a launch's figure is the median call. The algorithm `model` forces none: the
-# library chooses (the cost model, or a trial on the first calls where it measures the choice).
+# step writes its gradients), each repetition starting one algorithm further along the list.
+# loom-perf times every call on every rank, a call counts as its slowest rank's, a launch's figure
+# is the median call. The algorithm `model` forces none: the library chooses (the cost model, or
+# a trial on the first calls where it measures the choice).
 #   bench/algo_ab.sh [--build DIR] [--ranks 2] [--op allreduce] [--algos "ring single_copy"]
 #                    [--sizes "1M 4M"] [--reps 5] [--iters 30] [--warmup 3]
 #                    [--modes "oop inplace fresh"]
@@ -48,10 +49,18 @@ mode_flags() {
 
 rows=$(mktemp)
 trap 'rm -f "$rows"' EXIT
+read -r -a algo_list <<< "$algos"
 for rep in $(seq "$reps"); do
+  # Each repetition starts one algorithm further along the list, so that whatever a launch's
+  # place in the turn costs (what ran just before it, the host's drift over a turn) falls on
+  # every algorithm alike.
+  turn=()
+  for k in "${!algo_list[@]}"; do
+    turn+=("${algo_list[$(( (k + rep - 1) % ${#algo_list[@]} ))]}")
+  done
   for mode in $modes; do
     for size in $sizes; do
-      for algo in $algos; do
+      for algo in "${turn[@]}"; do
         rule=("LOOM_ALGO=${op}:${algo}")
         [ "$algo" = model ] && rule=(-u LOOM_ALGO)
         # shellcheck disable=SC2046
