@@ -20,15 +20,6 @@ MachineRates xeon_rates() {
   return r;
 }
 
-SelectionInputs shm_host(int ranks, int cores, const MachineRates& r) {
-  auto in = one_host(ranks);
-  in.costs = CostModel::measured(r, false);
-  in.cores = cores;
-  in.ranks_per_core = (ranks + cores - 1) / cores;
-  in.reads_peers = true;
-  return in;
-}
-
 // Ranks outnumbering cores take turns at them: every step of pairwise copies each byte in and
 // out on a core that runs two ranks' copies, and waits for its partner to be switched in. Its
 // price used to be one rank's work alone (4 ranks on 2 cores, 1 MiB: 125 us predicted, 280-800

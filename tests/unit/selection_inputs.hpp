@@ -52,4 +52,15 @@ inline SelectionInputs loopback_on_two_cores(const MachineRates& r, int ranks) {
   return in;
 }
 
+// One host's ranks over shared memory on `cores` cores, every rank able to read its peers'
+// memory (the single copy), on the model `r` measures.
+inline SelectionInputs shm_host(int ranks, int cores, const MachineRates& r) {
+  auto in = one_host(ranks);
+  in.costs = CostModel::measured(r, false);
+  in.cores = cores;
+  in.ranks_per_core = (ranks + cores - 1) / cores;
+  in.reads_peers = true;
+  return in;
+}
+
 }  // namespace loom::algorithms::test_inputs

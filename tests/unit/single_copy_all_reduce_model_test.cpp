@@ -21,11 +21,7 @@ MachineRates xeon_rates() {
 }
 
 SelectionInputs shm_host(int ranks, int cores) {
-  auto in = one_host(ranks);
-  in.costs = CostModel::measured(xeon_rates(), false);
-  in.cores = cores;
-  in.ranks_per_core = (ranks + cores - 1) / cores;
-  in.reads_peers = true;
+  auto in = test_inputs::shm_host(ranks, cores, xeon_rates());
   in.cache_bytes = std::size_t{300} << 20;
   return in;
 }

@@ -14,12 +14,7 @@ namespace {
 using namespace test_inputs;
 
 SelectionInputs crowded_shm(int ranks, int cores) {
-  auto in = one_host(ranks);
-  in.costs = CostModel::measured(zen4_rates(), false);
-  in.cores = cores;
-  in.ranks_per_core = (ranks + cores - 1) / cores;
-  in.reads_peers = true;
-  return in;
+  return shm_host(ranks, cores, zen4_rates());
 }
 
 std::string_view rival(const SelectionInputs& in, Kind kind, std::size_t bytes, bool device = false,
