@@ -52,8 +52,8 @@ class Dispatcher {
   // At DEBUG, each call class's predicted time against this rank's measured one, at its 1st,
   // 10th, 100th, ... call: where the model is wrong, and by how much.
   void record_time(const Engine& engine, const Collective& call, double took_us, bool moved);
-  // Runs the plan's call (timed, where DEBUG logging is on); returns its time on this rank in
-  // microseconds, or 0 untimed.
+  // Runs the plan's call (timed where DEBUG logging is on or `timed`: a trial's call); returns
+  // its time on this rank in microseconds, or 0 untimed.
   double run_timed(Engine& engine, const Collective& call, bool timed);
   // A call whose plan has a rival: the trial's turn, its time, and at its last call the swap of
   // every rank's times and the winner, which the plan keeps from then on.

@@ -1,5 +1,5 @@
 // The model's choice measured against its rival on the first calls of a size, where the model
-// cannot price the two apart (Selector::Choice::rival): the first calls run the choice, as many
+// cannot price the two apart (Selector::Choice::rival): the first calls run the choice, a few
 // after them the rival, every rank times each call, and at the trial's last call the ranks swap
 // their times. A call's time is its slowest rank's; the faster of the two (medians) then runs
 // every later call of that size. Every rank judges the same figures, so every rank keeps the same
@@ -22,13 +22,15 @@ class Engine;
 class Trials {
  public:
   // The choice's calls: `warm` not counted, then kCounted that are; then the rival's: kRivalWarm
-  // not counted, then kCounted. A schedule's first calls at a new size run slow, pairwise's for
-  // about as many calls as its connections have slots, and longer at a job's first size (4 ranks
-  // on 2 cores, 8 slots: 4-8 calls at 5-20x its later time, and at the first size up to 11; 4
-  // slots: 3-5 calls; 16 slots: 8-16). So the choice warms up for twice the slots, at most
-  // kMostWarm: it would have run those calls anyway. The rival's calls are the trial's cost where
-  // it loses, so it warms up for one (the single copy's first read of a peer); a rival that needs
-  // more is measured slower than it is, and the model's choice stays.
+  // not counted, then kCounted. A schedule's first calls at a new size run slow: pairwise's, 4
+  // ranks on 2 cores with 8 slots, 9-10 calls at 17-30x its later time at a job's first size
+  // (16 and 4-5 with 16 and 4 slots), 3-4 at 2-15x at the next sizes, one or none from 512 KiB
+  // blocks. So the choice warms up for twice the slots, at most kMostWarm: it would have run
+  // those calls anyway. The rival's calls are the trial's cost where it loses, so it warms up for
+  // one (the single copy's first read of a peer; its second and third still ran 1.5-2.2x at 512
+  // KiB blocks); a rival that needs more is measured slower than it is, and the model's choice
+  // stays. The swap's message travels after the call's own on each connection: it relies on
+  // both schedules taking every message they send within the call.
   static constexpr int kCounted = 3;
   static constexpr int kMostWarm = 16;
   static constexpr int kRivalWarm = 1;
