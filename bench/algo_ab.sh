@@ -50,6 +50,7 @@ mode_flags() {
 rows=$(mktemp)
 trap 'rm -f "$rows"' EXIT
 read -r -a algo_list <<< "$algos"
+[ "${#algo_list[@]}" -gt 0 ] || { echo "algo_ab.sh: --algos names no algorithm" >&2; exit 2; }
 for rep in $(seq "$reps"); do
   # Each repetition starts one algorithm further along the list, so that whatever a launch's
   # place in the turn costs (what ran just before it, the host's drift over a turn) falls on
