@@ -154,6 +154,27 @@ class Targets(unittest.TestCase):
         self.assertEqual(drivers.anatomy("allreduce", log, 4 * MIB), (None, None))
         self.assertEqual(drivers.anatomy("alltoall", log, MIB), (None, None))
 
+    def test_the_choice_is_what_a_trial_kept_where_one_ran(self):
+        log = ("[t] loom rank 0/4 info: all_to_all: pairwise in slices of 92 KiB for 262144 B over "
+               "shm; model: pairwise 91.2 us, single_copy 359.0 us\n"
+               "[t] loom rank 0/4 info: all_to_all: pairwise in whole slots for 64 B over shm; "
+               "model: pairwise 2.0 us\n")
+        self.assertEqual(drivers.choice_of("alltoall", log),
+                         "pairwise in slices of 92 KiB for 262144 B over shm")
+        verdict = ("[t] loom rank {r}/4 info: all_to_all of {b} B: pairwise against single_copy "
+                   "on its first 23 calls, each the slowest rank's time, medians of the last 3 "
+                   "of each: 323.9 us against 202.2 us; {w} from now on\n")
+        # Another rank's verdict, and one for another size, are not the measured call's.
+        other = (verdict.format(r=1, b=262144, w="single_copy")
+                 + verdict.format(r=0, b=64, w="single_copy"))
+        self.assertEqual(drivers.choice_of("alltoall", log + other),
+                         "pairwise in slices of 92 KiB for 262144 B over shm")
+        kept = log + verdict.format(r=0, b=262144, w="single_copy")
+        self.assertEqual(drivers.choice_of("alltoall", kept),
+                         "single_copy (kept by a trial; the model: pairwise in slices of 92 KiB "
+                         "for 262144 B over shm)")
+        self.assertEqual(drivers.choice_of("allreduce", kept), "")
+
     def test_memcpy_at_the_working_set_is_a_column_not_a_library(self):
         rows = cell_rows([3.0] * 3, [2.0] * 3)
         rows += [Row(rep, MEMCPY_WS, BOUND_TRANSPORT, "allreduce", 2, MIB, busbw_gbps=30.0)

@@ -191,14 +191,23 @@ class Drivers:
 CHOICE = re.compile(r"loom rank 0/\d+ info: (all_reduce|all_to_all): (.*? for (\d+) B .*?)(; model:|$)",
                     re.M)
 CALL = {"allreduce": "all_reduce", "alltoall": "all_to_all"}
+# A trial's verdict (docs/tuning.md, "Measured on the first calls"): what ran after it.
+VERDICT = re.compile(r"loom rank 0/\d+ info: (all_reduce|all_to_all) of (\d+) B: "
+                     r".*?; (\S+) from now on", re.M)
 
 
 def choice_of(op, log):
     """Loom's pick for the measured call: the largest call of its kind that rank 0 logged (not
-    the small ones the benchmark or Communicator::alloc make of the same kind)."""
+    the small ones the benchmark or Communicator::alloc make of the same kind); where a trial
+    measured the model's choice against another, the one it kept."""
     picks = [(int(m.group(3)), m.group(2)) for m in CHOICE.finditer(log)
              if m.group(1) == CALL.get(op)]
-    return max(picks)[1] if picks else ""
+    if not picks:
+        return ""
+    size, pick = max(picks)
+    kept = [m.group(3) for m in VERDICT.finditer(log)
+            if m.group(1) == CALL.get(op) and int(m.group(2)) == size]
+    return f"{kept[-1]} (kept by a trial; the model: {pick})" if kept else pick
 
 
 def choices_by_size(op, log):
