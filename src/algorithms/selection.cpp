@@ -38,12 +38,18 @@ const Rule* Selector::rule_for(const std::vector<Rule>& rules, Kind kind, std::s
 }
 
 Selector::Choice Selector::choose(Kind kind, std::size_t bytes, bool device, bool windows) const {
-  const Algorithm* best = nullptr;
-  double best_cost = kNever;
+  // The cheapest row and the next cheapest (the first of equal costs), from one pass.
+  const Algorithm *best = nullptr, *runner_up = nullptr;
+  double best_cost = kNever, runner_up_cost = kNever;
   for (const Algorithm& a : algorithm_table()) {
     if (a.collective != kind || unfit(a, bytes, device, windows) != nullptr) continue;
     const double cost = a.cost(inputs_, bytes, device);
-    if (best == nullptr || cost < best_cost) best = &a, best_cost = cost;
+    if (best == nullptr || cost < best_cost) {
+      runner_up = best, runner_up_cost = best_cost;
+      best = &a, best_cost = cost;
+    } else if (runner_up == nullptr || cost < runner_up_cost) {
+      runner_up = &a, runner_up_cost = cost;
+    }
   }
   // A rule names the algorithm for a range of sizes: the user's (LOOM_ALGO) first, then the
   // tuning table's, which was measured on host buffers outside the windows.
@@ -52,30 +58,27 @@ Selector::Choice Selector::choose(Kind kind, std::size_t bytes, bool device, boo
   const bool tuned = !forced && !device && !windows &&
                      (rule = rule_for(tuned_rules_, kind, bytes, device, windows)) != nullptr;
   if (rule != nullptr) best = rule->algorithm, best_cost = best->cost(inputs_, bytes, device);
-  std::size_t slice = best->slice(inputs_, bytes, device);
-  std::size_t round_slices =
-      best->traits.round_slices ? best->traits.round_slices(inputs_, bytes, device) : 0;
+  Choice choice = cut(*best, best_cost, bytes, device);
+  choice.forced = forced, choice.tuned = tuned;
   // A rule's slice replaces a pipelining choice, never "whole slots" (0: small or device calls),
   // and its rounds are the FIFO's.
-  if (rule != nullptr && rule->slice != 0 && slice != 0)
-    slice = std::min(rule->slice, inputs_.slot_bytes), round_slices = 0;
-  Choice choice{best, slice, best_cost, forced, tuned, round_slices, ReadRange{}};
+  if (rule != nullptr && rule->slice != 0 && choice.slice != 0)
+    choice.slice = std::min(rule->slice, inputs_.slot_bytes), choice.round_slices = 0;
   if (best->traits.reads_blocks && rule == nullptr && kind == Kind::all_to_all_v)
     choice.reads = single_copy_reads(inputs_);
-  if (rule == nullptr) choice.rival = rival_of(*best, kind, bytes, device, windows);
+  if (rule == nullptr && measures_rival(kind, device, windows)) choice.rival = runner_up;
   return choice;
 }
 
 Selector::Choice Selector::choice_of(const Algorithm& a, std::size_t bytes, bool device) const {
+  return cut(a, a.cost(inputs_, bytes, device), bytes, device);
+}
+
+Selector::Choice Selector::cut(const Algorithm& a, double cost, std::size_t bytes,
+                               bool device) const {
   const std::size_t round_slices =
       a.traits.round_slices ? a.traits.round_slices(inputs_, bytes, device) : 0;
-  return Choice{&a,
-                a.slice(inputs_, bytes, device),
-                a.cost(inputs_, bytes, device),
-                false,
-                false,
-                round_slices,
-                ReadRange{}};
+  return Choice{&a, a.slice(inputs_, bytes, device), cost, false, false, round_slices, ReadRange{}};
 }
 
 // The all-to-all on one host over shared memory, where ranks outnumber its cores: pairwise's
@@ -84,20 +87,9 @@ Selector::Choice Selector::choice_of(const Algorithm& a, std::size_t bytes, bool
 // MiB a rank (docs/tuning.md, "Measured on the first calls"). No figure the probe takes at
 // init, while the ranks start up on the same cores, prices it steadily, so the dispatch measures
 // both there. Host buffers outside the windows (where the direct row takes the call) only.
-const Algorithm* Selector::rival_of(const Algorithm& best, Kind kind, std::size_t bytes,
-                                    bool device, bool windows) const {
-  if (kind != Kind::all_to_all || device || windows || !inputs_.oversubscribed() ||
-      !inputs_.one_host() || inputs_.local != transport::TransportKind::shm || inputs_.size < 2)
-    return nullptr;
-  const Algorithm* rival = nullptr;
-  double rival_cost = kNever;
-  for (const Algorithm& a : algorithm_table()) {
-    if (a.collective != kind || &a == &best || unfit(a, bytes, device, windows) != nullptr)
-      continue;
-    const double cost = a.cost(inputs_, bytes, device);
-    if (rival == nullptr || cost < rival_cost) rival = &a, rival_cost = cost;
-  }
-  return rival;
+bool Selector::measures_rival(Kind kind, bool device, bool windows) const {
+  return kind == Kind::all_to_all && !device && !windows && inputs_.oversubscribed() &&
+         inputs_.one_host() && inputs_.local == transport::TransportKind::shm && inputs_.size >= 2;
 }
 
 }  // namespace loom::algorithms

@@ -52,9 +52,11 @@ class Selector {
   // The first rule of `rules` for the call, where its algorithm can take it; else null.
   const Rule* rule_for(const std::vector<Rule>& rules, Kind kind, std::size_t bytes, bool device,
                        bool windows) const;
-  // The row to measure against the model's choice `best` (Choice::rival), or null.
-  const Algorithm* rival_of(const Algorithm& best, Kind kind, std::size_t bytes, bool device,
-                            bool windows) const;
+  // Whether a call of `kind` has its two cheapest rows measured against each other on its first
+  // calls (Choice::rival) instead of the model's choice alone.
+  bool measures_rival(Kind kind, bool device, bool windows) const;
+  // The choice of `a` at `cost`, cut as the row cuts it (its slice and rounds).
+  Choice cut(const Algorithm& a, double cost, std::size_t bytes, bool device) const;
 
   SelectionInputs inputs_;
   std::vector<Rule> rules_;        // LOOM_ALGO
