@@ -11,6 +11,7 @@
 #include <numeric>
 #include <vector>
 
+#include "../support/all_to_all_check.hpp"
 #include "../support/kill_trial.hpp"
 #include "../support/ranks.hpp"
 #include "../support/refuse_system_call.hpp"
@@ -20,6 +21,7 @@
 namespace loom {
 namespace {
 
+using testing::check_all_to_all;
 using testing::run_ranks;
 
 constexpr DataType kTypes[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16,
@@ -76,25 +78,6 @@ void check_scatter(Communicator& comm, DataType t, std::size_t count, bool in_pl
   else
     comm.scatter(in.data(), op, count, t, root);
   EXPECT_EQ(wrong_block(op, count, r, t, static_cast<std::size_t>(r) * count), 0u);
-}
-
-void check_all_to_all(Communicator& comm, DataType t, std::size_t count, bool async) {
-  const int n = comm.size(), r = comm.rank();
-  const std::size_t total = count * static_cast<std::size_t>(n);
-  std::vector<std::byte> in(total * size_of(t) + 1), out(total * size_of(t) + 1);
-  // Block j of rank r: r's pattern at elements j*count..: what rank j keeps as its block r.
-  for (int j = 0; j < n; ++j)
-    verify::fill(at(in, static_cast<std::size_t>(j) * count, t), count, r, t, ReduceOp::sum,
-                 static_cast<std::size_t>(j) * count);
-  if (async)
-    comm.all_to_all_async(in.data(), out.data(), count, t).wait();
-  else
-    comm.all_to_all(in.data(), out.data(), count, t);
-  for (int j = 0; j < n; ++j)
-    EXPECT_EQ(wrong_block(at(out, static_cast<std::size_t>(j) * count, t), count, j, t,
-                          static_cast<std::size_t>(r) * count),
-              0u)
-        << "block from rank " << j;
 }
 
 // What rank `from` sends rank `to` in the uneven tests: some pairs nothing, none the same.

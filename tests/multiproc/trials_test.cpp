@@ -9,39 +9,17 @@
 #include <chrono>
 #include <cstddef>
 #include <thread>
-#include <vector>
 
+#include "../support/all_to_all_check.hpp"
 #include "../support/ranks.hpp"
 #include "algorithms/trials.hpp"
 #include "base/process_memory.hpp"
-#include "verify/patterns.hpp"
 
 namespace loom {
 namespace {
 
+using testing::check_all_to_all;
 using testing::run_ranks;
-
-// One all-to-all of `count` elements a block, every block checked.
-void check_all_to_all(Communicator& comm, DataType t, std::size_t count, bool async) {
-  const int n = comm.size(), r = comm.rank();
-  const std::size_t elem = size_of(t), total = count * static_cast<std::size_t>(n);
-  std::vector<std::byte> in(total * elem + 1), out(total * elem + 1), want(count * elem + 1);
-  // Rank r's block for rank j: r's pattern from element j * count (what j keeps as block r).
-  for (int j = 0; j < n; ++j)
-    verify::fill(in.data() + static_cast<std::size_t>(j) * count * elem, count, r, t, ReduceOp::sum,
-                 static_cast<std::size_t>(j) * count);
-  if (async)
-    comm.all_to_all_async(in.data(), out.data(), count, t).wait();
-  else
-    comm.all_to_all(in.data(), out.data(), count, t);
-  for (int j = 0; j < n; ++j) {
-    verify::fill(want.data(), count, j, t, ReduceOp::sum, static_cast<std::size_t>(r) * count);
-    EXPECT_EQ(verify::count_wrong(out.data() + static_cast<std::size_t>(j) * count * elem,
-                                  want.data(), count, t),
-              0u)
-        << "block from rank " << j;
-  }
-}
 
 // More ranks than cores, at least 4 (0: this machine has too many cores for the test).
 int crowded_world() {
