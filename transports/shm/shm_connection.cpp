@@ -114,22 +114,32 @@ std::byte* ShmConnection::try_acquire_send_slot(std::size_t bytes) {
   if (posted_ - send_->tail.load(std::memory_order_acquire) >= slots_) {
     return nullptr;
   }
-  if (posted_ == reserved_ && reserved_ < slots_ && fd_ >= 0) {  // the slot's first fill
-    const std::size_t offset = slot_offset(side_, posted_, slot_bytes_, slots_);
-    if (const int err = reserve_pages(fd_, offset, slot_bytes_); err != 0)
-      // This rank's failure, not the peer's: no peer is named as the one at fault.
-      throw PeerError(
-          fmt::format("rank {} -> rank {} (shm {}): cannot reserve {} bytes (is "
-                      "/dev/shm large enough?): {}",
-                      self_, peer_, name_, slot_bytes_, std::strerror(err)));
-    if (map_slots_) map_now(send_data_ + (posted_ % slots_) * slot_bytes_, MADV_POPULATE_WRITE);
-    if (++reserved_ == slots_) {  // every slot has its pages: the descriptor is done
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
   acquired_at_ = placement(bytes);
+  if (fd_ >= 0) reserve(posted_ % slots_, acquired_at_ + bytes);
   return send_data_ + (posted_ % slots_) * slot_bytes_ + acquired_at_;
+}
+
+void ShmConnection::reserve(std::size_t slot, std::size_t end) {
+  std::size_t& have = reserved_bytes_[slot];
+  // Whole pages, and at a first fill at least the span small messages move along (mapped now).
+  std::size_t need = (std::max(end, std::size_t{1}) + kPage - 1) / kPage * kPage;
+  if (have == 0 && map_slots_) need = std::max(need, placement_span_);
+  need = std::min(need, slot_bytes_);
+  if (need <= have) return;
+  const std::size_t offset = slot_offset(side_, slot, slot_bytes_, slots_) + have;
+  if (const int err = reserve_pages(fd_, offset, need - have); err != 0)
+    // This rank's failure, not the peer's: no peer is named as the one at fault.
+    throw PeerError(
+        fmt::format("rank {} -> rank {} (shm {}): cannot reserve {} bytes (is "
+                    "/dev/shm large enough?): {}",
+                    self_, peer_, name_, need - have, std::strerror(err)));
+  // Mapped now, in one call: a page at a time, its first write costs about twice as much.
+  map_now(send_data_ + slot * slot_bytes_ + have, need - have, MADV_POPULATE_WRITE);
+  have = need;
+  if (have == slot_bytes_ && ++reserved_ == slots_) {  // every slot whole: the descriptor is done
+    ::close(fd_);
+    fd_ = -1;
+  }
 }
 
 void ShmConnection::post_send(std::size_t bytes, Tag tag) {
@@ -150,7 +160,7 @@ std::optional<RecvSlot> ShmConnection::try_recv_slot() {
     return std::nullopt;
   }
   if (consumed_ == recv_mapped_ && recv_mapped_ < slots_ && map_slots_) {
-    map_now(recv_data_ + consumed_ * slot_bytes_, MADV_POPULATE_READ);
+    map_now(recv_data_ + consumed_ * slot_bytes_, placement_span_, MADV_POPULATE_READ);
     ++recv_mapped_;
   }
   const SlotMeta& m = recv_->meta[consumed_ % slots_];
@@ -212,10 +222,10 @@ void ShmConnection::release_inline() {
   ring_peer();
 }
 
-void ShmConnection::map_now(std::byte* slot, int advice) const {
-  // Best effort (the advice needs Linux 5.14, and a slot that starts a page): without it the
+void ShmConnection::map_now(std::byte* at, std::size_t bytes, int advice) const {
+  // Best effort (the advice needs Linux 5.14, and a range that starts a page): without it the
   // pages fault in at their first touch.
-  ::madvise(slot, placement_span_, advice);
+  ::madvise(at, bytes, advice);
 }
 
 void ShmConnection::ring(int side) {

@@ -59,9 +59,13 @@ class ShmConnection final : public Connection {
     const std::uint64_t at = next_offset_[posted_ % slots_];
     return bytes <= kPlacedMax && at + bytes <= placement_span_ ? at : 0;
   }
-  // Maps the placement span of a slot into this process now, so that messages placed further
-  // along it do not take a page fault each on their first pass.
-  void map_now(std::byte* slot, int advice) const;
+  // Reserves the pages of send slot `slot` up to byte `end` (posix_fallocate) where they are not
+  // yet: a slot's pages are reserved as messages first reach them, so a communicator of small
+  // messages holds a few pages of /dev/shm and its first calls do not pay for whole slots.
+  void reserve(std::size_t slot, std::size_t end);
+  // Maps [at, at + bytes) into this process now: a slot's newly reserved pages, or the placement
+  // span of a received slot, so that messages do not take a page fault each on their first pass.
+  void map_now(std::byte* at, std::size_t bytes, int advice) const;
   // Wakes side `side`'s sleep if it sleeps (bell[side], shm_segment.hpp): the peer's after
   // posting to it or freeing its slots, this side's own for wake_sleep().
   void ring(int side);
@@ -72,7 +76,7 @@ class ShmConnection final : public Connection {
 
   int self_, peer_, peer_pid_, side_;
   int fd_;
-  bool map_slots_;  // whether to map the placement span at a slot's first use (map_now)
+  bool map_slots_;  // whether messages move along a placement span (mapped at first use)
   void* base_;
   std::size_t bytes_;
   std::string name_;
@@ -92,14 +96,15 @@ class ShmConnection final : public Connection {
   // works, in short").
   std::size_t placement_span_;
   std::uint64_t next_offset_[kMaxSlots] = {};
-  std::uint64_t acquired_at_ = 0;      // the place the last try_acquire_send_slot gave
-  std::uint64_t posted_ = 0;           // our copy of send_->head
-  std::uint64_t reserved_ = 0;         // send slots whose pages are reserved
-  std::uint64_t consumed_ = 0;         // our copy of recv_->tail
-  std::uint64_t recv_mapped_ = 0;      // receive slots mapped into this process
-  std::uint64_t inline_sent_ = 0;      // inline messages posted
-  std::uint64_t inline_received_ = 0;  // our copy of recv_->acked
-  std::uint64_t inline_acked_ = 0;     // the last value of send_->acked we read
+  std::uint64_t acquired_at_ = 0;               // the place the last try_acquire_send_slot gave
+  std::uint64_t posted_ = 0;                    // our copy of send_->head
+  std::size_t reserved_bytes_[kMaxSlots] = {};  // how much of each send slot is reserved
+  std::uint64_t reserved_ = 0;                  // send slots reserved whole
+  std::uint64_t consumed_ = 0;                  // our copy of recv_->tail
+  std::uint64_t recv_mapped_ = 0;               // receive slots mapped into this process
+  std::uint64_t inline_sent_ = 0;               // inline messages posted
+  std::uint64_t inline_received_ = 0;           // our copy of recv_->acked
+  std::uint64_t inline_acked_ = 0;              // the last value of send_->acked we read
   // What prepare_sleep() saw of the peer's writes.
   std::uint64_t seen_head_ = 0;
   std::uint64_t seen_tail_ = 0;
