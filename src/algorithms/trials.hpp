@@ -25,7 +25,11 @@ class Trials {
   // not counted, then kCounted. A schedule's first calls at a new size run slow: pairwise's, 4
   // ranks on 2 cores with 8 slots, 9-10 calls at 17-30x its later time at a job's first size
   // (16 and 4-5 with 16 and 4 slots), 3-4 at 2-15x at the next sizes, one or none from 512 KiB
-  // blocks. So the choice warms up for twice the slots, at most kMostWarm: it would have run
+  // blocks. Much of it is the slots' pages, taken as messages first reach them (reserved and
+  // mapped: bench/first_calls shows each call's page faults). Since a slot takes only the pages
+  // its messages reach, not the whole slot, the first 8 calls at 64 KiB blocks take 2.2x less
+  // time than before, and the 2nd-8th still run 2.3x (1.1-4.8x) the later calls.
+  // So the choice warms up for twice the slots, at most kMostWarm: it would have run
   // those calls anyway. The rival's calls are the trial's cost where it loses, so it warms up for
   // one (the single copy's first read of a peer; its second and third still ran 1.5-2.2x at 512
   // KiB blocks); a rival that needs more is measured slower than it is, and the model's choice
