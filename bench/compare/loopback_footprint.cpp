@@ -7,7 +7,8 @@
 // nothing is reduced, and every
 // write and read is as large as the kernel takes. No collective over loopback moves those bytes
 // faster, so where this falls from one size to the next, the ranks' buffers have left a cache and
-// any collective over loopback TCP falls there too. The kernel sizes the socket buffers itself.
+// any collective over loopback TCP falls there too. The kernel sizes the socket buffers itself,
+// unless SOCKBUF gives both their size (SO_SNDBUF and SO_RCVBUF, as LOOM_SOCKBUF does).
 // Threads are pinned to the allowed CPUs in turn and meet between passes; a pass's time is its
 // slowest thread's, and the figure is the median pass.
 // Prints "loopback_footprint,<ranks>,<bytes>,<threads>,<pass us>,<GB/s>", GB/s as an
@@ -58,9 +59,12 @@ int listen_any(sockaddr_in& addr) {
   return fd;
 }
 
-void tune(int fd) {
+void tune(int fd, int sockbuf) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (sockbuf > 0 && (::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sockbuf, sizeof sockbuf) != 0 ||
+                      ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sockbuf, sizeof sockbuf) != 0))
+    die("setsockopt");
   if (::fcntl(fd, F_SETFL, O_NONBLOCK) != 0) die("fcntl");
 }
 
@@ -125,12 +129,13 @@ void pass(Rank& r, std::size_t volume, std::size_t& sent_at, std::size_t& receiv
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: loopback_footprint RANKS BYTES\n");
+    std::fprintf(stderr, "usage: loopback_footprint RANKS BYTES [SOCKBUF]\n");
     return 2;
   }
   const int ranks = std::atoi(argv[1]);
   const std::size_t bytes = std::strtoull(argv[2], nullptr, 10);
-  if (ranks < 2 || bytes == 0) {
+  const int sockbuf = argc > 3 ? std::atoi(argv[3]) : 0;
+  if (ranks < 2 || bytes == 0 || sockbuf < 0) {
     std::fprintf(stderr, "loopback_footprint: RANKS must be at least 2 and BYTES above 0\n");
     return 2;
   }
@@ -152,7 +157,7 @@ int main(int argc, char** argv) {
   }
   for (int fd : listeners) ::close(fd);
   for (Rank& r : rank) {
-    tune(r.to), tune(r.from);
+    tune(r.to, sockbuf), tune(r.from, sockbuf);
     r.in.assign(bytes, 1), r.out.assign(bytes, 0);
   }
   const std::vector<int> cpus = bench::allowed_cpus();
