@@ -14,6 +14,7 @@
 #include "algorithms/engine.hpp"
 #include "algorithms/selection.hpp"
 #include "base/logging.hpp"
+#include "loom/trace.hpp"
 
 namespace loom::algorithms {
 
@@ -129,6 +130,12 @@ void Dispatcher::run_trial(Engine& engine, const Collective& call, Trials::Trial
       "of the last {} of each: {:.1f} us against {:.1f} us; {} from now on",
       to_string(call.kind), plan_.bytes, trial.choice()->name, trial.rival()->name, trial.calls(),
       Trials::kCounted, j.choice_us, j.rival_us, trial.winner()->name);
+  if (trace::enabled()) {  // the verdict, as a span of no length after the trial's last call
+    const Algorithm* loser = trial.winner() == trial.choice() ? trial.rival() : trial.choice();
+    trace::Scope verdict(fmt::format("{} kept over {} for {} of {} B", trial.winner()->name,
+                                     loser->name, to_string(call.kind), plan_.bytes),
+                         "trial");
+  }
   plan_for(engine, *trial.winner());
   plan_.rival = nullptr;
 }
@@ -138,7 +145,7 @@ double Dispatcher::run_timed(Engine& engine, const Collective& call, bool timed)
   engine.set_reads(plan_.reads);
   const bool debug = base::log().should_log(spdlog::level::debug);
   if (!debug && !timed) {
-    plan_.algorithm->run(engine, call);
+    run_plan(engine, call);
     return 0;
   }
   engine.count_waits(debug);
@@ -150,12 +157,19 @@ double Dispatcher::run_timed(Engine& engine, const Collective& call, bool timed)
       Engine& engine;
       ~StopCounting() { engine.count_waits(false); }
     } stop{engine};
-    plan_.algorithm->run(engine, call);
+    run_plan(engine, call);
   }
   const double took =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started).count();
   if (debug) record_time(engine, call, took, ::sched_getcpu() != cpu);
   return took;
+}
+
+void Dispatcher::run_plan(Engine& engine, const Collective& call) {
+  if (!trace::enabled()) return plan_.algorithm->run(engine, call);
+  // Within the call's span (core/call_runner.cpp): the algorithm that ran it.
+  trace::Scope span(std::string(plan_.algorithm->name), "algorithm");
+  plan_.algorithm->run(engine, call);
 }
 
 void Dispatcher::record_time(const Engine& engine, const Collective& call, double took_us,

@@ -55,6 +55,8 @@ class Dispatcher {
   // Runs the plan's call (timed where DEBUG logging is on or `timed`: a trial's call); returns
   // its time on this rank in microseconds, or 0 untimed.
   double run_timed(Engine& engine, const Collective& call, bool timed);
+  // The plan's algorithm on the call; with LOOM_TRACE, in a span named after the algorithm.
+  void run_plan(Engine& engine, const Collective& call);
   // A call whose plan has a rival: the trial's turn, its time, and at its last call the swap of
   // every rank's times and the winner, which the plan keeps from then on.
   void run_trial(Engine& engine, const Collective& call, Trials::Trial& trial);

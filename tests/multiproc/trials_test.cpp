@@ -1,6 +1,7 @@
 // The trials (algorithms/trials.hpp) over real ranks: more ranks than cores over shared memory,
 // all-to-alls of two sizes interleaved, synchronous and not, each call checked element by element
-// through both schedules of each trial and the winner after it. Ranks that kept different winners
+// through both schedules of each trial and the winner after it, and the trace read for which
+// algorithm ran each call. Ranks that kept different winners
 // would send one schedule's messages into the other's and fail the call (a trial judged on each
 // rank's own times alone failed so in 3 of 3 runs).
 #include <gtest/gtest.h>
@@ -8,19 +9,85 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <map>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "../support/all_to_all_check.hpp"
 #include "../support/kill_trial.hpp"
 #include "../support/ranks.hpp"
 #include "algorithms/trials.hpp"
 #include "base/process_memory.hpp"
+#include "base/trace_internal.hpp"
+#include "loom/trace.hpp"
 
 namespace loom {
 namespace {
 
 using testing::check_all_to_all;
 using testing::run_ranks;
+
+// One all-to-all call as the trace saw it: the algorithms that ran it, and a trial's verdict
+// ("<winner> kept over <loser> for ...") where it was the trial's last call.
+struct TracedCall {
+  std::int64_t start_us = 0;
+  std::vector<std::string> algorithms;
+  std::string verdict;
+};
+
+// This rank's all-to-all calls by their element type and count ("(i32 x 70001)"), in order. A
+// call's algorithm and verdict spans end within its own span and on its thread.
+std::map<std::string, std::vector<TracedCall>> traced_all_to_alls() {
+  std::map<int, TracedCall> open;  // by thread: what the call running there has recorded so far
+  std::map<std::string, std::vector<TracedCall>> calls;
+  for (const trace::Event& e : trace::events()) {
+    TracedCall& now = open[e.thread];
+    if (e.category == "algorithm") now.algorithms.push_back(e.name);
+    if (e.category == "trial") now.verdict = e.name;
+    if (e.category != "collective") continue;
+    if (e.name.rfind("all_to_all #", 0) == 0) {
+      now.start_us = e.start_us;
+      calls[e.name.substr(e.name.find('('))].push_back(now);
+    }
+    now = TracedCall{};
+  }
+  for (auto& [size, list] : calls)
+    std::sort(list.begin(), list.end(),
+              [](const TracedCall& a, const TracedCall& b) { return a.start_us < b.start_us; });
+  return calls;
+}
+
+// Each size's calls ran one algorithm each: the model's choice, then the rival for the trial's
+// last kRivalWarm + kCounted, a verdict at the last, and the winner it names ever after.
+void expect_trial_then_winner(const std::string& size, const std::vector<TracedCall>& calls) {
+  using algorithms::Trials;
+  SCOPED_TRACE(size);
+  for (std::size_t i = 0; i < calls.size(); ++i)
+    ASSERT_EQ(calls[i].algorithms.size(), 1u) << "call " << i << " ran as many algorithms";
+  const auto judged = std::find_if(calls.begin(), calls.end(),
+                                   [](const TracedCall& c) { return !c.verdict.empty(); });
+  ASSERT_NE(judged, calls.end()) << "no verdict";
+  const std::size_t last = static_cast<std::size_t>(judged - calls.begin());
+  const std::size_t rival_calls = Trials::kRivalWarm + Trials::kCounted;
+  ASSERT_GT(last + 1, rival_calls + Trials::kCounted);
+  const std::string& choice = calls[0].algorithms[0];
+  const std::string& rival = calls[last].algorithms[0];
+  EXPECT_NE(choice, rival);
+  for (std::size_t i = 0; i <= last; ++i)
+    EXPECT_EQ(calls[i].algorithms[0], i + rival_calls <= last ? choice : rival) << "call " << i;
+  const std::string& v = judged->verdict;
+  const std::string winner = v.substr(0, v.find(" kept over "));
+  EXPECT_TRUE(v == winner + " kept over " + (winner == choice ? rival : choice) +
+                       v.substr(v.find(" for ")))
+      << v;
+  ASSERT_LT(last + 1, calls.size()) << "no call after the trial";
+  for (std::size_t i = last + 1; i < calls.size(); ++i)
+    EXPECT_EQ(calls[i].algorithms[0], winner) << "call " << i << ", after the verdict: " << v;
+  EXPECT_EQ(std::count_if(calls.begin(), calls.end(),
+                          [](const TracedCall& c) { return !c.verdict.empty(); }),
+            1);
+}
 
 // More ranks than cores, at least 4 (0: this machine has too many cores for the test).
 int crowded_world() {
@@ -42,12 +109,20 @@ TEST(Trials, RanksOnSharedCoresMeasureBothSchedulesAndKeepTheSameWinner) {
         using algorithms::Trials;
         constexpr int kCalls = Trials::kMostWarm + Trials::kRivalWarm + 2 * Trials::kCounted + 4;
         const std::uint64_t before = Trials::judged();
+        // What ran each call: the algorithm's span within each call's, and the verdicts.
+        base::start_trace(::testing::TempDir() + "/trials-%r.json");
         for (int call = 0; call < kCalls; ++call) {
           SCOPED_TRACE(call);
           check_all_to_all(comm, DataType::i32, 70001, call % 3 == 0);
           check_all_to_all(comm, DataType::u8, 33333, false);
         }
         EXPECT_EQ(Trials::judged() - before, 2u) << "one trial for each size";
+        const auto traced = traced_all_to_alls();
+        EXPECT_EQ(traced.size(), 2u);
+        for (const auto& [size, calls] : traced) {
+          EXPECT_EQ(calls.size(), static_cast<std::size_t>(kCalls));
+          expect_trial_then_winner(size, calls);
+        }
       },
       opts);
 }
