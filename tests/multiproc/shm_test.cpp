@@ -27,6 +27,7 @@
 
 #include <fmt/format.h>
 
+#include "../support/child.hpp"
 #include "../support/ranks.hpp"
 #include "base/process_memory.hpp"
 #include "store/keys.hpp"
@@ -36,6 +37,9 @@ namespace loom {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::dev_shm_used;
+using testing::in_child;
+using testing::own_dev_shm;
 using testing::RankContext;
 using testing::run_ranks_raw;
 using testing::segments_of;
@@ -90,16 +94,6 @@ struct HandMadeSegment {
   void* base = nullptr;
   transport::shm::SegmentHeader* header = nullptr;
 };
-
-// Runs `body` in a child process; its exit code, or -1 when it died by a signal.
-int in_child(const std::function<int()>& body) {
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(body());
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
 
 TEST(SharedMemory, IsChosenOnOneHostAndSegmentsAreGoneAfterNormalExit) {
   run_ranks_raw(4, [](RankContext& ctx) {
@@ -241,23 +235,13 @@ TEST(SharedMemory, APredictableNameTakenByAnotherProcessDoesNotStopTheJob) {
   });
 }
 
-// Bytes of the /dev/shm this process sees that are in use.
-std::size_t dev_shm_used() {
-  struct statvfs fs {};
-  ::statvfs("/dev/shm", &fs);
-  return static_cast<std::size_t>((fs.f_blocks - fs.f_bfree) * fs.f_frsize);
-}
-
 // Runs body(connection) in a child process with a /dev/shm of 1 MiB of its own (a mount
 // namespace), over a new connection from rank 0 to rank 1 with 8 slots of 512 KiB (a segment of
 // about 8 MiB, sparse); the child's exit code, 77 where mount namespaces are not permitted.
 int with_small_dev_shm(const base::Pacing& pacing,
                        const std::function<int(transport::Connection&)>& body) {
   return in_child([&] {
-    if (::unshare(CLONE_NEWNS) != 0 ||
-        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-        ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") != 0)
-      return 77;
+    if (!own_dev_shm("1m")) return 77;
     ScratchStore scratch;
     const base::LinkConfig config;
     const int pid = static_cast<int>(::getpid());
