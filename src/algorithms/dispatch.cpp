@@ -13,7 +13,6 @@
 #include "algorithms/algorithm_table.hpp"
 #include "algorithms/engine.hpp"
 #include "algorithms/selection.hpp"
-#include "base/errors.hpp"
 #include "base/logging.hpp"
 #include "loom/trace.hpp"
 
@@ -125,14 +124,7 @@ void Dispatcher::plan_for(const Engine& engine, const Algorithm& algorithm) {
 void Dispatcher::run_trial(Engine& engine, const Collective& call, Trials::Trial& trial) {
   plan_for(engine, *trial.next());
   if (!trial.record(run_timed(engine, call, true))) return;
-  std::vector<Trials::Times> times;
-  try {
-    times = Trials::swap(engine, trial.times());
-  } catch (const Error& e) {  // the call's own description comes in front (core/call_runner.cpp)
-    rethrow_with_context(e, fmt::format("swapping the times of its trial of {} against {}",
-                                        trial.choice()->name, trial.rival()->name));
-  }
-  const Trials::Judgement j = trial.decide(times);
+  const Trials::Judgement j = trial.decide(Trials::swap(engine, trial.times()));
   base::log().info(
       "{} of {} B: {} against {} on its first {} calls, each the slowest rank's time, medians "
       "of the last {} of each: {:.1f} us against {:.1f} us; {} from now on",
