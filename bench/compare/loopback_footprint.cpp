@@ -8,7 +8,7 @@
 // write and read is as large as the kernel takes. No collective over loopback moves those bytes
 // faster, so where this falls from one size to the next, the ranks' buffers have left a cache and
 // any collective over loopback TCP falls there too. The kernel sizes the socket buffers itself,
-// unless SOCKBUF gives both their size (SO_SNDBUF and SO_RCVBUF, as LOOM_SOCKBUF does).
+// unless SOCKBUF gives both their size (SO_SNDBUF and SO_RCVBUF, set as LOOM_SOCKBUF sets them).
 // Threads are pinned to the allowed CPUs in turn and meet between passes; a pass's time is its
 // slowest thread's, and the figure is the median pass.
 // Prints "loopback_footprint,<ranks>,<bytes>,<threads>,<pass us>,<GB/s>", GB/s as an
@@ -45,10 +45,20 @@ using Clock = std::chrono::steady_clock;
   std::exit(1);
 }
 
-// A listening socket on 127.0.0.1 at a port the kernel picks.
-int listen_any(sockaddr_in& addr) {
+// Both socket buffers at `sockbuf` bytes (0: the kernel sizes them); before listen or connect,
+// as tcp(7) asks and as the TCP transport does. The kernel caps them at rmem_max and wmem_max.
+void size_buffers(int fd, int sockbuf) {
+  if (sockbuf > 0 && (::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sockbuf, sizeof sockbuf) != 0 ||
+                      ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sockbuf, sizeof sockbuf) != 0))
+    die("setsockopt");
+}
+
+// A listening socket on 127.0.0.1 at a port the kernel picks; accepted sockets inherit its
+// buffer sizes.
+int listen_any(sockaddr_in& addr, int sockbuf) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) die("socket");
+  size_buffers(fd, sockbuf);
   addr = {};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -59,12 +69,9 @@ int listen_any(sockaddr_in& addr) {
   return fd;
 }
 
-void tune(int fd, int sockbuf) {
+void tune(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (sockbuf > 0 && (::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sockbuf, sizeof sockbuf) != 0 ||
-                      ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sockbuf, sizeof sockbuf) != 0))
-    die("setsockopt");
   if (::fcntl(fd, F_SETFL, O_NONBLOCK) != 0) die("fcntl");
 }
 
@@ -136,7 +143,9 @@ int main(int argc, char** argv) {
   const std::size_t bytes = std::strtoull(argv[2], nullptr, 10);
   const int sockbuf = argc > 3 ? std::atoi(argv[3]) : 0;
   if (ranks < 2 || bytes == 0 || sockbuf < 0) {
-    std::fprintf(stderr, "loopback_footprint: RANKS must be at least 2 and BYTES above 0\n");
+    std::fprintf(stderr,
+                 "loopback_footprint: RANKS must be at least 2, BYTES above 0, SOCKBUF not "
+                 "negative\n");
     return 2;
   }
   const std::size_t volume =
@@ -145,10 +154,11 @@ int main(int argc, char** argv) {
   // The ring: rank r connects to rank r+1's listener.
   std::vector<int> listeners(rank.size());
   std::vector<sockaddr_in> addresses(rank.size());
-  for (std::size_t r = 0; r < rank.size(); ++r) listeners[r] = listen_any(addresses[r]);
+  for (std::size_t r = 0; r < rank.size(); ++r) listeners[r] = listen_any(addresses[r], sockbuf);
   for (std::size_t r = 0; r < rank.size(); ++r) {
     const std::size_t next = (r + 1) % rank.size();
     rank[r].to = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (rank[r].to >= 0) size_buffers(rank[r].to, sockbuf);
     if (rank[r].to < 0 || ::connect(rank[r].to, reinterpret_cast<sockaddr*>(&addresses[next]),
                                     sizeof addresses[next]) != 0)
       die("connect");
@@ -157,7 +167,7 @@ int main(int argc, char** argv) {
   }
   for (int fd : listeners) ::close(fd);
   for (Rank& r : rank) {
-    tune(r.to, sockbuf), tune(r.from, sockbuf);
+    tune(r.to), tune(r.from);
     r.in.assign(bytes, 1), r.out.assign(bytes, 0);
   }
   const std::vector<int> cpus = bench::allowed_cpus();
