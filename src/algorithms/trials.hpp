@@ -23,7 +23,8 @@ class Trials {
  public:
   // The choice's calls: `warm` not counted, then kCounted that are; then the rival's: kRivalWarm
   // not counted, then kCounted. A schedule's first calls at a new size run slow: pairwise's, 4
-  // ranks on 2 cores with 8 slots, 9-10 calls at 17-30x its later time at a job's first size
+  // ranks on 2 cores with 8 slots, before slots took only the pages their messages reach, 9-10
+  // calls at 17-30x its later time at a job's first size
   // (16 and 4-5 with 16 and 4 slots), 3-4 at 2-15x at the next sizes, one or none from 512 KiB
   // blocks. Much of it is the slots' pages, taken as messages first reach them (reserved and
   // mapped: bench/first_calls shows each call's page faults). Since a slot takes only the pages

@@ -61,7 +61,9 @@ class ShmConnection final : public Connection {
   }
   // Reserves the pages of send slot `slot` up to byte `end` (posix_fallocate) where they are not
   // yet: a slot's pages are reserved as messages first reach them, so a communicator of small
-  // messages holds a few pages of /dev/shm and its first calls do not pay for whole slots.
+  // messages holds a few pages of /dev/shm and its first calls do not pay for whole slots. The
+  // segment's descriptor stays open until every slot is reserved whole, which most connections
+  // never are: one descriptor a connection for its life.
   void reserve(std::size_t slot, std::size_t end);
   // Maps [at, at + bytes) into this process now: a slot's newly reserved pages, or the placement
   // span of a received slot, so that messages do not take a page fault each on their first pass.
