@@ -87,9 +87,18 @@ Selector::Choice Selector::cut(const Algorithm& a, double cost, std::size_t byte
 // MiB a rank (docs/tuning.md, "Measured on the first calls"). No figure the probe takes at
 // init, while the ranks start up on the same cores, prices it steadily, so the dispatch measures
 // both there. Host buffers outside the windows (where the direct row takes the call) only.
+//
+// The all-reduce across hosts: the links between hosts are not probed at init, so the model
+// prices them at its defaults, and cannot tell a 1 Gbit/s link from a 10 Gbit/s one, nor hosts
+// with cores of their own from hosts sharing them. On the one-machine test bed (2 nodes x 2
+// ranks, 64 MiB) it chose hierarchical at both rates: right at 1 Gbit/s (the flat ring 1.34x
+// slower), 1.17x slower than the ring at 10 Gbit/s (docs/results/nodes-2026-12-05). The
+// dispatch measures its two cheapest rows there instead. Host buffers only.
 bool Selector::measures_rival(Kind kind, bool device, bool windows) const {
-  return kind == Kind::all_to_all && !device && !windows && inputs_.oversubscribed() &&
-         inputs_.one_host() && inputs_.local == transport::TransportKind::shm && inputs_.size >= 2;
+  if (device || windows || inputs_.size < 2) return false;
+  if (kind == Kind::all_reduce) return !inputs_.one_host();
+  return kind == Kind::all_to_all && inputs_.oversubscribed() && inputs_.one_host() &&
+         inputs_.local == transport::TransportKind::shm;
 }
 
 }  // namespace loom::algorithms

@@ -53,28 +53,36 @@ Trials::Judgement Trials::Trial::decide(const std::vector<Times>& ranks) {
   return j;
 }
 
+int Trials::warm_calls(Kind kind, std::size_t bytes, int slots, std::size_t slot_bytes) {
+  if (kind == Kind::all_to_all) return std::clamp(2 * slots, 0, kMostWarm);
+  const std::size_t slots_bytes = 2 * static_cast<std::size_t>(std::max(slots, 0)) * slot_bytes;
+  const std::size_t calls =
+      (slots_bytes + std::max<std::size_t>(bytes, 1) - 1) / std::max<std::size_t>(bytes, 1);
+  return static_cast<int>(std::clamp<std::size_t>(calls, 1, kMostWarm));
+}
+
 Trials::Trial* Trials::of(Kind kind, std::size_t bytes, const Algorithm* choice,
-                          const Algorithm* rival, int slots) {
+                          const Algorithm* rival, int warm) {
   const auto key = std::make_pair(kind, bytes);
   if (auto it = trials_.find(key); it != trials_.end()) return &it->second;
   if (trials_.size() >= kMostSizes) return nullptr;
-  return &trials_.emplace(key, Trial(choice, rival, std::clamp(2 * slots, 0, kMostWarm)))
-              .first->second;
+  return &trials_.emplace(key, Trial(choice, rival, std::clamp(warm, 0, kMostWarm))).first->second;
 }
 
-// Messages go out to every peer before any is awaited (each connection has room for one), in
-// ring order, as the single copy's do.
+// Step k sends the times received at step k - 1 (this rank's own at the first) to the next rank
+// and receives the times of rank - k from the previous one. A send waits only for the room of
+// one message on the connection, which the next rank frees by receiving at the same step.
 std::vector<Trials::Times> Trials::swap(Engine& engine, const Times& mine) {
   const int n = engine.size(), r = engine.rank();
   std::vector<Times> all(static_cast<std::size_t>(n));
   all[static_cast<std::size_t>(r)] = mine;
-  for (int k = 1; k < n; ++k)
-    Primitives(engine, nullptr, &engine.connection(engine.ring_next(k)))
-        .send_message(&mine, sizeof mine);
+  if (n < 2) return all;
+  const RingPosition ring = engine.ring();
   for (int k = 1; k < n; ++k) {
-    const int from = engine.ring_prev(k);
-    Primitives(engine, &engine.connection(from), nullptr)
-        .recv_message(&all[static_cast<std::size_t>(from)], sizeof(Times));
+    const Times& out = all[static_cast<std::size_t>(engine.ring_prev(k - 1))];
+    Primitives(engine, nullptr, ring.next).send_message(&out, sizeof out);
+    Primitives(engine, ring.prev, nullptr)
+        .recv_message(&all[static_cast<std::size_t>(engine.ring_prev(k))], sizeof(Times));
   }
   return all;
 }

@@ -31,11 +31,14 @@ class Trials {
   // its messages reach, not the whole slot, the first 8 calls at 64 KiB blocks take 2.2x less
   // time than before, and the 2nd-8th still run 2.3x (1.1-4.8x) the later calls.
   // So the choice warms up for twice the slots, at most kMostWarm: it would have run
-  // those calls anyway. The rival's calls are the trial's cost where it loses, so it warms up for
-  // one (the single copy's first read of a peer; its second and third still ran 1.5-2.2x at 512
-  // KiB blocks); a rival that needs more is measured slower than it is, and the model's choice
-  // stays. The swap's message travels after the call's own on each connection: it relies on
-  // both schedules taking every message they send within the call.
+  // those calls anyway (warm_calls). An all-reduce's calls each stream the whole buffer through
+  // the slots, so its choice warms up until its calls have carried twice the slots' bytes, at
+  // least one call: one at 8 MiB and up with the default 8 slots of 512 KiB. The rival's calls are
+  // the trial's cost where it loses, so it warms up for one (the single copy's first read of a
+  // peer; its second and third still ran 1.5-2.2x at 512 KiB blocks); a rival that needs more is
+  // measured slower than it is, and the model's choice stays. The swap's message travels after the
+  // call's own on each connection: it relies on both schedules taking every message they send
+  // within the call.
   static constexpr int kCounted = 3;
   static constexpr int kMostWarm = 16;
   static constexpr int kRivalWarm = 1;
@@ -88,14 +91,19 @@ class Trials {
     const Algorithm* winner_ = nullptr;
   };
 
-  // The trial of `kind` at `bytes`, started with `choice` (warmed up for twice `slots` calls, at
-  // most kMostWarm) against `rival` if there is none yet; null once kMostSizes sizes have been
-  // tried.
-  Trial* of(Kind kind, std::size_t bytes, const Algorithm* choice, const Algorithm* rival,
-            int slots);
+  // The calls the choice warms up for at `bytes`, with `slots` slots of `slot_bytes` on each
+  // connection: twice the slots for an all-to-all; for every other kind, the calls that carry
+  // twice the slots' bytes, at least one. At most kMostWarm.
+  static int warm_calls(Kind kind, std::size_t bytes, int slots, std::size_t slot_bytes);
 
-  // Within the trial's last call, on every rank: sends this rank's times to every peer and
-  // receives theirs (one small message each way on each connection). Indexed by rank.
+  // The trial of `kind` at `bytes`, started with `choice` (warmed up for `warm` calls) against
+  // `rival` if there is none yet; null once kMostSizes sizes have been tried.
+  Trial* of(Kind kind, std::size_t bytes, const Algorithm* choice, const Algorithm* rival,
+            int warm);
+
+  // Within the trial's last call, on every rank: every rank's times, indexed by rank. They go
+  // around the ring (n - 1 steps, one small message each way on the two ring connections), so a
+  // trial opens no connection beyond the ring's, however many hosts the ranks span.
   static std::vector<Times> swap(Engine& engine, const Times& mine);
 
  private:

@@ -36,9 +36,9 @@ struct TracedCall {
   std::string verdict;
 };
 
-// This rank's all-to-all calls by their element type and count ("(i32 x 70001)"), in order. A
-// call's algorithm and verdict spans end within its own span and on its thread.
-std::map<std::string, std::vector<TracedCall>> traced_all_to_alls() {
+// This rank's calls of `kind` ("all_to_all") by their element type and count ("(i32 x 70001)"),
+// in order. A call's algorithm and verdict spans end within its own span and on its thread.
+std::map<std::string, std::vector<TracedCall>> traced_calls(const std::string& kind) {
   std::map<int, TracedCall> open;  // by thread: what the call running there has recorded so far
   std::map<std::string, std::vector<TracedCall>> calls;
   for (const trace::Event& e : trace::events()) {
@@ -46,7 +46,7 @@ std::map<std::string, std::vector<TracedCall>> traced_all_to_alls() {
     if (e.category == "algorithm") now.algorithms.push_back(e.name);
     if (e.category == "trial") now.verdict = e.name;
     if (e.category != "collective") continue;
-    if (e.name.rfind("all_to_all #", 0) == 0) {
+    if (e.name.rfind(kind + " #", 0) == 0) {
       now.start_us = e.start_us;
       calls[e.name.substr(e.name.find('('))].push_back(now);
     }
@@ -117,7 +117,57 @@ TEST(Trials, RanksOnSharedCoresMeasureBothSchedulesAndKeepTheSameWinner) {
           check_all_to_all(comm, DataType::u8, 33333, false);
         }
         EXPECT_EQ(Trials::judged() - before, 2u) << "one trial for each size";
-        const auto traced = traced_all_to_alls();
+        const auto traced = traced_calls("all_to_all");
+        EXPECT_EQ(traced.size(), 2u);
+        for (const auto& [size, calls] : traced) {
+          EXPECT_EQ(calls.size(), static_cast<std::size_t>(kCalls));
+          expect_trial_then_winner(size, calls);
+        }
+      },
+      opts);
+}
+
+// Every rank's input for an i32 sum all-reduce call, and the sum every rank must read back.
+std::vector<std::int32_t> all_reduce_input(int rank, int call, std::size_t count) {
+  std::vector<std::int32_t> v(count);
+  for (std::size_t i = 0; i < count; ++i)
+    v[i] = static_cast<std::int32_t>(
+        (i * 31 + static_cast<std::size_t>(rank) * 7 + static_cast<std::size_t>(call)) % 100003);
+  return v;
+}
+
+// The all-reduce across (pretend) hosts, whose links the model does not measure: each size's
+// first calls run the model's choice, then its rival (the two cheapest rows: at 1 MiB
+// hierarchical and halving-doubling in one run here, at 8 MiB hierarchical and the ring), every
+// call exact, one verdict, and the winner it names on every later call.
+TEST(Trials, TheAllReduceAcrossHostsMeasuresBothAndKeepsTheSameWinner) {
+  testing::RunOptions opts;
+  opts.options.transport = "auto";
+  opts.options.timeout = std::chrono::seconds(60);
+  opts.host_id = [](int rank, int size) { return rank < size / 2 ? "host-a" : "host-b"; };
+  run_ranks(
+      4,
+      [](Communicator& comm) {
+        using algorithms::Trials;
+        // 1 MiB: the choice warms up for 8 calls; 8 MiB: for 1.
+        constexpr std::size_t kCounts[] = {std::size_t{1} << 18, std::size_t{1} << 21};
+        constexpr int kCalls = 8 + Trials::kCounted + Trials::kRivalWarm + Trials::kCounted + 3;
+        const std::uint64_t before = Trials::judged();
+        base::start_trace(::testing::TempDir() + "/trials-hosts-%r.json");
+        for (int call = 0; call < kCalls; ++call)
+          for (std::size_t count : kCounts) {
+            SCOPED_TRACE(::testing::Message() << "call " << call << ", " << count);
+            std::vector<std::int32_t> buf = all_reduce_input(comm.rank(), call, count);
+            comm.all_reduce(buf.data(), buf.data(), count, DataType::i32, ReduceOp::sum);
+            std::vector<std::int32_t> want(count, 0);
+            for (int r = 0; r < comm.size(); ++r) {
+              const auto in = all_reduce_input(r, call, count);
+              for (std::size_t i = 0; i < count; ++i) want[i] += in[i];
+            }
+            ASSERT_EQ(buf, want);
+          }
+        EXPECT_EQ(Trials::judged() - before, 2u) << "one trial for each size";
+        const auto traced = traced_calls("all_reduce");
         EXPECT_EQ(traced.size(), 2u);
         for (const auto& [size, calls] : traced) {
           EXPECT_EQ(calls.size(), static_cast<std::size_t>(kCalls));
