@@ -19,6 +19,7 @@ median; the table shows it as nan."""
 import csv
 import math
 import os
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -93,6 +94,20 @@ def summarize(folder):
     return beds
 
 
+def what_ran(reps):
+    """What ran Loom's timed calls in each repetition, counted: the algorithm a trial kept
+    ("... ; ring kept after a trial (...)"), else the one chosen or forced (the choice's first
+    word), e.g. "hierarchical 2 of 3, ring 1 of 3 (after a trial in 3)"."""
+    kept, trials = defaultdict(int), 0
+    for _, _, choice in reps:
+        match = re.search(r"([a-z_]+) kept after a trial", choice)
+        trials += match is not None
+        name = match.group(1) if match else (choice.split() or ["?"])[0]
+        kept[name] += 1
+    counts = ", ".join(f"{name} {n} of {len(reps)}" for name, n in sorted(kept.items()))
+    return counts + (f" (after a trial in {trials})" if trials else "")
+
+
 def main(folder):
     print("# Nodes x ranks on the test bed: f32 sum all-reduce\n")
     print("Times in ms: the median of the repetitions (each a fresh launch; its figure the median "
@@ -112,14 +127,14 @@ def main(folder):
               f"{nodes * bed['per_node']} ranks' flat-ring transfers over loopback TCP, nothing "
               f"reduced, {', '.join(f'{x / 1e3:.1f}' for x in bed['cores'])} ms. **Bound: "
               f"{'the cores' if bed['cores_bound'] else 'the link'}.**\n")
-        print("| library | median ms | repetitions (ms) | what ran (Loom, rank 0) |")
+        print("| library | median ms | repetitions (ms) | what ran the timed calls (Loom, rank 0) |")
         print("|---|---|---|---|")
         libs = bed["libs"]
         for impl in sorted(libs, key=lambda i: (not i.startswith("loom"), i != "loom", med[i])):
             reps = sorted(libs[impl])
             times = ", ".join(f"{t / 1e3:.1f}" for _, t, _ in reps)
-            choice = reps[-1][2] if impl.startswith("loom") else ""
-            print(f"| {impl} | {med[impl] / 1e3:.1f} | {times} | {choice} |")
+            ran = what_ran(reps) if impl.startswith("loom") else ""
+            print(f"| {impl} | {med[impl] / 1e3:.1f} | {times} | {ran} |")
         if bed["best"]:
             print(f"\nLoom ÷ the best other ({bed['best']}): **{bed['ratio']:.2f}x** (per "
                   f"repetition, {bed['best']}'s over Loom's of the same repetition: "

@@ -51,6 +51,16 @@ class NodesReport(unittest.TestCase):
             self.assertAlmostEqual(bed["share"], 64 * MIB * 8 / 0.6 / 1e9 / 0.94)
             self.assertAlmostEqual(bed["forced"]["loom:ring"], 640e3 / 900e3)
 
+    def test_what_ran_counts_the_trials_verdicts(self):
+        reps = [(1, 6e5, "hierarchical for 67108864 B; ring kept after a trial (hierarchical "
+                         "125116.6 us, ring 124800.0 us)"),
+                (2, 6e5, "hierarchical for 67108864 B; hierarchical kept after a trial (...)"),
+                (3, 6e5, "ring in slices of 164 KiB for 67108864 B; ring kept after a trial (..)")]
+        self.assertEqual(nodes_report.what_ran(reps),
+                         "hierarchical 1 of 3, ring 2 of 3 (after a trial in 3)")
+        forced = [(1, 6e5, "ring (LOOM_ALGO) in slices of 376 KiB for 67108864 B")] * 2
+        self.assertEqual(nodes_report.what_ran(forced), "ring 2 of 2")
+
     def test_the_shaped_rate_bounds_where_streams_run_faster(self):
         with tempfile.TemporaryDirectory() as d:
             write(d, [("1gbit", 4, 1, "loom", 1e6), ("1gbit", 4, 1, "gloo:ring", 2e6)],

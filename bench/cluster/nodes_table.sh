@@ -11,8 +11,11 @@
 # every node shares here, are the bound. Needs root.
 #
 #   bench/cluster/nodes_table.sh [--build DIR] [--nodes "2 4"] [--rates "1gbit 10gbit"]
-#       [--ranks-per-node 2] [--size 64M] [--reps 3] [--iters 5] [--libs "loom mpi gloo"]
-#       [--loom-algos "ring hierarchical"] [--out DIR]
+#       [--ranks-per-node 2] [--size 64M] [--reps 3] [--iters 5] [--warmup 1]
+#       [--libs "loom mpi gloo"] [--loom-algos "ring hierarchical"] [--out DIR]
+# --warmup: untimed calls before the timed ones, the same for every library. Loom measures its
+# two cheapest all-reduces across hosts on a size's first calls (docs/tuning.md, "Trials"): at
+# 8 MiB and up with the default slots that is 8 calls, so --warmup 8 times the one it keeps.
 # --loom-algos: Loom again with each of these all-reduce algorithms forced (LOOM_ALGO), as
 # columns loom:ALGO beside the model's own choice.
 # Writes DIR/runs.csv (every launch), DIR/links.csv (every iperf3 measure), DIR/cores.csv (every
@@ -21,7 +24,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 
-build=$root/build nodes="2 4" rates="1gbit 10gbit" per_node=2 size=64M reps=3 iters=5
+build=$root/build nodes="2 4" rates="1gbit 10gbit" per_node=2 size=64M reps=3 iters=5 warmup=1
 libs="loom mpi gloo" loom_algos="" out=nodes-table
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -32,6 +35,7 @@ while [ $# -gt 0 ]; do
     --size) size=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
     --libs) libs=$2; shift 2 ;;
     --loom-algos) loom_algos=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
@@ -124,13 +128,19 @@ record() {  # rate n rep impl time_us busbw choice
 launch_loom() {  # rate n rep [algorithm]
   local rate=$1 n=$2 rep=$3 algo=${4:-} impl=loom${4:+:$4} log=$out/logs/loom${4:+-$4}-$1-$2-$3
   if ! (export LOOM_DEBUG=INFO ${algo:+LOOM_ALGO=allreduce:$algo}
-        on_every_node "$n" "$log" "$perf" -o allreduce -b "$bytes" -e "$bytes" -n "$iters" -w 1 --csv); then
+        on_every_node "$n" "$log" "$perf" -o allreduce -b "$bytes" -e "$bytes" -n "$iters" -w "$warmup" --csv); then
     record "$rate" "$n" "$rep" "$impl" nan nan "failed: see $log.1"; return
   fi
   local row choice
   row=$(grep -E '^\[0\] [0-9]' "$log.1" | tail -1 | sed 's/^\[0\] //')
   choice=$(grep -oE 'all_reduce: [a-z_]+ [^;]*for [0-9]+ B' "$log.1" | tail -1 |
     sed 's/all_reduce: //')
+  # A trial's verdict ("... against RIVAL ...: A us against B us; WINNER from now on") names
+  # what ran the timed calls.
+  local verdict
+  verdict=$(grep -oE 'all_reduce of [0-9]+ B: [a-z_]+ against [a-z_]+ .*from now on' "$log.1" |
+    tail -1 | sed -E 's/.*: ([a-z_]+) against ([a-z_]+) .* ([0-9.]+) us against ([0-9.]+) us; ([a-z_]+) from now on/\5 kept after a trial (\1 \3 us, \2 \4 us)/' || true)
+  [ -n "$verdict" ] && choice="$choice; $verdict"
   record "$rate" "$n" "$rep" "$impl" "$(cut -d, -f5 <<< "$row")" "$(cut -d, -f7 <<< "$row")" "$choice"
 }
 
@@ -138,7 +148,7 @@ launch_gloo() {
   local rate=$1 n=$2 rep=$3 algo=$4 log=$out/logs/gloo-$4-$1-$2-$3 store
   store=$(mktemp -d /tmp/gloo-store-XXXXXX)
   if ! on_every_node "$n" "$log" "$gloo" --store "$store" --host @HOST@ --op allreduce \
-      --algo "$algo" --bytes "$bytes" -n "$iters" -w 1; then
+      --algo "$algo" --bytes "$bytes" -n "$iters" -w "$warmup"; then
     rm -rf "$store"; record "$rate" "$n" "$rep" "gloo:$algo" nan nan "failed: see $log.1"; return
   fi
   rm -rf "$store"
@@ -153,7 +163,7 @@ launch_mpi() {
   if ! "$cluster" exec 1 timeout 300 mpirun --allow-run-as-root --oversubscribe \
       -np $(( n * per_node )) --host "$hosts" --mca plm_rsh_agent "$root/tools/cluster/rsh-agent.sh" \
       -x LOOM_CLUSTER --mca pml ob1 --mca btl self,vader,tcp --mca btl_tcp_if_include eth0 \
-      --mca oob_tcp_if_include eth0 "$mpi" allreduce "$bytes" "$iters" 1 > "$log" 2>&1; then
+      --mca oob_tcp_if_include eth0 "$mpi" allreduce "$bytes" "$iters" "$warmup" > "$log" 2>&1; then
     record "$rate" "$n" "$rep" mpi nan nan "failed: see $log"; return
   fi
   local row; row=$(grep -E '^mpi' "$log" | tail -1)
