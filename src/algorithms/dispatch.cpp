@@ -99,7 +99,7 @@ void Dispatcher::run(Engine& engine, const Collective& call) {
                  choice.rival};
   }
   if (plan_.rival != nullptr) {
-    const int warm =
+    const Trials::Trial::Warm warm =
         Trials::warm_calls(call.kind, bytes, engine.slots(), engine.selector().inputs().slot_bytes);
     if (Trials::Trial* trial = trials_.of(call.kind, bytes, plan_.algorithm, plan_.rival, warm)) {
       if (trial->winner() == nullptr) {

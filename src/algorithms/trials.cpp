@@ -41,7 +41,7 @@ std::uint64_t Trials::judged() {
 bool Trials::Trial::record(double us) {
   if (winner_ != nullptr || calls_ >= calls()) return false;
   const bool rival = calls_ >= choice_calls();
-  const int counted = rival ? calls_ - choice_calls() - kRivalWarm : calls_ - warm_;
+  const int counted = rival ? calls_ - choice_calls() - warm_.rival : calls_ - warm_.choice;
   if (counted >= 0) (rival ? times_.rival_us : times_.choice_us)[counted] = us;
   return ++calls_ == calls();
 }
@@ -53,25 +53,29 @@ Trials::Judgement Trials::Trial::decide(const std::vector<Times>& ranks) {
   return j;
 }
 
-int Trials::warm_calls(Kind kind, std::size_t bytes, int slots, std::size_t slot_bytes) {
-  if (kind == Kind::all_to_all) return std::clamp(2 * slots, 0, kMostWarm);
+Trials::Trial::Warm Trials::warm_calls(Kind kind, std::size_t bytes, int slots,
+                                       std::size_t slot_bytes) {
+  if (kind == Kind::all_to_all) return {std::clamp(2 * slots, 0, kMostWarm), kRivalWarm};
   const std::size_t slots_bytes = 2 * static_cast<std::size_t>(std::max(slots, 0)) * slot_bytes;
-  const std::size_t calls =
-      (slots_bytes + std::max<std::size_t>(bytes, 1) - 1) / std::max<std::size_t>(bytes, 1);
-  return static_cast<int>(std::clamp<std::size_t>(calls, 1, kMostWarm));
+  const std::size_t per_call = std::max<std::size_t>(bytes, 1);
+  const int calls = static_cast<int>(
+      std::clamp<std::size_t>((slots_bytes + per_call - 1) / per_call, 1, kMostWarm));
+  return {calls, calls};
 }
 
 Trials::Trial* Trials::of(Kind kind, std::size_t bytes, const Algorithm* choice,
-                          const Algorithm* rival, int warm) {
+                          const Algorithm* rival, Trial::Warm warm) {
   const auto key = std::make_pair(kind, bytes);
   if (auto it = trials_.find(key); it != trials_.end()) return &it->second;
   if (trials_.size() >= kMostSizes) return nullptr;
-  return &trials_.emplace(key, Trial(choice, rival, std::clamp(warm, 0, kMostWarm))).first->second;
+  warm.choice = std::clamp(warm.choice, 0, kMostWarm);
+  warm.rival = std::clamp(warm.rival, 0, kMostWarm);
+  return &trials_.emplace(key, Trial(choice, rival, warm)).first->second;
 }
 
 // Step k sends the times received at step k - 1 (this rank's own at the first) to the next rank
-// and receives the times of rank - k from the previous one. A send waits only for the room of
-// one message on the connection, which the next rank frees by receiving at the same step.
+// and receives the times of rank - k from the previous one. A send waits at most for the room of
+// one message on the connection, which the next rank frees by receiving the step before's.
 std::vector<Trials::Times> Trials::swap(Engine& engine, const Times& mine) {
   const int n = engine.size(), r = engine.rank();
   std::vector<Times> all(static_cast<std::size_t>(n));

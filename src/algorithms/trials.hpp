@@ -21,24 +21,25 @@ class Engine;
 
 class Trials {
  public:
-  // The choice's calls: `warm` not counted, then kCounted that are; then the rival's: kRivalWarm
-  // not counted, then kCounted. A schedule's first calls at a new size run slow: pairwise's, 4
-  // ranks on 2 cores with 8 slots, before slots took only the pages their messages reach, 9-10
-  // calls at 17-30x its later time at a job's first size
-  // (16 and 4-5 with 16 and 4 slots), 3-4 at 2-15x at the next sizes, one or none from 512 KiB
-  // blocks. Much of it is the slots' pages, taken as messages first reach them (reserved and
-  // mapped: bench/first_calls shows each call's page faults). Since a slot takes only the pages
-  // its messages reach, not the whole slot, the first 8 calls at 64 KiB blocks take 2.2x less
-  // time than before, and the 2nd-8th still run 2.3x (1.1-4.8x) the later calls.
-  // So the choice warms up for twice the slots, at most kMostWarm: it would have run
-  // those calls anyway (warm_calls). An all-reduce's calls each stream the whole buffer through
-  // the slots, so its choice warms up until its calls have carried twice the slots' bytes, at
-  // least one call: one at 8 MiB and up with the default 8 slots of 512 KiB. The rival's calls are
-  // the trial's cost where it loses, so it warms up for one (the single copy's first read of a
-  // peer; its second and third still ran 1.5-2.2x at 512 KiB blocks); a rival that needs more is
-  // measured slower than it is, and the model's choice stays. The swap's message travels after the
-  // call's own on each connection: it relies on both schedules taking every message they send
-  // within the call.
+  // The choice's calls: Warm::choice not counted, then kCounted that are; then the rival's:
+  // Warm::rival not counted, then kCounted. A schedule's first calls at a new size run slow:
+  // pairwise's, 4 ranks on 2 cores with 8 slots, before slots took only the pages their messages
+  // reach, 9-10 calls at 17-30x its later time at a job's first size (16 and 4-5 with 16 and 4
+  // slots), 3-4 at 2-15x at the next sizes, one or none from 512 KiB blocks. Much of it is the
+  // slots' pages, taken as messages first reach them (reserved and mapped: bench/first_calls shows
+  // each call's page faults). Since a slot takes only the pages its messages reach, not the whole
+  // slot, the first 8 calls at 64 KiB blocks take 2.2x less time than before, and the 2nd-8th still
+  // run 2.3x (1.1-4.8x) the later calls. So the choice warms up for twice the slots, at most
+  // kMostWarm: it would have run those calls anyway (warm_calls). An all-reduce's calls each stream
+  // the whole buffer through the slots, so its choice warms up until its calls have carried twice
+  // the slots' bytes, at least one call: one at 8 MiB and up with the default 8 slots of 512 KiB.
+  // The all-to-all's rival's calls are the trial's cost where it loses, so it warms up for
+  // kRivalWarm (the single copy's first read of a peer; its second and third still ran 1.5-2.2x at
+  // 512 KiB blocks); a rival that needs more is measured slower than it is, and the model's choice
+  // stays. An all-reduce's rival warms up as its choice does: across hosts it often runs over
+  // connections the choice never used (the flat ring's against hierarchical's), opened and first
+  // filled in its first call. The swap's messages travel after the call's own on each connection,
+  // in order: it relies on both schedules taking every message they send within the call.
   static constexpr int kCounted = 3;
   static constexpr int kMostWarm = 16;
   static constexpr int kRivalWarm = 1;
@@ -65,7 +66,12 @@ class Trials {
   // The trial of one kind and size.
   class Trial {
    public:
-    Trial(const Algorithm* choice, const Algorithm* rival, int warm)
+    // The calls each side warms up for, not counted.
+    struct Warm {
+      int choice = 0;
+      int rival = kRivalWarm;
+    };
+    Trial(const Algorithm* choice, const Algorithm* rival, Warm warm)
         : choice_(choice), rival_(rival), warm_(warm) {}
     // The winner once judged, else null.
     const Algorithm* winner() const { return winner_; }
@@ -78,32 +84,35 @@ class Trials {
     Judgement decide(const std::vector<Times>& ranks);
     const Algorithm* choice() const { return choice_; }
     const Algorithm* rival() const { return rival_; }
-    int calls() const { return choice_calls() + kRivalWarm + kCounted; }
+    int calls() const { return choice_calls() + warm_.rival + kCounted; }
+    int rival_warm() const { return warm_.rival; }
 
    private:
-    int choice_calls() const { return warm_ + kCounted; }
+    int choice_calls() const { return warm_.choice + kCounted; }
 
     const Algorithm* choice_;
     const Algorithm* rival_;
-    int warm_;
+    Warm warm_;
     int calls_ = 0;
     Times times_;
     const Algorithm* winner_ = nullptr;
   };
 
-  // The calls the choice warms up for at `bytes`, with `slots` slots of `slot_bytes` on each
-  // connection: twice the slots for an all-to-all; for every other kind, the calls that carry
-  // twice the slots' bytes, at least one. At most kMostWarm.
-  static int warm_calls(Kind kind, std::size_t bytes, int slots, std::size_t slot_bytes);
+  // The calls each side warms up for at `bytes`, with `slots` slots of `slot_bytes` on each
+  // connection. The choice: twice the slots for an all-to-all; for every other kind, the calls
+  // that carry twice the slots' bytes, at least one; at most kMostWarm. The rival: kRivalWarm for
+  // an all-to-all, else as the choice.
+  static Trial::Warm warm_calls(Kind kind, std::size_t bytes, int slots, std::size_t slot_bytes);
 
-  // The trial of `kind` at `bytes`, started with `choice` (warmed up for `warm` calls) against
-  // `rival` if there is none yet; null once kMostSizes sizes have been tried.
+  // The trial of `kind` at `bytes`, started with `choice` against `rival`, each warmed up as
+  // `warm` says (at most kMostWarm), if there is none yet; null once kMostSizes sizes have been
+  // tried.
   Trial* of(Kind kind, std::size_t bytes, const Algorithm* choice, const Algorithm* rival,
-            int warm);
+            Trial::Warm warm);
 
   // Within the trial's last call, on every rank: every rank's times, indexed by rank. They go
-  // around the ring (n - 1 steps, one small message each way on the two ring connections), so a
-  // trial opens no connection beyond the ring's, however many hosts the ranks span.
+  // around the ring (n - 1 steps, one small message each way on the two ring connections), so
+  // judging opens at most the ring's two connections, however many hosts the ranks span.
   static std::vector<Times> swap(Engine& engine, const Times& mine);
 
  private:

@@ -59,8 +59,10 @@ std::map<std::string, std::vector<TracedCall>> traced_calls(const std::string& k
 }
 
 // Each size's calls ran one algorithm each: the model's choice, then the rival for the trial's
-// last kRivalWarm + kCounted, a verdict at the last, and the winner it names ever after.
-void expect_trial_then_winner(const std::string& size, const std::vector<TracedCall>& calls) {
+// last calls (kRivalWarm + kCounted, or with `rival_warms_as_choice` as many as the choice ran),
+// a verdict at the last, and the winner it names ever after.
+void expect_trial_then_winner(const std::string& size, const std::vector<TracedCall>& calls,
+                              bool rival_warms_as_choice = false) {
   using algorithms::Trials;
   SCOPED_TRACE(size);
   for (std::size_t i = 0; i < calls.size(); ++i)
@@ -69,8 +71,13 @@ void expect_trial_then_winner(const std::string& size, const std::vector<TracedC
                                    [](const TracedCall& c) { return !c.verdict.empty(); });
   ASSERT_NE(judged, calls.end()) << "no verdict";
   const std::size_t last = static_cast<std::size_t>(judged - calls.begin());
-  const std::size_t rival_calls = Trials::kRivalWarm + Trials::kCounted;
-  ASSERT_GT(last + 1, rival_calls + Trials::kCounted);
+  const std::size_t rival_calls =
+      rival_warms_as_choice ? (last + 1) / 2 : Trials::kRivalWarm + Trials::kCounted;
+  if (rival_warms_as_choice) {
+    EXPECT_EQ((last + 1) % 2, 0u) << "a trial of " << last + 1 << " calls";
+  }
+  ASSERT_GT(last + 1, rival_calls + Trials::kCounted - (rival_warms_as_choice ? 1 : 0));
+  ASSERT_GE(rival_calls, static_cast<std::size_t>(Trials::kCounted + 1));
   const std::string& choice = calls[0].algorithms[0];
   const std::string& rival = calls[last].algorithms[0];
   EXPECT_NE(choice, rival);
@@ -149,9 +156,9 @@ TEST(Trials, TheAllReduceAcrossHostsMeasuresBothAndKeepsTheSameWinner) {
       4,
       [](Communicator& comm) {
         using algorithms::Trials;
-        // 1 MiB: the choice warms up for 8 calls; 8 MiB: for 1.
+        // 1 MiB: each side warms up for 8 calls with the default slots; 8 MiB: for 1.
         constexpr std::size_t kCounts[] = {std::size_t{1} << 18, std::size_t{1} << 21};
-        constexpr int kCalls = 8 + Trials::kCounted + Trials::kRivalWarm + Trials::kCounted + 3;
+        constexpr int kCalls = 2 * (Trials::kMostWarm + Trials::kCounted) + 3;
         const std::uint64_t before = Trials::judged();
         base::start_trace(::testing::TempDir() + "/trials-hosts-%r.json");
         for (int call = 0; call < kCalls; ++call)
@@ -171,7 +178,7 @@ TEST(Trials, TheAllReduceAcrossHostsMeasuresBothAndKeepsTheSameWinner) {
         EXPECT_EQ(traced.size(), 2u);
         for (const auto& [size, calls] : traced) {
           EXPECT_EQ(calls.size(), static_cast<std::size_t>(kCalls));
-          expect_trial_then_winner(size, calls);
+          expect_trial_then_winner(size, calls, true);
         }
       },
       opts);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "algorithms/trials.hpp"
@@ -94,7 +95,7 @@ TEST(Trials, ATrialWarmsUpEachSideCountsThenKeepsItsWinner) {
   const Selector::Choice c = Selector(in).choose(Kind::all_to_all, 1 << 20, false, false);
   ASSERT_NE(c.rival, nullptr);
   Trials trials;
-  Trials::Trial* t = trials.of(Kind::all_to_all, 1 << 20, c.algorithm, c.rival, 2);
+  Trials::Trial* t = trials.of(Kind::all_to_all, 1 << 20, c.algorithm, c.rival, {2, 1});
   ASSERT_NE(t, nullptr);
   const int choice_calls = 2 + Trials::kCounted;
   ASSERT_EQ(t->calls(), choice_calls + Trials::kRivalWarm + Trials::kCounted);
@@ -115,30 +116,36 @@ TEST(Trials, ATrialWarmsUpEachSideCountsThenKeepsItsWinner) {
   EXPECT_EQ(t->winner(), c.algorithm);
   EXPECT_FALSE(t->record(1));  // judged: nothing more is recorded
   // The same trial for the same kind and size, whatever the plan says now.
-  EXPECT_EQ(trials.of(Kind::all_to_all, 1 << 20, c.rival, c.algorithm, 2), t);
+  EXPECT_EQ(trials.of(Kind::all_to_all, 1 << 20, c.rival, c.algorithm, {2, 1}), t);
 }
 
-// The choice's warm-up: twice the connections' slots for an all-to-all; for an all-reduce, the
-// calls that carry twice the slots' bytes, at least one; at most kMostWarm either way.
+// The warm-up: for an all-to-all, the choice's twice the connections' slots and the rival's
+// kRivalWarm; for an all-reduce, each side's the calls that carry twice the slots' bytes, at
+// least one; at most kMostWarm either way.
 TEST(Trials, TheChoicesWarmUpIsTheSlotsUpToAFew) {
   constexpr std::size_t kSlot = 512 << 10;
-  EXPECT_EQ(Trials::warm_calls(Kind::all_to_all, 1, 4, kSlot), 8);
-  EXPECT_EQ(Trials::warm_calls(Kind::all_to_all, 64 << 20, 4, kSlot), 8);
-  EXPECT_EQ(Trials::warm_calls(Kind::all_to_all, 1, 64, kSlot), Trials::kMostWarm);
-  EXPECT_EQ(Trials::warm_calls(Kind::all_reduce, 8, 8, kSlot), Trials::kMostWarm);
-  EXPECT_EQ(Trials::warm_calls(Kind::all_reduce, 1 << 20, 8, kSlot), 8);
-  EXPECT_EQ(Trials::warm_calls(Kind::all_reduce, (1 << 20) + 1, 8, kSlot), 8);
-  EXPECT_EQ(Trials::warm_calls(Kind::all_reduce, 8 << 20, 8, kSlot), 1);
-  EXPECT_EQ(Trials::warm_calls(Kind::all_reduce, 64 << 20, 8, kSlot), 1);
-  EXPECT_EQ(Trials::warm_calls(Kind::all_reduce, 0, 8, kSlot), Trials::kMostWarm);
+  const auto warm = [](Kind kind, std::size_t bytes, int slots) {
+    const Trials::Trial::Warm w = Trials::warm_calls(kind, bytes, slots, kSlot);
+    return std::make_pair(w.choice, w.rival);
+  };
+  using P = std::pair<int, int>;
+  constexpr int most = Trials::kMostWarm, rival = Trials::kRivalWarm;
+  EXPECT_EQ(warm(Kind::all_to_all, 1, 4), P(8, rival));
+  EXPECT_EQ(warm(Kind::all_to_all, 64 << 20, 4), P(8, rival));
+  EXPECT_EQ(warm(Kind::all_to_all, 1, 64), P(most, rival));
+  EXPECT_EQ(warm(Kind::all_reduce, 8, 8), P(most, most));
+  EXPECT_EQ(warm(Kind::all_reduce, 1 << 20, 8), P(8, 8));
+  EXPECT_EQ(warm(Kind::all_reduce, (1 << 20) + 1, 8), P(8, 8));
+  EXPECT_EQ(warm(Kind::all_reduce, 8 << 20, 8), P(1, 1));
+  EXPECT_EQ(warm(Kind::all_reduce, 64 << 20, 8), P(1, 1));
+  EXPECT_EQ(warm(Kind::all_reduce, 0, 8), P(most, most));
   Trials trials;
   const auto in = crowded_shm(4, 2);
   const Selector::Choice c = Selector(in).choose(Kind::all_to_all, 1 << 20, false, false);
-  const int rival_calls = Trials::kRivalWarm + Trials::kCounted;
-  EXPECT_EQ(trials.of(Kind::all_to_all, 1, c.algorithm, c.rival, 8)->calls(),
-            8 + Trials::kCounted + rival_calls);
-  EXPECT_EQ(trials.of(Kind::all_to_all, 2, c.algorithm, c.rival, 64)->calls(),
-            Trials::kMostWarm + Trials::kCounted + rival_calls);
+  EXPECT_EQ(trials.of(Kind::all_to_all, 1, c.algorithm, c.rival, {8, 1})->calls(),
+            8 + Trials::kCounted + 1 + Trials::kCounted);
+  EXPECT_EQ(trials.of(Kind::all_to_all, 2, c.algorithm, c.rival, {64, 64})->calls(),
+            2 * (most + Trials::kCounted));
 }
 
 // The all-reduce across hosts, whose links the model does not measure: its two cheapest rows
@@ -169,10 +176,10 @@ TEST(Trials, ACommunicatorTriesAtMostSoManySizes) {
   const Selector::Choice c = Selector(in).choose(Kind::all_to_all, 1 << 20, false, false);
   Trials trials;
   for (std::size_t k = 0; k < Trials::kMostSizes; ++k)
-    EXPECT_NE(trials.of(Kind::all_to_all, 4096 + k, c.algorithm, c.rival, 8), nullptr) << k;
-  EXPECT_EQ(trials.of(Kind::all_to_all, 1 << 30, c.algorithm, c.rival, 8), nullptr);
+    EXPECT_NE(trials.of(Kind::all_to_all, 4096 + k, c.algorithm, c.rival, {8, 1}), nullptr) << k;
+  EXPECT_EQ(trials.of(Kind::all_to_all, 1 << 30, c.algorithm, c.rival, {8, 1}), nullptr);
   // The sizes already tried keep their trials.
-  EXPECT_NE(trials.of(Kind::all_to_all, 4096, c.algorithm, c.rival, 8), nullptr);
+  EXPECT_NE(trials.of(Kind::all_to_all, 4096, c.algorithm, c.rival, {8, 1}), nullptr);
 }
 
 }  // namespace
