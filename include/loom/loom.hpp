@@ -366,7 +366,10 @@ class LOOM_API Communicator {
   // What a call of `op` over `bytes` (its count times the element size, count as that call
   // takes it: the whole buffer for all_reduce, one rank's block for all_gather) would run, and
   // the cost model's prediction of its time; device: on GPU buffers. The same on every rank,
-  // and what the call itself runs. The model's figures are measured when the communicator is
+  // and what the call itself runs, except where the communicator measures the model's two
+  // cheapest algorithms on a size's first calls (the all-reduce across hosts, the all-to-all on
+  // one host with more ranks than cores; docs/tuning.md): there it is the model's choice, which
+  // the trial may replace. The model's figures are measured when the communicator is
   // created (LOOM_PROBE_US) and logged against the measured times at LOOM_DEBUG=DEBUG.
   // shared: the call's buffers lie in memory from alloc() (see there).
   Estimate estimate(Operation op, std::size_t bytes, bool device = false,
