@@ -11,11 +11,12 @@
 # every node shares here, are the bound. Needs root.
 #
 #   bench/cluster/nodes_table.sh [--build DIR] [--nodes "2 4"] [--rates "1gbit 10gbit"]
-#       [--ranks-per-node 2] [--size 64M] [--reps 3] [--iters 5] [--warmup 1]
+#       [--ranks-per-node 2] [--size 64M] [--reps 3] [--iters 5] [--warmup 8]
 #       [--libs "loom mpi gloo"] [--loom-algos "ring hierarchical"] [--out DIR]
 # --warmup: untimed calls before the timed ones, the same for every library. Loom measures its
-# two cheapest all-reduces across hosts on a size's first calls (docs/tuning.md, "Trials"): at
-# 8 MiB and up with the default slots that is 8 calls, so --warmup 8 times the one it keeps.
+# two cheapest all-reduces across hosts on a size's first calls (docs/tuning.md, "Measured on the
+# first calls"): at 8 MiB and up with the default slots that is 8 calls, so the default of 8
+# times the one it keeps (below 8 MiB the trial is longer: 22 calls at 1 MiB).
 # --loom-algos: Loom again with each of these all-reduce algorithms forced (LOOM_ALGO), as
 # columns loom:ALGO beside the model's own choice.
 # Writes DIR/runs.csv (every launch), DIR/links.csv (every iperf3 measure), DIR/cores.csv (every
@@ -24,7 +25,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 
-build=$root/build nodes="2 4" rates="1gbit 10gbit" per_node=2 size=64M reps=3 iters=5 warmup=1
+build=$root/build nodes="2 4" rates="1gbit 10gbit" per_node=2 size=64M reps=3 iters=5 warmup=8
 libs="loom mpi gloo" loom_algos="" out=nodes-table
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -133,12 +134,12 @@ launch_loom() {  # rate n rep [algorithm]
   fi
   local row choice
   row=$(grep -E '^\[0\] [0-9]' "$log.1" | tail -1 | sed 's/^\[0\] //')
-  choice=$(grep -oE 'all_reduce: [a-z_]+ [^;]*for [0-9]+ B' "$log.1" | tail -1 |
+  choice=$(grep -oE "all_reduce: [a-z_]+ [^;]*for $bytes B" "$log.1" | tail -1 |
     sed 's/all_reduce: //')
   # A trial's verdict ("... against RIVAL ...: A us against B us; WINNER from now on") names
   # what ran the timed calls.
   local verdict
-  verdict=$(grep -oE 'all_reduce of [0-9]+ B: [a-z_]+ against [a-z_]+ .*from now on' "$log.1" |
+  verdict=$(grep -oE "all_reduce of $bytes B: [a-z_]+ against"' [a-z_]+ .*from now on' "$log.1" |
     tail -1 | sed -E 's/.*: ([a-z_]+) against ([a-z_]+) .* ([0-9.]+) us against ([0-9.]+) us; ([a-z_]+) from now on/\5 kept after a trial (\1 \3 us, \2 \4 us)/' || true)
   [ -n "$verdict" ] && choice="$choice; $verdict"
   record "$rate" "$n" "$rep" "$impl" "$(cut -d, -f5 <<< "$row")" "$(cut -d, -f7 <<< "$row")" "$choice"
