@@ -89,6 +89,7 @@ struct SelectionInputs {
   bool reads_peers = false;  // every rank may read its peers' memory (process_vm_readv)
   std::size_t cache_bytes = std::size_t{32} << 20;  // the last-level cache a host's ranks share
   std::string overrides;                            // LOOM_ALGO
+  bool trials = true;  // LOOM_TRIALS (0: no trials; Selector::measures_rival)
   // Rules of the same form from the tuning table (loom-tune), below LOOM_ALGO: they choose
   // for host buffers outside the windows; `tuned_from` names the table for messages.
   std::string tuned;

@@ -95,7 +95,7 @@ Selector::Choice Selector::cut(const Algorithm& a, double cost, std::size_t byte
 // slower), 1.17x slower than the ring at 10 Gbit/s (docs/results/nodes-2026-12-05). The
 // dispatch measures its two cheapest rows there instead. Host buffers only.
 bool Selector::measures_rival(Kind kind, bool device, bool windows) const {
-  if (device || windows || inputs_.size < 2) return false;
+  if (!inputs_.trials || device || windows || inputs_.size < 2) return false;
   if (kind == Kind::all_reduce) return !inputs_.one_host();
   return kind == Kind::all_to_all && inputs_.oversubscribed() && inputs_.one_host() &&
          inputs_.local == transport::TransportKind::shm;

@@ -145,6 +145,7 @@ Config Config::resolve(const Options& options, int world_size) {
   c.pacing.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (auto n = env_int("LOOM_CUDA_IPC", 0, 1)) c.link.cuda_ipc = *n == 1;
   if (auto n = env_int("LOOM_CUDA_DIRECT", 0, 1)) c.selection.cuda_direct = *n == 1;
+  if (auto n = env_int("LOOM_TRIALS", 0, 1)) c.selection.trials = *n == 1;
   if (auto n = env_int("LOOM_PROBE_US", 0, 1000000))
     c.selection.probe_budget = std::chrono::microseconds(*n);
   if (auto n = env_int("LOOM_SPIN_US", 0, 1000000))

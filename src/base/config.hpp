@@ -77,6 +77,10 @@ struct SelectionConfig {
   // Calls whose every rank is on this host read and write the peers' device buffers in place
   // (LOOM_CUDA_DIRECT=0: through the device slots instead). Must be the same on every rank.
   bool cuda_direct = true;
+  // Where the model cannot price its two cheapest algorithms apart, measure both on each size's
+  // first calls and keep the faster (LOOM_TRIALS=0: the model's choice alone, so that every
+  // call of every launch runs the same algorithm). Must be the same on every rank.
+  bool trials = true;
 };
 
 // How a failure is noticed, and what the communicator tells a launcher about it.

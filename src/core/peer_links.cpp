@@ -47,6 +47,7 @@ algorithms::SelectionInputs selection_inputs(const Topology& topology, const bas
                                topology.reads_peers_of_rank.end(), [](bool b) { return b; });
   in.cache_bytes = base::last_level_cache_bytes();
   in.overrides = config.selection.algorithm;
+  in.trials = config.selection.trials;
   // The tuning table's entry for this transport and shape, if rank 0 read one.
   const auto [transport, shape] = tuning_key(in);
   for (const core::TuningEntry& e : topology.tuning)

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <thread>
@@ -179,6 +180,43 @@ TEST(Trials, TheAllReduceAcrossHostsMeasuresBothAndKeepsTheSameWinner) {
         for (const auto& [size, calls] : traced) {
           EXPECT_EQ(calls.size(), static_cast<std::size_t>(kCalls));
           expect_trial_then_winner(size, calls, true);
+        }
+      },
+      opts);
+}
+
+// LOOM_TRIALS=0 on every rank: the all-reduce across hosts runs the model's choice on every
+// call, with no trial.
+TEST(Trials, LoomTrialsOffRunsTheModelsChoiceOnEveryCall) {
+  testing::RunOptions opts;
+  opts.options.transport = "auto";
+  opts.host_id = [](int rank, int size) { return rank < size / 2 ? "host-a" : "host-b"; };
+  // The ranks are forked from here and read it at init; unset again however the test ends.
+  struct TrialsOff {
+    TrialsOff() { ::setenv("LOOM_TRIALS", "0", 1); }
+    ~TrialsOff() { ::unsetenv("LOOM_TRIALS"); }
+  } off;
+  run_ranks(
+      4,
+      [](Communicator& comm) {
+        using algorithms::Trials;
+        constexpr std::size_t kCount = std::size_t{1} << 18;
+        const std::uint64_t before = Trials::judged();
+        base::start_trace(::testing::TempDir() + "/trials-off-%r.json");
+        constexpr int kCalls = 2 * (Trials::kMostWarm + Trials::kCounted) + 3;
+        for (int call = 0; call < kCalls; ++call) {
+          std::vector<std::int32_t> buf = all_reduce_input(comm.rank(), call, kCount);
+          comm.all_reduce(buf.data(), buf.data(), kCount, DataType::i32, ReduceOp::sum);
+        }
+        EXPECT_EQ(Trials::judged(), before);
+        const auto traced = traced_calls("all_reduce");
+        ASSERT_EQ(traced.size(), 1u);
+        const auto& calls = traced.begin()->second;
+        ASSERT_EQ(calls.size(), static_cast<std::size_t>(kCalls));
+        for (const TracedCall& c : calls) {
+          ASSERT_EQ(c.algorithms.size(), 1u);
+          EXPECT_EQ(c.algorithms[0], calls[0].algorithms[0]);
+          EXPECT_TRUE(c.verdict.empty());
         }
       },
       opts);

@@ -169,6 +169,13 @@ TEST(Trials, TheAllReduceAcrossHostsHasARival) {
   auto forced = two;
   forced.overrides = "allreduce:ring";
   EXPECT_EQ(rival(forced, Kind::all_reduce, 64 << 20), "");
+  // LOOM_TRIALS=0: the model's choice alone, here and for the crowded all-to-all.
+  auto off = two;
+  off.trials = false;
+  EXPECT_EQ(rival(off, Kind::all_reduce, 64 << 20), "");
+  auto crowded_off = crowded_shm(4, 2);
+  crowded_off.trials = false;
+  EXPECT_EQ(rival(crowded_off, Kind::all_to_all, 1 << 20), "");
 }
 
 TEST(Trials, ACommunicatorTriesAtMostSoManySizes) {
