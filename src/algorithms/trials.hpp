@@ -85,7 +85,6 @@ class Trials {
     const Algorithm* choice() const { return choice_; }
     const Algorithm* rival() const { return rival_; }
     int calls() const { return choice_calls() + warm_.rival + kCounted; }
-    int rival_warm() const { return warm_.rival; }
 
    private:
     int choice_calls() const { return warm_.choice + kCounted; }

@@ -78,8 +78,8 @@ struct SelectionConfig {
   // (LOOM_CUDA_DIRECT=0: through the device slots instead). Must be the same on every rank.
   bool cuda_direct = true;
   // Where the model cannot price its two cheapest algorithms apart, measure both on each size's
-  // first calls and keep the faster (LOOM_TRIALS=0: the model's choice alone, so that every
-  // call of every launch runs the same algorithm). Must be the same on every rank.
+  // first calls and keep the faster (LOOM_TRIALS=0: the model's choice alone, the same on every
+  // call of a size in a launch). Must be the same on every rank: nothing checks it.
   bool trials = true;
 };
 

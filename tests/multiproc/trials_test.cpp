@@ -152,6 +152,7 @@ TEST(Trials, TheAllReduceAcrossHostsMeasuresBothAndKeepsTheSameWinner) {
   testing::RunOptions opts;
   opts.options.transport = "auto";
   opts.options.timeout = std::chrono::seconds(60);
+  opts.options.tuning_file = "off";  // a tuning table's rule would name the algorithm instead
   opts.host_id = [](int rank, int size) { return rank < size / 2 ? "host-a" : "host-b"; };
   run_ranks(
       4,
@@ -191,10 +192,19 @@ TEST(Trials, LoomTrialsOffRunsTheModelsChoiceOnEveryCall) {
   testing::RunOptions opts;
   opts.options.transport = "auto";
   opts.host_id = [](int rank, int size) { return rank < size / 2 ? "host-a" : "host-b"; };
-  // The ranks are forked from here and read it at init; unset again however the test ends.
+  opts.options.timeout = std::chrono::seconds(60);
+  opts.options.tuning_file = "off";
+  // The ranks are forked from here and read it at init; restored however the test ends.
   struct TrialsOff {
+    const char* was = std::getenv("LOOM_TRIALS");
+    std::string saved = was != nullptr ? was : "";
     TrialsOff() { ::setenv("LOOM_TRIALS", "0", 1); }
-    ~TrialsOff() { ::unsetenv("LOOM_TRIALS"); }
+    ~TrialsOff() {
+      if (was != nullptr)
+        ::setenv("LOOM_TRIALS", saved.c_str(), 1);
+      else
+        ::unsetenv("LOOM_TRIALS");
+    }
   } off;
   run_ranks(
       4,

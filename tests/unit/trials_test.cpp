@@ -119,10 +119,30 @@ TEST(Trials, ATrialWarmsUpEachSideCountsThenKeepsItsWinner) {
   EXPECT_EQ(trials.of(Kind::all_to_all, 1 << 20, c.rival, c.algorithm, {2, 1}), t);
 }
 
+// A rival that warms up for more than one call (the all-reduce's): its uncounted calls come
+// first, and only its last kCounted are kept.
+TEST(Trials, ARivalsLongerWarmUpIsNotCounted) {
+  const auto in = crowded_shm(4, 2);
+  const Selector::Choice c = Selector(in).choose(Kind::all_to_all, 1 << 20, false, false);
+  Trials trials;
+  Trials::Trial* t = trials.of(Kind::all_to_all, 1 << 20, c.algorithm, c.rival, {2, 3});
+  const int choice_calls = 2 + Trials::kCounted, rival_from = choice_calls + 3;
+  ASSERT_EQ(t->calls(), rival_from + Trials::kCounted);
+  for (int call = 0; call < t->calls(); ++call) {
+    EXPECT_EQ(t->next(), call < choice_calls ? c.algorithm : c.rival) << call;
+    const bool warm = call < 2 || (call >= choice_calls && call < rival_from);
+    EXPECT_EQ(t->record(warm ? 1000 : call), call == t->calls() - 1) << call;
+  }
+  for (int k = 0; k < Trials::kCounted; ++k) {
+    EXPECT_DOUBLE_EQ(t->times().choice_us[k], 2 + k);
+    EXPECT_DOUBLE_EQ(t->times().rival_us[k], rival_from + k);
+  }
+}
+
 // The warm-up: for an all-to-all, the choice's twice the connections' slots and the rival's
 // kRivalWarm; for an all-reduce, each side's the calls that carry twice the slots' bytes, at
 // least one; at most kMostWarm either way.
-TEST(Trials, TheChoicesWarmUpIsTheSlotsUpToAFew) {
+TEST(Trials, EachSidesWarmUpIsTheSlotsUpToAFew) {
   constexpr std::size_t kSlot = 512 << 10;
   const auto warm = [](Kind kind, std::size_t bytes, int slots) {
     const Trials::Trial::Warm w = Trials::warm_calls(kind, bytes, slots, kSlot);
