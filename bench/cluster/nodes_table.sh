@@ -53,7 +53,8 @@ gloo_algos=$(cd "$root/bench/compare" &&
 [ -x "$loomrun" ] && [ -x "$perf" ] || { echo "nodes_table: build loomrun and loom-perf in $build first" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "nodes_table: needs root (network namespaces)" >&2; exit 1; }
 case "$size" in
-  *K) bytes=$(( ${size%K} << 10 )) ;; *M) bytes=$(( ${size%M} << 20 )) ;; *) bytes=$size ;;
+  *K) bytes=$(( ${size%K} << 10 )) ;; *M) bytes=$(( ${size%M} << 20 )) ;;
+  *G) bytes=$(( ${size%G} << 30 )) ;; *) bytes=$size ;;
 esac
 mkdir -p "$out/logs"
 out=$(cd "$out" && pwd)
@@ -135,7 +136,7 @@ launch_loom() {  # rate n rep [algorithm]
   local row choice
   row=$(grep -E '^\[0\] [0-9]' "$log.1" | tail -1 | sed 's/^\[0\] //')
   choice=$(grep -oE "all_reduce: [a-z_]+ [^;]*for $bytes B" "$log.1" | tail -1 |
-    sed 's/all_reduce: //')
+    sed 's/all_reduce: //' || true)
   # A trial's verdict ("... against RIVAL ...: A us against B us; WINNER from now on") names
   # what ran the timed calls.
   local verdict
