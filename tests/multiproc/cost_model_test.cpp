@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../support/ranks.hpp"
+#include "../support/scoped_env.hpp"
 #include "core/tuning_table.hpp"
 #include "loom/loom.hpp"
 
@@ -81,12 +82,11 @@ TEST(CostModel, ALoomAlgoRuleIsWhatTheEstimateNames) {
 }
 
 TEST(CostModel, WithoutTheProbeTheModelRunsOnItsDefaults) {
-  ::setenv("LOOM_PROBE_US", "0", 1);
+  const testing::ScopedEnv no_probe("LOOM_PROBE_US", "0");
   run_ranks(2, [](Communicator& comm) {
     EXPECT_EQ(comm.estimate(Operation::all_reduce, 8).model, "defaults");
     expect_same_on_every_rank(comm, estimate_words(comm));
   });
-  ::unsetenv("LOOM_PROBE_US");
 }
 
 // A tuning table entry for this machine, transport and shape chooses on every rank, as rank 0

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
-#include <cstdlib>
 #include <map>
 #include <string>
 #include <thread>
@@ -18,6 +17,7 @@
 #include "../support/all_to_all_check.hpp"
 #include "../support/kill_trial.hpp"
 #include "../support/ranks.hpp"
+#include "../support/scoped_env.hpp"
 #include "algorithms/trials.hpp"
 #include "base/process_memory.hpp"
 #include "base/trace_internal.hpp"
@@ -77,8 +77,9 @@ void expect_trial_then_winner(const std::string& size, const std::vector<TracedC
   if (rival_warms_as_choice) {
     EXPECT_EQ((last + 1) % 2, 0u) << "a trial of " << last + 1 << " calls";
   }
-  ASSERT_GT(last + 1, rival_calls + Trials::kCounted - (rival_warms_as_choice ? 1 : 0));
+  // Each side ran its counted calls after at least one it did not count.
   ASSERT_GE(rival_calls, static_cast<std::size_t>(Trials::kCounted + 1));
+  ASSERT_GT(last + 1, rival_calls + Trials::kCounted);
   const std::string& choice = calls[0].algorithms[0];
   const std::string& rival = calls[last].algorithms[0];
   EXPECT_NE(choice, rival);
@@ -135,6 +136,17 @@ TEST(Trials, RanksOnSharedCoresMeasureBothSchedulesAndKeepTheSameWinner) {
       opts);
 }
 
+// Ranks in two halves on two pretend hosts, shared memory inside each and TCP across; no tuning
+// table, whose rule would name the algorithm instead.
+testing::RunOptions two_pretend_hosts() {
+  testing::RunOptions opts;
+  opts.options.transport = "auto";
+  opts.options.timeout = std::chrono::seconds(60);
+  opts.options.tuning_file = "off";
+  opts.host_id = [](int rank, int size) { return rank < size / 2 ? "host-a" : "host-b"; };
+  return opts;
+}
+
 // Every rank's input for an i32 sum all-reduce call, and the sum every rank must read back.
 std::vector<std::int32_t> all_reduce_input(int rank, int call, std::size_t count) {
   std::vector<std::int32_t> v(count);
@@ -149,11 +161,6 @@ std::vector<std::int32_t> all_reduce_input(int rank, int call, std::size_t count
 // hierarchical and halving-doubling in one run here, at 8 MiB hierarchical and the ring), every
 // call exact, one verdict, and the winner it names on every later call.
 TEST(Trials, TheAllReduceAcrossHostsMeasuresBothAndKeepsTheSameWinner) {
-  testing::RunOptions opts;
-  opts.options.transport = "auto";
-  opts.options.timeout = std::chrono::seconds(60);
-  opts.options.tuning_file = "off";  // a tuning table's rule would name the algorithm instead
-  opts.host_id = [](int rank, int size) { return rank < size / 2 ? "host-a" : "host-b"; };
   run_ranks(
       4,
       [](Communicator& comm) {
@@ -183,29 +190,13 @@ TEST(Trials, TheAllReduceAcrossHostsMeasuresBothAndKeepsTheSameWinner) {
           expect_trial_then_winner(size, calls, true);
         }
       },
-      opts);
+      two_pretend_hosts());
 }
 
 // LOOM_TRIALS=0 on every rank: the all-reduce across hosts runs the model's choice on every
 // call, with no trial.
 TEST(Trials, LoomTrialsOffRunsTheModelsChoiceOnEveryCall) {
-  testing::RunOptions opts;
-  opts.options.transport = "auto";
-  opts.host_id = [](int rank, int size) { return rank < size / 2 ? "host-a" : "host-b"; };
-  opts.options.timeout = std::chrono::seconds(60);
-  opts.options.tuning_file = "off";
-  // The ranks are forked from here and read it at init; restored however the test ends.
-  struct TrialsOff {
-    const char* was = std::getenv("LOOM_TRIALS");
-    std::string saved = was != nullptr ? was : "";
-    TrialsOff() { ::setenv("LOOM_TRIALS", "0", 1); }
-    ~TrialsOff() {
-      if (was != nullptr)
-        ::setenv("LOOM_TRIALS", saved.c_str(), 1);
-      else
-        ::unsetenv("LOOM_TRIALS");
-    }
-  } off;
+  const testing::ScopedEnv off("LOOM_TRIALS", "0");  // the ranks are forked from here
   run_ranks(
       4,
       [](Communicator& comm) {
@@ -229,7 +220,7 @@ TEST(Trials, LoomTrialsOffRunsTheModelsChoiceOnEveryCall) {
           EXPECT_TRUE(c.verdict.empty());
         }
       },
-      opts);
+      two_pretend_hosts());
 }
 
 // A rank SIGKILLed 30 ms into a loop of 1 MiB-block all-to-alls, with nothing forced: on 4 ranks

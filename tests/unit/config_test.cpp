@@ -1,34 +1,14 @@
 // LOOM_* environment parsing, names of types and ops, and init()'s environment checks.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-
+#include "../support/scoped_env.hpp"
 #include "base/config.hpp"
 #include "loom/loom.hpp"
 
 namespace loom {
 namespace {
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using testing::ScopedEnv;
 
 TEST(Config, SizesAcceptBinarySuffixes) {
   EXPECT_EQ(base::parse_size("4096"), 4096u);
