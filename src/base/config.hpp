@@ -79,7 +79,8 @@ struct SelectionConfig {
   bool cuda_direct = true;
   // Where the model cannot price its two cheapest algorithms apart, measure both on each size's
   // first calls and keep the faster (LOOM_TRIALS=0: the model's choice alone, the same on every
-  // call of a size in a launch). Must be the same on every rank: nothing checks it.
+  // call of a size in a launch). Must be the same on every rank (init checks it, as the other
+  // settings of core/settings_agreement.hpp).
   bool trials = true;
 };
 

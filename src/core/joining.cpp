@@ -22,6 +22,7 @@
 #include "core/failure_store.hpp"
 #include "core/machine_probe.hpp"
 #include "core/peer_links.hpp"
+#include "core/settings_agreement.hpp"
 #include "core/shrink_decision.hpp"
 #include "core/transport_bundle.hpp"
 #include "device/device.hpp"
@@ -107,18 +108,30 @@ Communicator::Impl::Impl(const Impl& parent, base::Config config, std::shared_pt
 
 std::shared_ptr<Communicator::Impl> Communicator::Impl::split(int color, int key,
                                                               const base::Config& child_config) {
-  // Every rank's color and key, through this communicator: the split is one of its calls.
-  const std::int64_t mine[2] = {color, key};
-  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(size_));
-  run_own(algorithms::Kind::all_gather, mine, all.data(), 2, DataType::i64);
+  // Every rank's color, key and the child's settings (core/settings_agreement.hpp), through this
+  // communicator: the split is one of its calls.
+  constexpr std::size_t n = 2 + core::kSettingsFields;
+  std::vector<std::int64_t> mine = {color, key};
+  for (const std::int64_t f : core::settings_fingerprint(child_config)) mine.push_back(f);
+  std::vector<std::int64_t> all(n * static_cast<std::size_t>(size_));
+  run_own(algorithms::Kind::all_gather, mine.data(), all.data(), n, DataType::i64);
   const std::uint64_t split = splits_++;  // the same on every rank: splits are collective
   if (color < 0) return nullptr;
   std::vector<int> members;
   for (int r = 0; r < size_; ++r)
-    if (all[2 * static_cast<std::size_t>(r)] == color) members.push_back(r);
+    if (all[n * static_cast<std::size_t>(r)] == color) members.push_back(r);
   std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
-    return all[2 * static_cast<std::size_t>(a) + 1] < all[2 * static_cast<std::size_t>(b) + 1];
+    return all[n * static_cast<std::size_t>(a) + 1] < all[n * static_cast<std::size_t>(b) + 1];
   });
+  // Members whose child settings differ would build connections of other shapes, or run other
+  // schedules: every member raises instead, and the parent goes on.
+  std::vector<std::string> lines;
+  for (int r : members)
+    lines.push_back(
+        core::line_from_fingerprint(child_config, &all[n * static_cast<std::size_t>(r) + 2]));
+  if (auto why = core::settings_disagreement(lines, members); !why.empty())
+    throw InvalidArgument(fmt::format("split: {}: the child of color {}: {} (ranks of the parent)",
+                                      who(rank_), color, why));
   const int rank =
       static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
   // Every member derives the same token: no store round trip, and no two communicators share one.
@@ -195,9 +208,10 @@ transport::cudaipc::IpcTransport* Communicator::Impl::build_transports() {
     if (size_ > 1 && config_.selection.probe_budget.count() > 0)
       rates = core::probe_machine(config_.selection.probe_budget, config_.transport == "tcp");
     // Rank 0's table decides for every rank (it travels in its topology record).
-    topology_ =
-        core::exchange_topology(*store_, rank_, size_, config_.timeout, config_.failure.worker_id,
-                                bundle.rdma_port(), rates, config_.selection.tuning_file);
+    topology_ = core::exchange_topology(
+        *store_, rank_, size_, config_.timeout, config_.failure.worker_id, bundle.rdma_port(),
+        rates, config_.selection.tuning_file, core::settings_line(config_));
+    core::check_settings_agree(*store_, rank_, topology_.settings_of_rank, config_.timeout);
   }
   // The spinning policy follows the ranks that really share this host's cores.
   config_.pacing.set_local_world_size(topology_.ranks_on_host_of(rank_));

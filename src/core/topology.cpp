@@ -111,6 +111,7 @@ Topology Topology::of_ranks(const std::vector<int>& ranks) const {
     t.rdma_of_rank.push_back(rdma_of_rank[i]);
     t.reads_peers_of_rank.push_back(reads_peers_of_rank[i]);
     t.rates_of_rank.push_back(rates_of_rank[i]);
+    t.settings_of_rank.push_back(settings_of_rank[i]);
   }
   t.tuning_from = tuning_from;
   t.tuning = tuning;
@@ -148,12 +149,18 @@ void add_topology_record(Topology& t, int r, const std::string& v, const std::st
   t.reads_peers_of_rank.push_back(reads_peers == 1);
   const auto rates_line = v.find('\n', nl + 1);
   t.host_of_rank.push_back(v.substr(nl + 1, rates_line - (nl + 1)));
-  const auto tuning_line =
+  const auto settings_line =
       rates_line == std::string::npos ? std::string::npos : v.find('\n', rates_line + 1);
   t.rates_of_rank.push_back(rates_line == std::string::npos
                                 ? algorithms::MachineRates{}
                                 : algorithms::MachineRates::decode(
-                                      v.substr(rates_line + 1, tuning_line - (rates_line + 1))));
+                                      v.substr(rates_line + 1, settings_line - (rates_line + 1))));
+  const auto tuning_line =
+      settings_line == std::string::npos ? std::string::npos : v.find('\n', settings_line + 1);
+  t.settings_of_rank.push_back(
+      settings_line == std::string::npos
+          ? std::string()
+          : v.substr(settings_line + 1, tuning_line - (settings_line + 1)));
   if (r == 0 && tuning_line != std::string::npos) {
     // The table's path, then its entries for rank 0's machine, a line each.
     std::istringstream lines(v.substr(tuning_line + 1));
@@ -165,13 +172,14 @@ void add_topology_record(Topology& t, int r, const std::string& v, const std::st
 
 Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
                            const std::string& worker_id, const std::string& rdma,
-                           const algorithms::MachineRates& rates, const std::string& tuning_from) {
+                           const algorithms::MachineRates& rates, const std::string& tuning_from,
+                           const std::string& settings) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const std::string pid_ns = pid_namespace();
-  std::string record =
-      fmt::format("{} {} {} {} {} {}\n{}\n{}", ::getpid(), cores, rdma.empty() ? "-" : rdma,
-                  base::cross_memory_attach_available() ? 1 : 0,
-                  worker_id.empty() ? "-" : worker_id, pid_ns, local_host_id(), rates.encode());
+  std::string record = fmt::format(
+      "{} {} {} {} {} {}\n{}\n{}\n{}", ::getpid(), cores, rdma.empty() ? "-" : rdma,
+      base::cross_memory_attach_available() ? 1 : 0, worker_id.empty() ? "-" : worker_id, pid_ns,
+      local_host_id(), rates.encode(), settings);
   if (rank == 0 && !tuning_from.empty()) {
     // Only this machine's entries travel: the others can never match this job.
     const MachineKey here = this_machine();

@@ -28,6 +28,8 @@ struct Topology {
   std::vector<bool> reads_peers_of_rank;
   // What each rank's init probe measured on its host (0s: it did not probe).
   std::vector<algorithms::MachineRates> rates_of_rank;
+  // Each rank's settings that must agree (core/settings_agreement.hpp), "" where it sent none.
+  std::vector<std::string> settings_of_rank;
   // The tuning table rank 0 read (empty: none) and its entries for rank 0's machine: the same
   // on every rank, and kept by split children.
   std::string tuning_from;
@@ -53,18 +55,18 @@ struct Topology {
 };
 
 // Publishes this rank's host id, pid, the launcher's name for it (`worker_id`, empty: none),
-// cores, RDMA port (`rdma`, one word, "-" for none), whether it reads peers' memory and what its
-// probe measured (store::keys::topology), and reads every rank's. Rank 0 adds the tuning table
-// at `tuning_from` (its entries for this machine).
-// Appends rank r's record, as exchange_topology reads it from the store, to `t`: "pid cores rdma
-// reads_peers worker pid_namespace", the host id, the machine rates, and (rank 0) the tuning
-// table's path and entries, a line each. `pid_ns` is this process's pid namespace: a pid of
+// cores, RDMA port (`rdma`, one word, "-" for none), whether it reads peers' memory, what its
+// probe measured and its `settings` line (store::keys::topology), and reads every rank's. Rank 0
+// adds the tuning table at `tuning_from` (its entries for this machine). Appends rank r's record,
+// as exchange_topology reads it from the store, to `t`: "pid cores rdma reads_peers worker
+// pid_namespace", the host id, the machine rates, the settings that must agree, and (rank 0) the
+// tuning table's path and entries, a line each. `pid_ns` is this process's pid namespace: a pid of
 // another is kept as 0. StoreError for a record that is not one.
 void add_topology_record(Topology& t, int r, const std::string& record, const std::string& pid_ns);
 
 Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
                            const std::string& worker_id, const std::string& rdma = "-",
                            const algorithms::MachineRates& rates = {},
-                           const std::string& tuning_from = {});
+                           const std::string& tuning_from = {}, const std::string& settings = {});
 
 }  // namespace loom::core

@@ -63,6 +63,9 @@ std::string job_token() {
 std::string topology(int rank) {
   return key(Space::topology, "rank", rank);
 }
+std::string settings_refused(int rank) {
+  return key(Space::topology, "settings_refused", rank);
+}
 std::string abort_record() {
   return key(Space::failure, "abort");
 }

@@ -39,6 +39,9 @@ std::string generation_prefix(std::string_view attempt, std::int64_t n);
 // Inside a generation:
 std::string job_token();
 std::string topology(int rank);
+// Rank `rank` read the topology records and found the ranks' settings disagree: the ranks meet
+// here before each raises, so the rank hosting the store keeps it until all have read.
+std::string settings_refused(int rank);
 std::string abort_record();
 // Rank `rank` has read the abort record: the rank that hosts the store may let it go.
 std::string abort_seen(int rank);

@@ -1,6 +1,6 @@
 // libFuzzer: a rank's topology record, whatever the store holds. Reading it must raise
-// StoreError or add exactly one rank's fields, never crash (the machine rates and tuning lines
-// in it included).
+// StoreError or add exactly one rank's fields, never crash (the machine rates, settings and tuning
+// lines in it included).
 #include <cstdint>
 #include <string>
 
@@ -18,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   if (t.pid_of_rank.size() != 1 || t.host_of_rank.size() != 1 || t.cores_of_rank.size() != 1 ||
-      t.rates_of_rank.size() != 1 || t.cores_of_rank[0] < 1 || t.pid_of_rank[0] < 0)
+      t.rates_of_rank.size() != 1 || t.settings_of_rank.size() != 1 || t.cores_of_rank[0] < 1 ||
+      t.pid_of_rank[0] < 0)
     __builtin_trap();
   return 0;
 }

@@ -28,6 +28,7 @@ TEST(StoreKeys, NoTwoBuildersOrIndicesGiveTheSameKey) {
   add(keys::stalls(), "stalls");
   for (int r = 0; r < 9; ++r) {
     add(keys::topology(r), "topology");
+    add(keys::settings_refused(r), "settings_refused");
     add(keys::heartbeat(r), "heartbeat");
     add(keys::abort_seen(r), "abort_seen");
     add(keys::progress(r), "progress");
@@ -92,6 +93,7 @@ TEST(StoreKeys, EveryKeyStartsWithItsComponentsSpaceAndSpacesAreDistinct) {
   EXPECT_TRUE(starts(keys::abort_record(), Space::failure));
   EXPECT_TRUE(starts(keys::abort_seen(0), Space::failure));
   EXPECT_TRUE(starts(keys::topology(0), Space::topology));
+  EXPECT_TRUE(starts(keys::settings_refused(0), Space::topology));
   EXPECT_TRUE(starts(keys::job_token(), Space::communicator));
   EXPECT_TRUE(starts(keys::shrink_members(0), Space::shrink));
   EXPECT_TRUE(starts(keys::launcher_left_out("a1b2-0-1"), Space::launcher));
