@@ -19,6 +19,7 @@
 #include "../support/ranks.hpp"
 #include "../support/scoped_env.hpp"
 #include "algorithms/trials.hpp"
+#include "base/config.hpp"
 #include "base/process_memory.hpp"
 #include "base/trace_internal.hpp"
 #include "loom/trace.hpp"
@@ -232,6 +233,32 @@ TEST(Trials, ARankDyingMidTrialIsNamedOnEverySurvivor) {
     GTEST_SKIP() << "process_vm_readv is refused here: no single copy to measure against";
   testing::all_to_all_kill_trial("", false);
 }
+
+// The all-reduce's trial across (pretend) hosts with a rank SIGKILLed within it: in the choice's
+// counted calls, in the rival's first call (which opens connections the choice never used), in
+// its counted calls, and in the last call (the one that ends with the round of times). Every
+// survivor raises PeerError naming it within seconds; no verdict is reached, and no call that
+// returned passed off a wrong sum.
+class TrialAcrossHostsKill : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TrialAcrossHostsKill, EverySurvivorNamesTheDeadRank) {
+  using algorithms::Trials;
+  constexpr std::size_t kBytes = std::size_t{4} << 20;
+  const base::LinkConfig link;  // the defaults the ranks run with
+  const Trials::Trial::Warm warm =
+      Trials::warm_calls(algorithms::Kind::all_reduce, kBytes, link.slots, link.slot_bytes());
+  const int rival_first = warm.choice + Trials::kCounted;
+  const int last = rival_first + warm.rival + Trials::kCounted - 1;
+  const std::string& when = GetParam();
+  testing::all_reduce_across_hosts_kill_trial(when == "choice"        ? warm.choice + 1
+                                              : when == "rival_first" ? rival_first
+                                              : when == "rival"       ? last - 1
+                                                                      : last);
+}
+
+INSTANTIATE_TEST_SUITE_P(Calls, TrialAcrossHostsKill,
+                         ::testing::Values("choice", "rival_first", "rival", "last"),
+                         [](const auto& info) { return info.param; });
 
 // A rule names the schedule: nothing is tried, where it would be without the rule.
 TEST(Trials, LoomAlgoNamesTheScheduleInstead) {

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <thread>
 #include <vector>
 
+#include "algorithms/trials.hpp"
 #include "ranks.hpp"
 
 namespace loom::testing {
@@ -92,6 +94,58 @@ void all_reduce_kill_trial(const std::string& algorithm) {
         comm.all_reduce(in.data(), out.data(), count, DataType::f32, ReduceOp::sum);
         expect_every(out, static_cast<float>(comm.size()));
       });
+}
+
+void all_reduce_across_hosts_kill_trial(int dying_call) {
+  constexpr int kDyingRank = 2;
+  constexpr std::size_t kCount = std::size_t{1} << 20;  // 4 MiB of i32
+  Options options;
+  options.transport = "auto";
+  options.timeout = std::chrono::seconds(60);
+  options.tuning_file = "off";  // a machine's table could name the algorithm: no trial then
+  RunOptions opts;
+  opts.may_die = {kDyingRank};
+  opts.host_id = [](int rank, int size) { return rank < size / 2 ? "host-a" : "host-b"; };
+  run_ranks_raw(
+      4,
+      [&](RankContext& ctx) {
+        Communicator comm(ctx.store, ctx.rank, ctx.size, options);
+        std::vector<std::int32_t> buf(kCount);
+        auto call = [&](int n) {
+          for (std::size_t i = 0; i < kCount; ++i)
+            buf[i] = (ctx.rank + 1) *
+                     static_cast<std::int32_t>((i + static_cast<std::size_t>(n)) % 7 + 1);
+          comm.all_reduce(buf.data(), buf.data(), kCount, DataType::i32, ReduceOp::sum);
+          for (std::size_t i = 0; i < kCount; ++i)
+            if (buf[i] !=
+                10 * static_cast<std::int32_t>((i + static_cast<std::size_t>(n)) % 7 + 1)) {
+              ADD_FAILURE() << "call " << n << ": element " << i << " is " << buf[i];
+              break;
+            }
+        };
+        const std::uint64_t judged = algorithms::Trials::judged();
+        int n = 0;
+        if (ctx.rank == kDyingRank) {
+          for (; n < dying_call; ++n) call(n);
+          std::thread([&ctx] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            die_by_sigkill(ctx);
+          }).detach();
+          for (;; ++n) call(n);
+        }
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          for (; n < 1000; ++n) call(n);
+          ADD_FAILURE() << "rank " << ctx.rank << " never noticed rank " << kDyingRank << " die";
+        } catch (const PeerError& e) {
+          EXPECT_EQ(e.peer(), kDyingRank) << e.what();
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+        EXPECT_EQ(algorithms::Trials::judged(), judged)
+            << "a trial was judged: the death fell after it, not within it (call " << n << ")";
+        EXPECT_LE(n, dying_call + 1) << "the survivor ran on past the victim's death";
+      },
+      opts);
 }
 
 }  // namespace loom::testing

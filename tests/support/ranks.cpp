@@ -104,6 +104,7 @@ void run_ranks_raw(int world, const std::function<void(RankContext&)>& body, Run
       ::dup2(pipefd[1], 2);
       for (auto& c : children) ::close(c.out);
       ::close(pipefd[0]);
+      if (opts.host_id) ::setenv("LOOM_HOST_ID", opts.host_id(rank, world).c_str(), 1);
       child_main(rank, world, listen_fd, port, body);
     }
     ::close(pipefd[1]);
@@ -191,7 +192,6 @@ void run_ranks(int world, const std::function<void(Communicator&)>& body, RunOpt
       world,
       [&](RankContext& ctx) {
         if (std::find(absent.begin(), absent.end(), ctx.rank) != absent.end()) return;
-        if (opts.host_id) ::setenv("LOOM_HOST_ID", opts.host_id(ctx.rank, ctx.size).c_str(), 1);
         Communicator comm(ctx.store, ctx.rank, ctx.size, options);
         body(comm);
       },

@@ -30,7 +30,8 @@ struct RunOptions {
   std::vector<int> absent;
   // Ranks the body kills on purpose: death by a signal counts as success for them.
   std::vector<int> may_die;
-  // When set, each rank's LOOM_HOST_ID (to place ranks on pretend hosts of one machine).
+  // When set, each rank's LOOM_HOST_ID (to place ranks on pretend hosts of one machine), set in
+  // its process before the body runs (run_ranks and run_ranks_raw alike).
   std::function<std::string(int rank, int size)> host_id;
 };
 
