@@ -304,7 +304,8 @@ class LOOM_API Communicator {
   // The same, with the child's settings changed where `options` sets them (ncclCommSplit's
   // config): algorithm, timeout, buffer_bytes, slots, sockets_per_peer. The child keeps its
   // parent's transport, interface, secret, key space and tuning table: setting those is an
-  // InvalidArgument. Every rank passes the same options.
+  // InvalidArgument. The members of one child pass the same options (the timeout may differ):
+  // members that differ all raise InvalidArgument naming the setting, and this one goes on.
   std::optional<Communicator> split(int color, int key, const Options& options);
   // Collective over the ranks listed alone (MPI_Comm_create_group): they form a communicator,
   // ranked in the order listed; the other ranks do not call it. Every member passes the same

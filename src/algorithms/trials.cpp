@@ -12,6 +12,7 @@ namespace loom::algorithms {
 namespace {
 
 std::atomic<std::uint64_t> judged_trials{0};
+std::atomic<std::uint64_t> tried_calls{0};
 
 // The median of one side's counted calls, each call the slowest rank's.
 double median_of(const std::vector<Trials::Times>& ranks, bool rival) {
@@ -38,8 +39,13 @@ std::uint64_t Trials::judged() {
   return judged_trials.load(std::memory_order_relaxed);
 }
 
+std::uint64_t Trials::calls_tried() {
+  return tried_calls.load(std::memory_order_relaxed);
+}
+
 bool Trials::Trial::record(double us) {
   if (winner_ != nullptr || calls_ >= calls()) return false;
+  tried_calls.fetch_add(1, std::memory_order_relaxed);
   const bool rival = calls_ >= choice_calls();
   const int counted = rival ? calls_ - choice_calls() - warm_.rival : calls_ - warm_.choice;
   if (counted >= 0) (rival ? times_.rival_us : times_.choice_us)[counted] = us;

@@ -60,8 +60,9 @@ class Trials {
   };
   // The rival must be faster to win: a tie keeps the model's choice.
   static Judgement judge(const std::vector<Times>& ranks);
-  // Trials judged in this process (tests check the path).
+  // Trials judged in this process, and the calls trials ran to completion (tests check the path).
   static std::uint64_t judged();
+  static std::uint64_t calls_tried();
 
   // The trial of one kind and size.
   class Trial {

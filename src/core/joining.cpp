@@ -125,13 +125,17 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::split(int color, int key
   });
   // Members whose child settings differ would build connections of other shapes, or run other
   // schedules: every member raises instead, and the parent goes on.
-  std::vector<std::string> lines;
-  for (int r : members)
+  std::vector<std::string> lines, hosts;
+  for (int r : members) {
     lines.push_back(
         core::line_from_fingerprint(child_config, &all[n * static_cast<std::size_t>(r) + 2]));
-  if (auto why = core::settings_disagreement(lines, members); !why.empty())
-    throw InvalidArgument(fmt::format("split: {}: the child of color {}: {} (ranks of the parent)",
-                                      who(rank_), color, why));
+    hosts.push_back(topology_.host_of_rank[static_cast<std::size_t>(r)]);
+  }
+  if (auto why = core::settings_disagreement(lines, members, hosts,
+                                             "every member of the child (ranks of the parent)");
+      !why.empty())
+    throw InvalidArgument(
+        fmt::format("split: {}: the child of color {}: {}", who(rank_), color, why));
   const int rank =
       static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
   // Every member derives the same token: no store round trip, and no two communicators share one.
@@ -211,7 +215,7 @@ transport::cudaipc::IpcTransport* Communicator::Impl::build_transports() {
     topology_ = core::exchange_topology(
         *store_, rank_, size_, config_.timeout, config_.failure.worker_id, bundle.rdma_port(),
         rates, config_.selection.tuning_file, core::settings_line(config_));
-    core::check_settings_agree(*store_, rank_, topology_.settings_of_rank, config_.timeout);
+    core::check_settings_agree(*store_, rank_, topology_, config_.timeout);
   }
   // The spinning policy follows the ranks that really share this host's cores.
   config_.pacing.set_local_world_size(topology_.ranks_on_host_of(rank_));

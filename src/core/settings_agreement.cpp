@@ -1,6 +1,7 @@
 #include "core/settings_agreement.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -17,6 +18,9 @@ namespace {
 struct Field {
   std::string_view key;   // in the line
   std::string_view name;  // how a user sets it
+  // Shapes only what runs between ranks of one host (CUDA IPC connections, calls on one host's
+  // device buffers): compared within each host, so that hosts may differ.
+  bool per_host = false;
 };
 
 // In the order a disagreement is reported: the first that differs is named.
@@ -27,10 +31,17 @@ constexpr Field kFields[] = {
     {"slots", "LOOM_SLOTS (Options::slots)"},
     {"buffer", "LOOM_BUFFSIZE (Options::buffer_bytes)"},
     {"sockets", "LOOM_NSOCKS (Options::sockets_per_peer)"},
-    {"cuda_ipc", "LOOM_CUDA_IPC"},
-    {"cuda_direct", "LOOM_CUDA_DIRECT"},
-    {"cuda_buffer", "LOOM_CUDA_BUFFSIZE"},
+    {"cuda_ipc", "LOOM_CUDA_IPC", true},
+    {"cuda_direct", "LOOM_CUDA_DIRECT", true},
+    {"cuda_buffer", "LOOM_CUDA_BUFFSIZE", true},
 };
+
+// FNV-1a: the same value in every process and build, whatever the standard library.
+std::int64_t fingerprint_of(std::string_view text) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (const char ch : text) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  return static_cast<std::int64_t>(h);
+}
 
 std::string raw_value(std::string_view key, const base::Config& c) {
   if (key == "transport") return c.transport;
@@ -66,8 +77,18 @@ std::map<std::string, std::string, std::less<>> fields_of(std::string_view line)
   return out;
 }
 
-std::string ranks_text(const std::vector<int>& ranks) {
-  return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ","));
+// "rank 3", "ranks 0-3,6": runs of consecutive ranks as ranges.
+std::string ranks_text(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  std::vector<std::string> parts;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    parts.push_back(j == i ? fmt::format("{}", ranks[i])
+                           : fmt::format("{}{}{}", ranks[i], j == i + 1 ? "," : "-", ranks[j]));
+    i = j + 1;
+  }
+  return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(parts, ","));
 }
 
 // "'' on ranks 0,2; 'allreduce:ring' on rank 1": the values in the order their first rank has.
@@ -85,6 +106,21 @@ std::string who_has_what(const std::vector<std::string>& values, const std::vect
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
+// The ranks (indices into the lines) whose values of a field must agree, each group a host for
+// a per-host field, else all of them.
+std::vector<std::vector<std::size_t>> groups_of(const Field& f, std::size_t n,
+                                                const std::vector<std::string>& hosts) {
+  std::vector<std::vector<std::size_t>> groups;
+  std::map<std::string, std::size_t> index;
+  for (std::size_t r = 0; r < n; ++r) {
+    const std::string host = f.per_host && r < hosts.size() ? hosts[r] : std::string();
+    auto [it, added] = index.emplace(host, groups.size());
+    if (added) groups.emplace_back();
+    groups[it->second].push_back(r);
+  }
+  return groups;
+}
+
 static_assert(std::size(kFields) == kSettingsFields);
 
 }  // namespace
@@ -97,7 +133,8 @@ std::string settings_line(const base::Config& config) {
 }
 
 std::string settings_disagreement(const std::vector<std::string>& lines,
-                                  const std::vector<int>& numbers) {
+                                  const std::vector<int>& numbers,
+                                  const std::vector<std::string>& hosts, std::string_view among) {
   if (std::all_of(lines.begin(), lines.end(), [&](const auto& l) { return l == lines.front(); }))
     return {};
   std::vector<std::map<std::string, std::string, std::less<>>> parsed;
@@ -108,10 +145,30 @@ std::string settings_disagreement(const std::vector<std::string>& lines,
       const auto it = fields.find(f.key);
       values.push_back(it == fields.end() ? "(not sent)" : it->second);
     }
-    if (std::any_of(values.begin(), values.end(), [&](const auto& v) { return v != values[0]; }))
-      return fmt::format("{} differs between ranks: {}; it must be the same on every rank", f.name,
-                         who_has_what(values, numbers));
+    for (const auto& group : groups_of(f, lines.size(), hosts)) {
+      std::vector<std::string> group_values;
+      std::vector<int> group_numbers;
+      for (const std::size_t r : group) {
+        group_values.push_back(values[r]);
+        group_numbers.push_back(r < numbers.size() ? numbers[r] : static_cast<int>(r));
+      }
+      if (std::all_of(group_values.begin(), group_values.end(),
+                      [&](const auto& v) { return v == group_values[0]; }))
+        continue;
+      return fmt::format("{} differs between ranks{}: {}; it must be the same on {}", f.name,
+                         f.per_host ? " of one host" : "",
+                         who_has_what(group_values, group_numbers),
+                         f.per_host ? "every rank of a host" : among);
+    }
   }
+  // What is left of each line besides the fields this build knows.
+  std::vector<std::string> rest;
+  for (auto& fields : parsed) {
+    for (const Field& f : kFields) fields.erase(std::string(f.key));
+    rest.push_back(fmt::format("{}", fmt::join(fields, "\t")));
+  }
+  if (std::all_of(rest.begin(), rest.end(), [&](const auto& r) { return r == rest.front(); }))
+    return {};  // only settings that may differ between hosts do
   // Fields this build does not know: another build of Loom on some rank.
   return fmt::format(
       "the ranks' settings differ in fields this build of Loom does not know (another version "
@@ -119,19 +176,24 @@ std::string settings_disagreement(const std::vector<std::string>& lines,
       who_has_what(lines, numbers));
 }
 
-void check_settings_agree(Store& store, int rank, const std::vector<std::string>& lines,
+void check_settings_agree(Store& store, int rank, const Topology& topology,
                           std::chrono::milliseconds timeout) {
-  const std::string why = settings_disagreement(lines);
+  const std::string why =
+      settings_disagreement(topology.settings_of_rank, {}, topology.host_of_rank, "every rank");
   if (why.empty()) return;
-  // Every rank found the same disagreement in the same records. They meet here before raising,
-  // so that the rank hosting the store (rank 0 under env:// and tcp://) keeps it until every
-  // rank has read them; a rank that does not come in time is not waited for further.
-  std::vector<std::string> keys;
-  for (std::size_t r = 0; r < lines.size(); ++r)
-    keys.push_back(store::keys::settings_refused(static_cast<int>(r)));
+  // Every rank found the same disagreement in the same records, and has read all of them. Rank
+  // 0, which hosts the store under env:// and tcp://, keeps it until every other rank has said
+  // so; they raise at once. A rank that does not come in time is not waited for further.
   try {
-    store.set(store::keys::settings_refused(rank), std::string("1"));
-    store.wait(keys, std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(30)));
+    if (rank != 0) {
+      store.set(store::keys::settings_refused(rank), std::string("1"));
+    } else {
+      std::vector<std::string> keys;
+      for (std::size_t r = 1; r < topology.settings_of_rank.size(); ++r)
+        keys.push_back(store::keys::settings_refused(static_cast<int>(r)));
+      if (!keys.empty())
+        store.wait(keys, std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(30)));
+    }
   } catch (const Error&) {  // the error below says what matters
   }
   throw InvalidArgument(fmt::format("init: rank {}: {}", rank, why));
@@ -139,8 +201,7 @@ void check_settings_agree(Store& store, int rank, const std::vector<std::string>
 
 std::vector<std::int64_t> settings_fingerprint(const base::Config& config) {
   std::vector<std::int64_t> out;
-  for (const Field& f : kFields)
-    out.push_back(static_cast<std::int64_t>(std::hash<std::string>{}(value_of(f.key, config))));
+  for (const Field& f : kFields) out.push_back(fingerprint_of(value_of(f.key, config)));
   return out;
 }
 

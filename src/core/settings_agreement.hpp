@@ -9,9 +9,11 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/config.hpp"
+#include "core/topology.hpp"
 #include "loom/store.hpp"
 
 namespace loom::core {
@@ -21,19 +23,24 @@ std::string settings_line(const base::Config& config);
 
 // Empty when every rank's line is the same; else the first setting that differs, by the name a
 // user sets it with, and which ranks have which value, e.g. "LOOM_ALGO (Options::algorithm)
-// differs between ranks: '' on rank 0; 'allreduce:ring' on rank 1; ...". Line i is rank
-// numbers[i]'s (empty numbers: rank i's).
+// differs between ranks: '' on rank 0; 'allreduce:ring' on rank 1; it must be the same on
+// every rank" (`among` names who must agree). Line i is rank numbers[i]'s (empty numbers: rank
+// i's), on host hosts[i]: the settings that shape only what runs within a host (the CUDA
+// switches) are compared within each host (empty hosts: all on one). Values are compared as
+// resolved and written: "ring" and "allreduce:ring" differ.
 std::string settings_disagreement(const std::vector<std::string>& lines,
-                                  const std::vector<int>& numbers = {});
+                                  const std::vector<int>& numbers = {},
+                                  const std::vector<std::string>& hosts = {},
+                                  std::string_view among = "every rank");
 
-// When the lines disagree, every rank raises InvalidArgument ("init: <who>: ..."), after every
-// rank has read them (a store round the ranks meet at, bounded by `timeout`): the rank hosting
-// the store must not take it away while another still reads the records.
-void check_settings_agree(Store& store, int rank, const std::vector<std::string>& lines,
+// When the topology's settings lines disagree, every rank raises InvalidArgument ("init: rank
+// r: ..."). Rank 0 first waits (bounded by `timeout`, at most 30 s) until every other rank has
+// read the records, so that as the host of the store it does not take it away from them.
+void check_settings_agree(Store& store, int rank, const Topology& topology,
                           std::chrono::milliseconds timeout);
 
 // A split compares its child's settings over the parent's all-gather of colors: a number per
-// setting (its value's hash), kSettingsFields of them.
+// setting (its value's FNV-1a hash, the same in every build), kSettingsFields of them.
 inline constexpr std::size_t kSettingsFields = 9;
 std::vector<std::int64_t> settings_fingerprint(const base::Config& config);
 // Another rank's line as far as its fingerprint `theirs` tells: this rank's value of each

@@ -243,17 +243,23 @@ class TrialAcrossHostsKill : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TrialAcrossHostsKill, EverySurvivorNamesTheDeadRank) {
   using algorithms::Trials;
+  const testing::ScopedEnv trials("LOOM_TRIALS", "1");  // whatever the environment says
   constexpr std::size_t kBytes = std::size_t{4} << 20;
-  const base::LinkConfig link;  // the defaults the ranks run with
+  testing::RunOptions run = two_pretend_hosts();
+  Options& o = run.options;
+  o.algorithm = "";  // no rule, whatever LOOM_ALGO says
+  o.slots = base::LinkConfig{}.slots;
+  o.buffer_bytes = base::LinkConfig{}.buffer_bytes;
   const Trials::Trial::Warm warm =
-      Trials::warm_calls(algorithms::Kind::all_reduce, kBytes, link.slots, link.slot_bytes());
+      Trials::warm_calls(algorithms::Kind::all_reduce, kBytes, *o.slots,
+                         *o.buffer_bytes / static_cast<std::size_t>(*o.slots));
   const int rival_first = warm.choice + Trials::kCounted;
   const int last = rival_first + warm.rival + Trials::kCounted - 1;
   const std::string& when = GetParam();
-  testing::all_reduce_across_hosts_kill_trial(when == "choice"        ? warm.choice + 1
-                                              : when == "rival_first" ? rival_first
-                                              : when == "rival"       ? last - 1
-                                                                      : last);
+  testing::all_reduce_across_hosts_kill_trial(o, when == "choice"        ? warm.choice + 1
+                                                 : when == "rival_first" ? rival_first
+                                                 : when == "rival"       ? last - 1
+                                                                         : last);
 }
 
 INSTANTIATE_TEST_SUITE_P(Calls, TrialAcrossHostsKill,

@@ -96,13 +96,9 @@ void all_reduce_kill_trial(const std::string& algorithm) {
       });
 }
 
-void all_reduce_across_hosts_kill_trial(int dying_call) {
+void all_reduce_across_hosts_kill_trial(const Options& options, int dying_call) {
   constexpr int kDyingRank = 2;
   constexpr std::size_t kCount = std::size_t{1} << 20;  // 4 MiB of i32
-  Options options;
-  options.transport = "auto";
-  options.timeout = std::chrono::seconds(60);
-  options.tuning_file = "off";  // a machine's table could name the algorithm: no trial then
   RunOptions opts;
   opts.may_die = {kDyingRank};
   opts.host_id = [](int rank, int size) { return rank < size / 2 ? "host-a" : "host-b"; };
@@ -111,28 +107,28 @@ void all_reduce_across_hosts_kill_trial(int dying_call) {
       [&](RankContext& ctx) {
         Communicator comm(ctx.store, ctx.rank, ctx.size, options);
         std::vector<std::int32_t> buf(kCount);
+        auto value = [](std::size_t i, int n) {
+          return static_cast<std::int32_t>((i + static_cast<std::size_t>(n)) % 7 + 1);
+        };
         auto call = [&](int n) {
-          for (std::size_t i = 0; i < kCount; ++i)
-            buf[i] = (ctx.rank + 1) *
-                     static_cast<std::int32_t>((i + static_cast<std::size_t>(n)) % 7 + 1);
+          for (std::size_t i = 0; i < kCount; ++i) buf[i] = (ctx.rank + 1) * value(i, n);
+          if (ctx.rank == kDyingRank && n == dying_call)  // 2 ms into the all-reduce
+            std::thread([&ctx] {
+              std::this_thread::sleep_for(std::chrono::milliseconds(2));
+              die_by_sigkill(ctx);
+            }).detach();
           comm.all_reduce(buf.data(), buf.data(), kCount, DataType::i32, ReduceOp::sum);
           for (std::size_t i = 0; i < kCount; ++i)
-            if (buf[i] !=
-                10 * static_cast<std::int32_t>((i + static_cast<std::size_t>(n)) % 7 + 1)) {
+            if (buf[i] != 10 * value(i, n)) {
               ADD_FAILURE() << "call " << n << ": element " << i << " is " << buf[i];
               break;
             }
         };
         const std::uint64_t judged = algorithms::Trials::judged();
+        const std::uint64_t tried = algorithms::Trials::calls_tried();
         int n = 0;
-        if (ctx.rank == kDyingRank) {
-          for (; n < dying_call; ++n) call(n);
-          std::thread([&ctx] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(2));
-            die_by_sigkill(ctx);
-          }).detach();
+        if (ctx.rank == kDyingRank)
           for (;; ++n) call(n);
-        }
         const auto start = std::chrono::steady_clock::now();
         try {
           for (; n < 1000; ++n) call(n);
@@ -143,6 +139,9 @@ void all_reduce_across_hosts_kill_trial(int dying_call) {
         EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
         EXPECT_EQ(algorithms::Trials::judged(), judged)
             << "a trial was judged: the death fell after it, not within it (call " << n << ")";
+        // Every call that returned was one of the trial's: it was under way at the death.
+        EXPECT_EQ(algorithms::Trials::calls_tried() - tried, static_cast<std::uint64_t>(n));
+        EXPECT_GE(n, dying_call) << "the survivor failed before the victim died";
         EXPECT_LE(n, dying_call + 1) << "the survivor ran on past the victim's death";
       },
       opts);

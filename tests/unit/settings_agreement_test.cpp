@@ -2,9 +2,14 @@
 #include "core/settings_agreement.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <string>
 #include <vector>
+
+#include "loom/store.hpp"
 
 namespace loom::core {
 namespace {
@@ -36,10 +41,48 @@ TEST(SettingsAgreement, EqualLinesAgreeAndEachFieldThatDiffersIsNamed) {
     c.change(b);
     const std::string why = settings_disagreement({line, settings_line(b), line});
     EXPECT_EQ(why.rfind(c.name, 0), 0u) << why;
-    EXPECT_NE(why.find("on ranks 0,2"), std::string::npos) << why;
+    EXPECT_NE(why.find("on ranks 0,2;"), std::string::npos) << why;
     EXPECT_NE(why.find("on rank 1;"), std::string::npos) << why;
     EXPECT_NE(why.find("must be the same on every rank"), std::string::npos) << why;
   }
+}
+
+// The CUDA switches shape only what runs within a host: hosts may differ, the ranks of one may
+// not. Every other setting is compared across hosts.
+TEST(SettingsAgreement, TheCudaSwitchesAreComparedWithinEachHost) {
+  base::Config a, b;
+  b.link.cuda_ipc = false;
+  b.link.cuda_buffer_bytes = 1 << 20;
+  b.selection.cuda_direct = false;
+  const std::string x = settings_line(a), y = settings_line(b);
+  EXPECT_EQ(settings_disagreement({x, x, y, y}, {}, {"h1", "h1", "h2", "h2"}), "");
+  const std::string why = settings_disagreement({x, y, y, y}, {}, {"h1", "h1", "h2", "h2"});
+  EXPECT_EQ(why.rfind("LOOM_CUDA_IPC differs between ranks of one host: '1' on rank 0; '0' on "
+                      "rank 1; it must be the same on every rank of a host",
+                      0),
+            0u)
+      << why;
+  // Without hosts, all ranks are one host's.
+  EXPECT_NE(settings_disagreement({x, x, y, y}), "");
+  base::Config c = b;
+  c.link.slots = 4;
+  EXPECT_EQ(settings_disagreement({x, x, settings_line(c), settings_line(c)}, {},
+                                  {"h1", "h1", "h2", "h2"})
+                .rfind("LOOM_SLOTS", 0),
+            0u);
+}
+
+// Runs of consecutive ranks are ranges; `among` says who must agree.
+TEST(SettingsAgreement, RanksAreListedAsRanges) {
+  base::Config a, b;
+  b.selection.trials = false;
+  const std::string x = settings_line(a), y = settings_line(b);
+  const std::string why =
+      settings_disagreement({x, x, x, x, y, x, x, y}, {}, {}, "every member of the child");
+  EXPECT_NE(why.find("'1' on ranks 0-3,5,6; '0' on ranks 4,7; it must be the same on every "
+                     "member of the child"),
+            std::string::npos)
+      << why;
 }
 
 // Values with a tab or a newline stay on their line; ranks are named by the numbers given.
@@ -73,6 +116,37 @@ TEST(SettingsAgreement, AFingerprintGivesTheLineBackOrNamesTheFieldThatDiffers) 
   const std::string why = settings_disagreement({settings_line(mine), other}, {0, 3});
   EXPECT_EQ(why.rfind("LOOM_SLOTS", 0), 0u) << why;
   EXPECT_NE(why.find("'8' on rank 0; '(another value)' on rank 3"), std::string::npos) << why;
+}
+
+// On a disagreement the ranks other than 0 say they have read the records and raise at once;
+// rank 0, the store's host under env:// and tcp://, raises once they all have (or its bounded
+// wait ends), so that it does not take the store away from a rank still reading.
+TEST(SettingsAgreement, RankZeroRaisesOnlyOnceTheOthersHaveReadTheRecords) {
+  const std::string path =
+      ::testing::TempDir() + "/settings-agreement-" + std::to_string(::getpid());
+  FileStore store(path);
+  base::Config a, b;
+  b.link.slots = 4;
+  Topology t;
+  t.settings_of_rank = {settings_line(a), settings_line(b), settings_line(a)};
+  t.host_of_rank = {"h", "h", "h"};
+  using Clock = std::chrono::steady_clock;
+  auto raise_time = [&](int rank, std::chrono::milliseconds timeout) {
+    const auto start = Clock::now();
+    EXPECT_THROW(check_settings_agree(store, rank, t, timeout), InvalidArgument);
+    return Clock::now() - start;
+  };
+  // Rank 0 alone: it waits out its (short) timeout for ranks 1 and 2.
+  EXPECT_GE(raise_time(0, std::chrono::milliseconds(300)), std::chrono::milliseconds(300));
+  EXPECT_LT(raise_time(1, std::chrono::seconds(20)), std::chrono::seconds(5));
+  EXPECT_LT(raise_time(2, std::chrono::seconds(20)), std::chrono::seconds(5));
+  // Both have said so: rank 0 raises at once.
+  EXPECT_LT(raise_time(0, std::chrono::seconds(20)), std::chrono::seconds(5));
+  // Ranks that agree: nothing raised, nothing waited for.
+  t.settings_of_rank = {settings_line(a), settings_line(a), settings_line(a)};
+  EXPECT_NO_THROW(check_settings_agree(store, 0, t, std::chrono::seconds(20)));
+  std::remove(path.c_str());
+  std::remove((path + ".lock").c_str());
 }
 
 }  // namespace
