@@ -96,11 +96,13 @@ def summarize(folder):
 
 def what_ran(reps):
     """What ran Loom's timed calls in each repetition, counted: the algorithm a trial kept
-    ("... ; ring kept after a trial (...)"), else the one chosen or forced (the choice's first
-    word), e.g. "hierarchical 2 of 3, ring 1 of 3 (after a trial in 3)"."""
+    ("ring (kept by a trial: ...)", or in older runs "... ; ring kept after a trial (...)"), else
+    the one chosen or forced (the choice's first word), e.g. "hierarchical 2 of 3, ring 1 of 3
+    (after a trial in 3)"."""
     kept, trials = defaultdict(int), 0
     for _, _, choice in reps:
-        match = re.search(r"([a-z_]+) kept after a trial", choice)
+        match = (re.match(r"([a-z_]+) \(kept by a trial", choice)
+                 or re.search(r"([a-z_]+) kept after a trial", choice))
         trials += match is not None
         name = match.group(1) if match else (choice.split() or ["?"])[0]
         kept[name] += 1

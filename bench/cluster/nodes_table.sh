@@ -135,14 +135,11 @@ launch_loom() {  # rate n rep [algorithm]
   fi
   local row choice
   row=$(grep -E '^\[0\] [0-9]' "$log.1" | tail -1 | sed 's/^\[0\] //')
-  choice=$(grep -oE "all_reduce: [a-z_]+ [^;]*for $bytes B" "$log.1" | tail -1 |
-    sed 's/all_reduce: //' || true)
-  # A trial's verdict ("... against RIVAL ...: A us against B us; WINNER from now on") names
-  # what ran the timed calls.
-  local verdict
-  verdict=$(grep -oE "all_reduce of $bytes B: [a-z_]+ against"' [a-z_]+ .*from now on' "$log.1" |
-    tail -1 | sed -E 's/.*: ([a-z_]+) against ([a-z_]+) .* ([0-9.]+) us against ([0-9.]+) us; ([a-z_]+) from now on/\5 kept after a trial (\1 \3 us, \2 \4 us)/' || true)
-  [ -n "$verdict" ] && choice="$choice; $verdict"
+  # The choice for the table's size (the largest call loom-perf logged), and where a trial ran,
+  # what it kept and both medians: the comparison harness reads it, for both tables alike.
+  choice=$(cd "$root/bench/compare" && python3 -B -c \
+    'import sys; from harness.drivers import choice_of; print(choice_of("allreduce", open(sys.argv[1]).read()))' \
+    "$log.1") || choice=""
   record "$rate" "$n" "$rep" "$impl" "$(cut -d, -f5 <<< "$row")" "$(cut -d, -f7 <<< "$row")" "$choice"
 }
 

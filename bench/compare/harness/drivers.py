@@ -191,23 +191,28 @@ class Drivers:
 CHOICE = re.compile(r"loom rank 0/\d+ info: (all_reduce|all_to_all): (.*? for (\d+) B .*?)(; model:|$)",
                     re.M)
 CALL = {"allreduce": "all_reduce", "alltoall": "all_to_all"}
-# A trial's verdict (docs/tuning.md, "Measured on the first calls"): what ran after it.
-VERDICT = re.compile(r"loom rank 0/\d+ info: (all_reduce|all_to_all) of (\d+) B: "
-                     r".*?; (\S+) from now on", re.M)
+# A trial's verdict (docs/tuning.md, "Measured on the first calls"): the model's choice, its
+# rival, their medians, and what ran after it.
+VERDICT = re.compile(r"loom rank 0/\d+ info: (all_reduce|all_to_all) of (\d+) B: (\S+) against "
+                     r"(\S+) .*?: ([\d.]+) us against ([\d.]+) us; (\S+) from now on", re.M)
 
 
 def choice_of(op, log):
     """Loom's pick for the measured call: the largest call of its kind that rank 0 logged (not
     the small ones the benchmark or Communicator::alloc make of the same kind); where a trial
-    measured the model's choice against another, the one it kept."""
+    measured the model's choice against another, the one it kept and both medians."""
     picks = [(int(m.group(3)), m.group(2)) for m in CHOICE.finditer(log)
              if m.group(1) == CALL.get(op)]
     if not picks:
         return ""
     size, pick = max(picks)
-    kept = [m.group(3) for m in VERDICT.finditer(log)
+    kept = [m for m in VERDICT.finditer(log)
             if m.group(1) == CALL.get(op) and int(m.group(2)) == size]
-    return f"{kept[-1]} (kept by a trial; the model: {pick})" if kept else pick
+    if not kept:
+        return pick
+    v = kept[-1]
+    return (f"{v.group(7)} (kept by a trial: {v.group(3)} {v.group(5)} us, {v.group(4)} "
+            f"{v.group(6)} us; the model: {pick})")
 
 
 def choices_by_size(op, log):
