@@ -44,7 +44,10 @@ void check_settings_agree(Store& store, int rank, const Topology& topology,
 inline constexpr std::size_t kSettingsFields = 9;
 std::vector<std::int64_t> settings_fingerprint(const base::Config& config);
 // Another rank's line as far as its fingerprint `theirs` tells: this rank's value of each
-// setting whose hash matches, "(another value)" for one that does not.
+// setting whose hash matches, "(another value)" for one that does not. Every member then finds
+// a difference between any two members, except in a per-host setting between two others on
+// another host: no child can have that, since it keeps its parent's CUDA switches (for_child),
+// which init found alike within each host.
 std::string line_from_fingerprint(const base::Config& mine, const std::int64_t* theirs);
 
 }  // namespace loom::core

@@ -112,11 +112,10 @@ void all_reduce_across_hosts_kill_trial(const Options& options, int dying_call) 
         };
         auto call = [&](int n) {
           for (std::size_t i = 0; i < kCount; ++i) buf[i] = (ctx.rank + 1) * value(i, n);
-          if (ctx.rank == kDyingRank && n == dying_call)  // 2 ms into the all-reduce
-            std::thread([&ctx] {
-              std::this_thread::sleep_for(std::chrono::milliseconds(2));
-              die_by_sigkill(ctx);
-            }).detach();
+          // At once: as the all-reduce starts (opening the rival's connections at its first
+          // call), and in the last call before the victim could send its times.
+          if (ctx.rank == kDyingRank && n == dying_call)
+            std::thread([&ctx] { die_by_sigkill(ctx); }).detach();
           comm.all_reduce(buf.data(), buf.data(), kCount, DataType::i32, ReduceOp::sum);
           for (std::size_t i = 0; i < kCount; ++i)
             if (buf[i] != 10 * value(i, n)) {
@@ -139,9 +138,15 @@ void all_reduce_across_hosts_kill_trial(const Options& options, int dying_call) 
         EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
         EXPECT_EQ(algorithms::Trials::judged(), judged)
             << "a trial was judged: the death fell after it, not within it (call " << n << ")";
-        // Every call that returned was one of the trial's: it was under way at the death.
-        EXPECT_EQ(algorithms::Trials::calls_tried() - tried, static_cast<std::uint64_t>(n));
-        EXPECT_GE(n, dying_call) << "the survivor failed before the victim died";
+        // Every call that returned was one of the trial's: it was under way at the death. (The
+        // call that failed may have been counted: a call's time is recorded before its last
+        // wait for the peers, the trial's round of times or the flush.)
+        const std::uint64_t counted = algorithms::Trials::calls_tried() - tried;
+        EXPECT_GE(counted, static_cast<std::uint64_t>(n));
+        EXPECT_LE(counted, static_cast<std::uint64_t>(n) + 1);
+        // The victim's same-host peer may still be reading its previous call's data from the
+        // slots when it dies, and so fail in that call.
+        EXPECT_GE(n, dying_call - 1) << "the survivor failed before the victim died";
         EXPECT_LE(n, dying_call + 1) << "the survivor ran on past the victim's death";
       },
       opts);

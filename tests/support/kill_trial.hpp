@@ -17,9 +17,9 @@ void all_to_all_kill_trial(const std::string& algorithm, bool shared);
 void all_reduce_kill_trial(const std::string& algorithm);
 // 4 ranks on two pretend hosts run exact 4 MiB i32 all-reduces with `options` (which must let
 // the size's first calls be a trial: the model's choice, then its rival, then a round of times
-// around the ring); rank 2 is SIGKILLed 2 ms into its call number `dying_call` (from 0). Every
-// survivor must raise PeerError naming it within seconds, in that call, with every call before
-// it one of the trial's and no verdict reached.
+// around the ring); rank 2 is SIGKILLed as its call number `dying_call` (from 0) starts. Every
+// survivor must raise PeerError naming it within seconds, in about that call, with every call
+// before it one of the trial's and no verdict reached.
 void all_reduce_across_hosts_kill_trial(const Options& options, int dying_call);
 
 }  // namespace loom::testing
