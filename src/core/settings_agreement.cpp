@@ -15,9 +15,14 @@
 namespace loom::core {
 namespace {
 
+std::string flag(bool on) {
+  return on ? "1" : "0";
+}
+
 struct Field {
   std::string_view key;   // in the line
   std::string_view name;  // how a user sets it
+  std::string (*raw_value)(const base::Config&);
   // Shapes only what runs between ranks of one host (CUDA IPC connections, calls on one host's
   // device buffers): compared within each host, so that hosts may differ.
   bool per_host = false;
@@ -25,15 +30,23 @@ struct Field {
 
 // In the order a disagreement is reported: the first that differs is named.
 constexpr Field kFields[] = {
-    {"transport", "the transport (LOOM_TRANSPORT, LOOM_SHM_DISABLE, Options::transport)"},
-    {"algo", "LOOM_ALGO (Options::algorithm)"},
-    {"trials", "LOOM_TRIALS"},
-    {"slots", "LOOM_SLOTS (Options::slots)"},
-    {"buffer", "LOOM_BUFFSIZE (Options::buffer_bytes)"},
-    {"sockets", "LOOM_NSOCKS (Options::sockets_per_peer)"},
-    {"cuda_ipc", "LOOM_CUDA_IPC", true},
-    {"cuda_direct", "LOOM_CUDA_DIRECT", true},
-    {"cuda_buffer", "LOOM_CUDA_BUFFSIZE", true},
+    {"transport", "the transport (LOOM_TRANSPORT, LOOM_SHM_DISABLE, Options::transport)",
+     [](const base::Config& c) { return c.transport; }},
+    {"algo", "LOOM_ALGO (Options::algorithm)",
+     [](const base::Config& c) { return c.selection.algorithm; }},
+    {"trials", "LOOM_TRIALS", [](const base::Config& c) { return flag(c.selection.trials); }},
+    {"slots", "LOOM_SLOTS (Options::slots)",
+     [](const base::Config& c) { return std::to_string(c.link.slots); }},
+    {"buffer", "LOOM_BUFFSIZE (Options::buffer_bytes)",
+     [](const base::Config& c) { return std::to_string(c.link.buffer_bytes); }},
+    {"sockets", "LOOM_NSOCKS (Options::sockets_per_peer)",
+     [](const base::Config& c) { return std::to_string(c.link.sockets_per_peer); }},
+    {"cuda_ipc", "LOOM_CUDA_IPC", [](const base::Config& c) { return flag(c.link.cuda_ipc); },
+     true},
+    {"cuda_direct", "LOOM_CUDA_DIRECT",
+     [](const base::Config& c) { return flag(c.selection.cuda_direct); }, true},
+    {"cuda_buffer", "LOOM_CUDA_BUFFSIZE",
+     [](const base::Config& c) { return std::to_string(c.link.cuda_buffer_bytes); }, true},
 };
 
 // FNV-1a: the same value in every process and build, whatever the standard library.
@@ -43,21 +56,9 @@ std::int64_t fingerprint_of(std::string_view text) {
   return static_cast<std::int64_t>(h);
 }
 
-std::string raw_value(std::string_view key, const base::Config& c) {
-  if (key == "transport") return c.transport;
-  if (key == "algo") return c.selection.algorithm;
-  if (key == "trials") return c.selection.trials ? "1" : "0";
-  if (key == "slots") return std::to_string(c.link.slots);
-  if (key == "buffer") return std::to_string(c.link.buffer_bytes);
-  if (key == "sockets") return std::to_string(c.link.sockets_per_peer);
-  if (key == "cuda_ipc") return c.link.cuda_ipc ? "1" : "0";
-  if (key == "cuda_direct") return c.selection.cuda_direct ? "1" : "0";
-  return std::to_string(c.link.cuda_buffer_bytes);  // cuda_buffer
-}
-
 // Within a line: no tab or newline.
-std::string value_of(std::string_view key, const base::Config& c) {
-  std::string value = raw_value(key, c);
+std::string value_of(const Field& f, const base::Config& c) {
+  std::string value = f.raw_value(c);
   std::replace_if(
       value.begin(), value.end(), [](char ch) { return ch == '\t' || ch == '\n'; }, ' ');
   return value;
@@ -91,14 +92,15 @@ std::string ranks_text(std::vector<int> ranks) {
   return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(parts, ","));
 }
 
-// "'' on ranks 0,2; 'allreduce:ring' on rank 1": the values in the order their first rank has.
+// "'' on ranks 0,2; 'allreduce:ring' on rank 1": the values in the order their first rank has;
+// values[i] is rank numbers[i]'s.
 std::string who_has_what(const std::vector<std::string>& values, const std::vector<int>& numbers) {
   std::vector<std::pair<std::string, std::vector<int>>> groups;
   for (std::size_t r = 0; r < values.size(); ++r) {
     auto it = std::find_if(groups.begin(), groups.end(),
                            [&](const auto& g) { return g.first == values[r]; });
     if (it == groups.end()) it = groups.insert(groups.end(), {values[r], {}});
-    it->second.push_back(r < numbers.size() ? numbers[r] : static_cast<int>(r));
+    it->second.push_back(numbers[r]);
   }
   std::vector<std::string> parts;
   for (const auto& [value, ranks] : groups)
@@ -127,8 +129,7 @@ static_assert(std::size(kFields) == kSettingsFields);
 
 std::string settings_line(const base::Config& config) {
   std::vector<std::string> fields;
-  for (const Field& f : kFields)
-    fields.push_back(fmt::format("{}={}", f.key, value_of(f.key, config)));
+  for (const Field& f : kFields) fields.push_back(fmt::format("{}={}", f.key, value_of(f, config)));
   return fmt::format("{}", fmt::join(fields, "\t"));
 }
 
@@ -137,6 +138,8 @@ std::string settings_disagreement(const std::vector<std::string>& lines,
                                   const std::vector<std::string>& hosts, std::string_view among) {
   if (std::all_of(lines.begin(), lines.end(), [&](const auto& l) { return l == lines.front(); }))
     return {};
+  std::vector<int> ranks = numbers;  // line i's rank
+  for (std::size_t r = ranks.size(); r < lines.size(); ++r) ranks.push_back(static_cast<int>(r));
   std::vector<std::map<std::string, std::string, std::less<>>> parsed;
   for (const auto& line : lines) parsed.push_back(fields_of(line));
   for (const Field& f : kFields) {
@@ -150,7 +153,7 @@ std::string settings_disagreement(const std::vector<std::string>& lines,
       std::vector<int> group_numbers;
       for (const std::size_t r : group) {
         group_values.push_back(values[r]);
-        group_numbers.push_back(r < numbers.size() ? numbers[r] : static_cast<int>(r));
+        group_numbers.push_back(ranks[r]);
       }
       if (std::all_of(group_values.begin(), group_values.end(),
                       [&](const auto& v) { return v == group_values[0]; }))
@@ -173,7 +176,7 @@ std::string settings_disagreement(const std::vector<std::string>& lines,
   return fmt::format(
       "the ranks' settings differ in fields this build of Loom does not know (another version "
       "of Loom on some rank?): {}",
-      who_has_what(lines, numbers));
+      who_has_what(lines, ranks));
 }
 
 void check_settings_agree(Store& store, int rank, const Topology& topology,
@@ -201,7 +204,7 @@ void check_settings_agree(Store& store, int rank, const Topology& topology,
 
 std::vector<std::int64_t> settings_fingerprint(const base::Config& config) {
   std::vector<std::int64_t> out;
-  for (const Field& f : kFields) out.push_back(fingerprint_of(value_of(f.key, config)));
+  for (const Field& f : kFields) out.push_back(fingerprint_of(value_of(f, config)));
   return out;
 }
 
@@ -211,7 +214,7 @@ std::string line_from_fingerprint(const base::Config& mine, const std::int64_t* 
   for (std::size_t i = 0; i < kSettingsFields; ++i)
     fields.push_back(fmt::format(
         "{}={}", kFields[i].key,
-        own[i] == theirs[i] ? value_of(kFields[i].key, mine) : std::string("(another value)")));
+        own[i] == theirs[i] ? value_of(kFields[i], mine) : std::string("(another value)")));
   return fmt::format("{}", fmt::join(fields, "\t"));
 }
 

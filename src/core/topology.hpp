@@ -54,16 +54,16 @@ struct Topology {
   Topology of_ranks(const std::vector<int>& ranks) const;
 };
 
+// Appends rank r's record, as exchange_topology reads it from the store, to `t`: "pid cores rdma
+// reads_peers worker pid_namespace", the host id, the machine rates, the settings that must agree,
+// and (rank 0) the tuning table's path and entries, a line each. `pid_ns` is this process's pid
+// namespace: a pid of another is kept as 0. StoreError for a record that is not one.
+void add_topology_record(Topology& t, int r, const std::string& record, const std::string& pid_ns);
+
 // Publishes this rank's host id, pid, the launcher's name for it (`worker_id`, empty: none),
 // cores, RDMA port (`rdma`, one word, "-" for none), whether it reads peers' memory, what its
 // probe measured and its `settings` line (store::keys::topology), and reads every rank's. Rank 0
-// adds the tuning table at `tuning_from` (its entries for this machine). Appends rank r's record,
-// as exchange_topology reads it from the store, to `t`: "pid cores rdma reads_peers worker
-// pid_namespace", the host id, the machine rates, the settings that must agree, and (rank 0) the
-// tuning table's path and entries, a line each. `pid_ns` is this process's pid namespace: a pid of
-// another is kept as 0. StoreError for a record that is not one.
-void add_topology_record(Topology& t, int r, const std::string& record, const std::string& pid_ns);
-
+// adds the tuning table at `tuning_from` (its entries for this machine).
 Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
                            const std::string& worker_id, const std::string& rdma = "-",
                            const algorithms::MachineRates& rates = {},

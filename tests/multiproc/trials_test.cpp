@@ -256,10 +256,10 @@ TEST_P(TrialAcrossHostsKill, EverySurvivorNamesTheDeadRank) {
   const int rival_first = warm.choice + Trials::kCounted;
   const int last = rival_first + warm.rival + Trials::kCounted - 1;
   const std::string& when = GetParam();
-  testing::all_reduce_across_hosts_kill_trial(o, when == "choice"        ? warm.choice + 1
-                                                 : when == "rival_first" ? rival_first
-                                                 : when == "rival"       ? last - 1
-                                                                         : last);
+  testing::all_reduce_across_hosts_kill_trial(run, when == "choice"        ? warm.choice + 1
+                                                   : when == "rival_first" ? rival_first
+                                                   : when == "rival"       ? last - 1
+                                                                           : last);
 }
 
 INSTANTIATE_TEST_SUITE_P(Calls, TrialAcrossHostsKill,

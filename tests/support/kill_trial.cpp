@@ -96,12 +96,11 @@ void all_reduce_kill_trial(const std::string& algorithm) {
       });
 }
 
-void all_reduce_across_hosts_kill_trial(const Options& options, int dying_call) {
+void all_reduce_across_hosts_kill_trial(RunOptions opts, int dying_call) {
   constexpr int kDyingRank = 2;
   constexpr std::size_t kCount = std::size_t{1} << 20;  // 4 MiB of i32
-  RunOptions opts;
   opts.may_die = {kDyingRank};
-  opts.host_id = [](int rank, int size) { return rank < size / 2 ? "host-a" : "host-b"; };
+  const Options& options = opts.options;
   run_ranks_raw(
       4,
       [&](RankContext& ctx) {
