@@ -187,8 +187,9 @@ class Targets(unittest.TestCase):
         self.assertIn("| 30.00 |", table)
 
 
-def sweep(loom, bound=None, transport="shm", reps=3):
-    """Loom's busbw per size (64 KiB up in x2 steps) and the memory bound's, every repetition."""
+def sweep(loom, bound=None, transport="shm", reps=3, loopback=None):
+    """Loom's busbw per size (64 KiB up in x2 steps), the memory bound's and the loopback
+    exchange's, every repetition."""
     rows = []
     for rep in range(1, reps + 1):
         for i, v in enumerate(loom):
@@ -197,6 +198,9 @@ def sweep(loom, bound=None, transport="shm", reps=3):
             if bound:
                 rows.append(Row(rep, BOUND, BOUND_TRANSPORT, "allreduce", 2, size,
                                 busbw_gbps=bound[i]))
+            if loopback:
+                rows.append(Row(rep, drivers.LOOPBACK, drivers.LOOPBACK_TRANSPORT, "allreduce",
+                                2, size, busbw_gbps=loopback[i]))
     return rows
 
 
@@ -218,7 +222,40 @@ class Cliffs(unittest.TestCase):
         _, found = cliffs.cliff_report(sweep([10, 8.4], [40, 40]))  # -16%
         self.assertEqual(found, 1)
 
-    def test_tcp_is_judged_against_the_memory_bound_too(self):
+    def test_a_tcp_fall_the_loopback_exchange_shares_is_no_cliff(self):
+        # The loopback exchange falls 40% where the memory bound is flat: Loom's -40% is the
+        # kernel's.
+        text, found = cliffs.cliff_report(sweep([2, 2, 1.2], [40, 40, 40], transport="tcp",
+                                                loopback=[4, 4, 2.4]))
+        self.assertEqual(found, 0)
+        self.assertIn("tcp: busbw ÷ the loopback exchange at the same size (one of the two", text)
+        self.assertIn("tcp: busbw ÷ the memory bound at the same size (one of the two", text)
+        # A fall the memory bound shares is still the machine's, the exchange flat.
+        _, found = cliffs.cliff_report(sweep([2, 2, 1.2], [40, 40, 20], transport="tcp",
+                                             loopback=[4, 4, 4]))
+        self.assertEqual(found, 0)
+        # The exchange rising where Loom rises less is no fall of Loom's.
+        _, found = cliffs.cliff_report(sweep([2, 2, 2.2], [40, 40, 40], transport="tcp",
+                                             loopback=[2, 2, 4]))
+        self.assertEqual(found, 0)
+
+    def test_a_tcp_fall_neither_curve_shares_is_a_cliff(self):
+        text, found = cliffs.cliff_report(sweep([2, 2, 1.2], [40, 40, 40], transport="tcp",
+                                                loopback=[4, 4, 3.6]))
+        self.assertEqual(found, 1)  # -40% against the bound, -33% against the exchange
+        self.assertIn("÷ memory bound 0.05 → 0.03 (memory bound 40.00 → 40.00 GB/s); ÷ loopback "
+                      "exchange 0.50 → 0.33 (loopback exchange 4.00 → 3.60 GB/s): −33%", text)
+        # Over shm the memory bound alone judges, whatever loopback measured.
+        _, found = cliffs.cliff_report(sweep([2, 2, 1.2], [40, 40, 40], loopback=[4, 4, 2.4]))
+        self.assertEqual(found, 1)
+
+    def test_loom_sockbuf_reads_loom_s_setting(self):
+        self.assertEqual(drivers.loom_sockbuf({}), 4 << 20)
+        self.assertEqual(drivers.loom_sockbuf({"LOOM_SOCKBUF": "1M"}), 1 << 20)
+        self.assertEqual(drivers.loom_sockbuf({"LOOM_SOCKBUF": "65536"}), 65536)
+        self.assertEqual(drivers.loom_sockbuf({"LOOM_SOCKBUF": "0"}), 0)
+
+    def test_tcp_without_the_loopback_exchange_is_judged_against_the_memory_bound(self):
         _, found = cliffs.cliff_report(sweep([2, 2, 1.2], [40, 40, 20], transport="tcp"))
         self.assertEqual(found, 0)  # -40% against the bound's -50%
         _, found = cliffs.cliff_report(sweep([2, 2, 1.2], [40, 40, 40], transport="tcp"))
@@ -227,7 +264,7 @@ class Cliffs(unittest.TestCase):
     def test_without_the_bound_the_busbw_is_judged(self):
         text, found = cliffs.cliff_report(sweep([10, 8]))
         self.assertEqual(found, 1)
-        self.assertIn("memory bound not measured at this step: judged on busbw", text)
+        self.assertIn("no yardstick measured at this step: judged on busbw", text)
 
     def test_each_repetition_is_set_against_its_own_bound(self):
         # Repetition 2's bound and Loom both ran at half speed at 128 KiB: no fall in any

@@ -61,10 +61,24 @@ BOUND = "copy-bound"
 BOUND_TRANSPORT = "-"
 # Loopback TCP at an all-reduce's footprint (loopback_footprint.cpp): every rank sends and receives
 # a ring rank's bytes out of its input and into its output over 127.0.0.1, all at once, nothing
-# reduced. Not a bound (a collective with larger socket buffers may beat it); where it falls from
-# one size to the next, the ranks' buffers and the sockets' have left a cache.
+# reduced, with Loom's socket buffers (loom_sockbuf). Where it falls from one size to the next,
+# the kernel's loopback path runs slower per byte there; the cliff check judges Loom's tcp rows
+# against it.
 LOOPBACK = "loopback-exchange"
 LOOPBACK_TRANSPORT = "lo"
+# Loom's socket buffers when LOOM_SOCKBUF is unset (LinkConfig::socket_buffer_bytes).
+LOOM_SOCKBUF_DEFAULT = 4 << 20
+
+
+def loom_sockbuf(env=None):
+    """The socket buffer size Loom's TCP transport sets, as LOOM_SOCKBUF in `env` (os.environ by
+    default) gives it (a count of bytes with an optional K, M or G; 0: the kernel sizes them),
+    or Loom's default; the loopback exchange sets the same on its sockets."""
+    text = (os.environ if env is None else env).get("LOOM_SOCKBUF", "")
+    m = re.fullmatch(r"(\d+)([kKmMgG]?)", text)
+    if not m:
+        return LOOM_SOCKBUF_DEFAULT
+    return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2).lower()]
 
 
 def sweep_iterations(size, most, warmup, iter_bytes, rounds=1):
@@ -161,7 +175,8 @@ class Drivers:
                            [self.footprint, str(ranks), str(size)], kind="footprint"))
         if LOOPBACK in libs and op == "allreduce" and size >= 64 << 10:
             out.append(Job(LOOPBACK, LOOPBACK_TRANSPORT, op, ranks, size,
-                           [self.loopback, str(ranks), str(size)], kind="loopback"))
+                           [self.loopback, str(ranks), str(size), str(loom_sockbuf())],
+                           kind="loopback"))
         if "loom" in libs:
             out += self.loom_jobs(op, ranks, transport, (size,), iters, warmup)
         if "mpi" in libs:
