@@ -195,8 +195,8 @@ def cliff_report(rows, threshold=THRESHOLD):
             "whose pace per byte changes with the size where a plain copy's does not: a fall of "
             "Loom's tcp rows that this curve shares is the machine's.")
     lines += placement_lines(cells)
-    lines += [f"Cliffs (busbw ÷ the memory bound at the same size, over tcp ÷ it or the "
-              f"loopback exchange, whichever fell more, more than "
+    lines += [f"Cliffs (busbw ÷ the memory bound at the same size, over tcp that fraction or "
+              f"busbw ÷ the loopback exchange, whichever kept more of itself, more than "
               f"{100 * threshold:.0f}% below the next smaller size's, the median of the "
               f"repetitions' changes, over the repetitions whose launches of both sizes ran at "
               f"one pace of the host, where there are any): {len(found) or 'none'}", ""] + found
