@@ -41,6 +41,15 @@ def size(text):
         raise argparse.ArgumentTypeError(f"'{text}' is not a size (e.g. 8, 64K, 16M)")
 
 
+def busbw_size(text):
+    """A size the cliff check can judge: from 64 KiB, where the tables report busbw."""
+    n = size(text)
+    if n < 64 << 10:
+        raise argparse.ArgumentTypeError(f"'{text}' is below 64K: the check judges busbw, "
+                                         f"which the tables report from 64 KiB")
+    return n
+
+
 def sizes(text):
     return [size(s) for s in text.replace(",", " ").split()]
 
@@ -117,7 +126,9 @@ def options():
                      help="exit 1 unless every cell a target covers is met")
     cliff = sub.add_parser("cliffs", parents=[common], help="the no-cliff check of Loom")
     cliff.add_argument("--ranks", type=ints, default=[2, 4])
-    cliff.add_argument("--min", type=size, default=64 << 10)
+    cliff.add_argument("--min", type=busbw_size, default=64 << 10,
+                       help="the smallest size (at least 64 KiB: below it the tables hold "
+                            "times, not busbw)")
     cliff.add_argument("--max", type=size, default=64 * MIB)
     cliff.add_argument("--threshold", type=float, default=cliffs.THRESHOLD,
                        help="a fall of busbw over the memory bound larger than this fraction "

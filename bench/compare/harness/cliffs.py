@@ -4,15 +4,16 @@ the threshold (15%) from one size to the next. The curve is the memory bound (co
 where the ranks' buffers leave a cache the bound falls with them, and so may Loom, by as much and
 no more. Over TCP the bytes also cross the kernel's loopback path, which copies each into the
 kernel and out again at a pace per byte that changes with the size where a plain copy's does not
-(the 2-rank loopback exchange falls 22-44% from 2 to 4 MiB at every socket buffer size, where the
-copy is flat: docs/results/cliffs-zen4-2026-12-06). So a tcp step is also set against the
-loopback exchange (loopback_footprint, with Loom's socket buffers: every byte a ring rank sends,
-nothing reduced), and a fall either curve shares is the machine's: the step's change is the
-larger of its two fractions' changes. A fall of the fraction is Loom's own."""
+(the 2-rank loopback exchange fell 33% from 2 to 4 MiB with the kernel's socket buffers and 43%
+with Loom's 4 MiB, where the copy is flat: docs/results/cliffs-zen4-2026-12-06). So a tcp step is
+also set against the loopback exchange (loopback_footprint, with Loom's socket buffers: every
+byte a ring rank sends, nothing reduced; its median over the run), and a fall either curve shares
+is the machine's: the step's change is the larger of its two fractions' changes. A fall of the
+fraction is Loom's own."""
 import statistics
 from collections import defaultdict
 
-from .drivers import BOUND, BOUND_TRANSPORT, LOOPBACK, LOOPBACK_TRANSPORT
+from .drivers import BOUND, BOUND_TRANSPORT, LOOPBACK, LOOPBACK_TRANSPORT, SOCKBUF_NOTE
 from .report import (OPS, SLOW_MARK, Cells, fmt, marks_of, name, placement_lines,
                      size_text)
 
@@ -38,15 +39,26 @@ EXCHANGE = (LOOPBACK_TRANSPORT, LOOPBACK, "the loopback exchange")
 
 def yardsticks(cells, transport):
     """The curves a transport's Loom rows are judged against, those the run measured: the memory
-    bound, and over tcp the loopback exchange besides."""
+    bound, and over tcp the loopback exchange besides where it ran with Loom's socket buffers
+    (runs before it did, with the kernel's sizing, show it and judge against the bound alone)."""
     refs = (MEMORY, EXCHANGE) if transport == "tcp" else (MEMORY,)
-    return [ref for ref in refs if any(k[2] == ref[0] and k[4] == ref[1] for k in cells.values)]
+    return [ref for ref in refs
+            if any(k[2] == ref[0] and k[4] == ref[1]
+                   and (ref != EXCHANGE or SOCKBUF_NOTE in cells.choices.get(k, (0, ""))[1])
+                   for k in cells.values)]
 
 
 def reference(cells, ref, op, ranks, size, rep=None):
-    """A reference's busbw in one repetition, or the median of the run's where that repetition
-    has none (or none was asked); None where it was not measured."""
+    """A reference's busbw: the memory bound in one repetition, or the median of the run's where
+    that repetition has none (or none was asked); the loopback exchange as the run's median
+    always, and only where it ran with Loom's socket buffers; None where it was not measured.
+    The exchange is a launch of its own at each size, whose pace moves between launches (1.5x
+    between repetitions at one size): one repetition's figure would excuse, or make, a fall of
+    Loom's by chance, where its median over the run is the kernel's curve."""
     key = (op, ranks, ref[0], size, ref[1])
+    if ref == EXCHANGE:
+        asked = SOCKBUF_NOTE in cells.choices.get(key, (0, ""))[1]
+        return cells.median(key) if asked else None
     per_rep = cells.values.get(key, {})
     return (per_rep.get(rep) if rep is not None else None) or cells.median(key)
 

@@ -68,17 +68,21 @@ LOOPBACK = "loopback-exchange"
 LOOPBACK_TRANSPORT = "lo"
 # Loom's socket buffers when LOOM_SOCKBUF is unset (LinkConfig::socket_buffer_bytes).
 LOOM_SOCKBUF_DEFAULT = 4 << 20
+# In a loopback exchange's choice column: the socket buffers it set (Loom's).
+SOCKBUF_NOTE = "socket buffers"
 
 
 def loom_sockbuf(env=None):
     """The socket buffer size Loom's TCP transport sets, as LOOM_SOCKBUF in `env` (os.environ by
-    default) gives it (a count of bytes with an optional K, M or G; 0: the kernel sizes them),
-    or Loom's default; the loopback exchange sets the same on its sockets."""
+    default) gives it (parse_size: a count of bytes with an optional K, M or G and an optional B;
+    0: the kernel sizes them; set_buffers: at most 1 GiB), or Loom's default; the loopback
+    exchange sets the same on its sockets. A value Loom refuses leaves Loom's default (and Loom
+    itself will not start)."""
     text = (os.environ if env is None else env).get("LOOM_SOCKBUF", "")
-    m = re.fullmatch(r"(\d+)([kKmMgG]?)", text)
+    m = re.fullmatch(r"(\d+)([kKmMgG]?)[bB]?", text)
     if not m:
         return LOOM_SOCKBUF_DEFAULT
-    return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2).lower()]
+    return min(int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2).lower()], 1 << 30)
 
 
 def sweep_iterations(size, most, warmup, iter_bytes, rounds=1):
@@ -325,7 +329,10 @@ def run(job, timeout, log):
         result.choice = f"memcpy {fields[6]} us, streamed {fields[7]} us on {fields[3]} threads"
     elif job.kind == "loopback":  # loopback_footprint,ranks,bytes,threads,pass_us,GB/s (busbw)
         result.time_us, result.busbw = float(fields[4]), float(fields[5])
-        result.choice = f"{fields[3]} threads"
+        # The socket buffers asked for (the run's before this was passed: the kernel's sizing,
+        # which the cliff check does not judge against).
+        asked = f", {SOCKBUF_NOTE} {job.argv[3]} B" if len(job.argv) > 3 else ""
+        result.choice = f"{fields[3]} threads{asked}"
     elif job.kind == "loom":  # size,count,type,redop,time_us,algbw_gbps,busbw_gbps,wrong
         result.time_us, result.busbw = float(fields[4]), float(fields[6])
     else:  # impl,op,ranks,bytes,time_us,busbw_gbps
