@@ -305,13 +305,17 @@ class LOOM_API Communicator {
   // config): algorithm, timeout, buffer_bytes, slots, sockets_per_peer. The child keeps its
   // parent's transport, interface, secret, key space and tuning table: setting those is an
   // InvalidArgument. The members of one child pass the same options (the timeout may differ):
-  // members that differ all raise InvalidArgument naming the setting, and this one goes on.
+  // members that differ all raise InvalidArgument naming the setting, and this one goes on. A
+  // rank whose options are invalid raises its own InvalidArgument after the split's exchange, and
+  // the other members of its child raise InvalidArgument naming it.
   std::optional<Communicator> split(int color, int key, const Options& options);
   // Collective over the ranks listed alone (MPI_Comm_create_group): they form a communicator,
   // ranked in the order listed; the other ranks do not call it. Every member passes the same
   // list; the child is as split()'s (its own key space, connections, monitor), with `options`
-  // as split() takes them. A list that does not name this rank, names a rank twice or one
-  // outside [0, size()) is an InvalidArgument.
+  // as split() takes them (not compared between members). A list that does not name this rank,
+  // names a rank twice or one outside [0, size()) is an InvalidArgument. A member whose options
+  // are invalid raises InvalidArgument and tells the others: their calls on the child raise
+  // PeerError naming it.
   Communicator create_group(std::span<const int> ranks, const Options& options = {});
 
   // Host memory that every rank of this host maps (MPI_Win_allocate_shared; ncclMemAlloc with

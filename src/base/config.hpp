@@ -121,6 +121,10 @@ struct Config {
 
   // Options win over environment, environment over defaults.
   static Config resolve(const Options& options, int world_size);
+  // What a rank whose settings resolve() refused still needs to join its peers and tell them
+  // (the timeout, secret, launcher attempt and names, as resolve() reads them), the rest the
+  // defaults; may raise as resolve() does where one of those is itself invalid.
+  static Config for_joining(const Options& options, int world_size);
   // A split's child: this config with the fields `options` sets replaced (InvalidArgument for
   // one a child cannot change).
   Config for_child(const Options& options) const;

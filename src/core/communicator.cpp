@@ -200,29 +200,36 @@ std::optional<Communicator> Communicator::split(int color, int key) {
 
 std::optional<Communicator> Communicator::split(int color, int key, const Options& options) {
   LOOM_REQUIRE_IMPL("split");
-  // Checked before the split's exchange: a bad option leaves this communicator as it was.
-  base::Config config;
+  // A bad option is raised after the split's exchange, which tells the other members of this
+  // rank's child (they raise too) and leaves this communicator as it was on every rank.
+  base::Config config = impl_->config();
+  std::string refused;
   try {
     config = impl_->config().for_child(options);
     algorithms::Selector::check_rules(config.selection.algorithm);
   } catch (const InvalidArgument& e) {
-    throw InvalidArgument(fmt::format("split: rank {}: {}", impl_->rank(), e.what()));
+    refused = fmt::format("split: rank {}: {}", impl_->rank(), e.what());
   }
-  auto child = impl_->split(color, key, config);
+  auto child = impl_->split(color, key, config, refused);
   if (!child) return std::nullopt;
   return Communicator(std::move(child));
 }
 
 Communicator Communicator::create_group(std::span<const int> ranks, const Options& options) {
   LOOM_REQUIRE_IMPL("create_group");
+  const std::vector<int> members(ranks.begin(), ranks.end());
   base::Config config;
   try {
     config = impl_->config().for_child(options);
     algorithms::Selector::check_rules(config.selection.algorithm);
   } catch (const InvalidArgument& e) {
-    throw InvalidArgument(fmt::format("create_group: rank {}: {}", impl_->rank(), e.what()));
+    // The other members build their child without an exchange: told through its key space,
+    // their calls on it raise PeerError naming this rank rather than wait for it.
+    const std::string why = fmt::format("create_group: rank {}: {}", impl_->rank(), e.what());
+    impl_->refuse_group(members, why);
+    throw InvalidArgument(why);
   }
-  return Communicator(impl_->create_group(std::vector<int>(ranks.begin(), ranks.end()), config));
+  return Communicator(impl_->create_group(members, config));
 }
 
 void* Communicator::alloc(std::size_t bytes) {

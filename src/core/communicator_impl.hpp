@@ -78,8 +78,15 @@ class LOOM_INTERNAL Communicator::Impl final : private core::CallQueue::Runner {
   void* alloc(std::size_t bytes);
   std::shared_ptr<void> alloc_shared(std::size_t bytes);
   void free(void* p);
-  // Communicator::split: the child this rank joins, or null for a negative color.
-  std::shared_ptr<Impl> split(int color, int key, const base::Config& child_config);
+  // Communicator::split: the child this rank joins, or null for a negative color. `refused`:
+  // this rank's options were invalid (the error it raises, after the exchange: every member of
+  // its child then raises too, and the parent goes on), and child_config is only a placeholder.
+  std::shared_ptr<Impl> split(int color, int key, const base::Config& child_config,
+                              const std::string& refused = {});
+  // Communicator::create_group with this rank's options invalid (`why`): the child's other
+  // members learn it through the child's key space (their calls on it raise PeerError naming
+  // this rank) and this rank counts the group as made, as they do.
+  void refuse_group(const std::vector<int>& members, const std::string& why);
   // Communicator::create_group: the members' child, made by the members alone.
   std::shared_ptr<Impl> create_group(const std::vector<int>& members,
                                      const base::Config& child_config);
@@ -109,6 +116,15 @@ class LOOM_INTERNAL Communicator::Impl final : private core::CallQueue::Runner {
   // host that still run, in its folder; of every one it named (the first member alone), in the
   // store.
   void report_left_out(const std::vector<int>& members) const;
+  // create_group's child as every member derives it without an exchange: its key space, token
+  // and this rank's rank in it; counts the group as made. InvalidArgument for a list that does
+  // not name this rank, or names one twice or outside the communicator.
+  struct GroupSpace {
+    std::shared_ptr<Store> store;
+    std::uint64_t token = 0;
+    int rank = 0;
+  };
+  GroupSpace group_space(const std::vector<int>& members);
   // Raises PeerError when the members run on fewer of the launcher's nodes than `min_nodes`.
   void require_enough_nodes(const std::vector<int>& members, int min_nodes) const;
 

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <exception>
 #include <random>
 #include <thread>
 
@@ -49,7 +50,16 @@ Communicator::Impl::Impl(std::shared_ptr<Store> store, int rank, int size, const
   if (rank < 0 || rank >= size)
     throw InvalidArgument(fmt::format("init: rank {} is outside [0, {})", rank, size));
   if (!store) throw InvalidArgument(fmt::format("init: rank {}: store is null", rank));
-  config_ = base::Config::resolve(options, size);
+  // A rank whose own settings are invalid still joins its peers, only to tell them (below):
+  // otherwise they would wait for it until their timeout.
+  std::exception_ptr refused;
+  try {
+    config_ = base::Config::resolve(options, size);
+    algorithms::Selector::check_rules(config_.selection.algorithm);
+  } catch (const InvalidArgument&) {
+    refused = std::current_exception();
+    config_ = base::Config::for_joining(options, size);
+  }
   base::set_log_rank(rank, size);
   base::set_trace_rank(rank, size);
   // Each communicator built on the same store and prefix gets a fresh key space, so a second
@@ -72,6 +82,15 @@ Communicator::Impl::Impl(std::shared_ptr<Store> store, int rank, int size, const
 
   route_hint_ = route_hint;
   token_ = token;
+  if (refused) {
+    try {
+      std::rethrow_exception(refused);
+    } catch (const InvalidArgument& e) {
+      core::refuse_at_init(*store_, rank_, size_, config_.failure.worker_id, e.what(),
+                           config_.timeout);
+      throw InvalidArgument(fmt::format("init: rank {}: {}", rank_, e.what()));
+    }
+  }
   start(build_transports());
 }
 
@@ -107,15 +126,17 @@ Communicator::Impl::Impl(const Impl& parent, base::Config config, std::shared_pt
 }
 
 std::shared_ptr<Communicator::Impl> Communicator::Impl::split(int color, int key,
-                                                              const base::Config& child_config) {
-  // Every rank's color, key and the child's settings (core/settings_agreement.hpp), through this
-  // communicator: the split is one of its calls.
-  constexpr std::size_t n = 2 + core::kSettingsFields;
-  std::vector<std::int64_t> mine = {color, key};
+                                                              const base::Config& child_config,
+                                                              const std::string& refused) {
+  // Every rank's color, key, whether its options were invalid and the child's settings
+  // (core/settings_agreement.hpp), through this communicator: the split is one of its calls.
+  constexpr std::size_t n = 3 + core::kSettingsFields;
+  std::vector<std::int64_t> mine = {color, key, refused.empty() ? 0 : 1};
   for (const std::int64_t f : core::settings_fingerprint(child_config)) mine.push_back(f);
   std::vector<std::int64_t> all(n * static_cast<std::size_t>(size_));
   run_own(algorithms::Kind::all_gather, mine.data(), all.data(), n, DataType::i64);
   const std::uint64_t split = splits_++;  // the same on every rank: splits are collective
+  if (!refused.empty()) throw InvalidArgument(refused);
   if (color < 0) return nullptr;
   std::vector<int> members;
   for (int r = 0; r < size_; ++r)
@@ -123,12 +144,21 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::split(int color, int key
   std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
     return all[n * static_cast<std::size_t>(a) + 1] < all[n * static_cast<std::size_t>(b) + 1];
   });
+  // A member whose options were invalid raised its own error: its child cannot be built.
+  std::vector<int> invalid;
+  for (int r : members)
+    if (all[n * static_cast<std::size_t>(r) + 2] != 0) invalid.push_back(r);
+  if (!invalid.empty())
+    throw InvalidArgument(fmt::format(
+        "split: {}: the child of color {}: the options of rank(s) {} of the parent were "
+        "invalid (each raised its own error); no member builds the child",
+        who(rank_), color, fmt::join(invalid, ",")));
   // Members whose child settings differ would build connections of other shapes, or run other
   // schedules: every member raises instead, and the parent goes on.
   std::vector<std::string> lines, hosts;
   for (int r : members) {
     lines.push_back(
-        core::line_from_fingerprint(child_config, &all[n * static_cast<std::size_t>(r) + 2]));
+        core::line_from_fingerprint(child_config, &all[n * static_cast<std::size_t>(r) + 3]));
     hosts.push_back(topology_.host_of_rank[static_cast<std::size_t>(r)]);
   }
   if (auto why = core::settings_disagreement(lines, members, hosts,
@@ -148,8 +178,7 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::split(int color, int key
   return child;
 }
 
-std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
-    const std::vector<int>& members, const base::Config& child_config) {
+Communicator::Impl::GroupSpace Communicator::Impl::group_space(const std::vector<int>& members) {
   std::vector<bool> seen(static_cast<std::size_t>(size_), false);
   for (int r : members) {
     if (r < 0 || r >= size_ || seen[static_cast<std::size_t>(r)])
@@ -175,11 +204,26 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
   // Every member derives the same token: no store round trip, and no two communicators share one.
   const std::uint64_t token =
       std::hash<std::string>{}(fmt::format("{:x}/group/{}/{}", token_, list, n)) | 1;
-  auto store = std::make_shared<PrefixStore>(store::keys::group_space(digest, n), store_);
-  auto child = std::make_shared<Impl>(*this, child_config, std::move(store), members,
-                                      static_cast<int>(me - members.begin()), token);
+  return {std::make_shared<PrefixStore>(store::keys::group_space(digest, n), store_), token,
+          static_cast<int>(me - members.begin())};
+}
+
+std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
+    const std::vector<int>& members, const base::Config& child_config) {
+  GroupSpace space = group_space(members);
+  auto child = std::make_shared<Impl>(*this, child_config, std::move(space.store), members,
+                                      space.rank, space.token);
   child->whole_job_ = members.size() == static_cast<std::size_t>(size_) && whole_job_;
   return child;
+}
+
+void Communicator::Impl::refuse_group(const std::vector<int>& members, const std::string& why) {
+  const GroupSpace space = group_space(members);
+  try {
+    core::publish_abort(*space.store, base::AbortRecord{base::AbortRecord::Kind::peer_failed,
+                                                        space.rank, space.rank, why});
+  } catch (const Error&) {  // the store's silence is the others' to notice
+  }
 }
 
 // A communicator made by split() has its parent's topology already: it skips the exchange.

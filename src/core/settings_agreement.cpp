@@ -125,7 +125,63 @@ std::vector<std::vector<std::size_t>> groups_of(const Field& f, std::size_t n,
 
 static_assert(std::size(kFields) == kSettingsFields);
 
+// A line's field that carries the error a rank's own settings raised (refused_line).
+constexpr std::string_view kRefusedKey = "refused";
+
+// Before the fields are compared: the ranks whose settings were invalid, each with its error,
+// then the ranks that sent none (another version of Loom); empty when neither.
+std::string refusals_or_missing(
+    const std::vector<std::map<std::string, std::string, std::less<>>>& parsed,
+    const std::vector<int>& ranks) {
+  std::vector<int> refused, silent;
+  std::vector<std::string> errors;
+  for (std::size_t i = 0; i < parsed.size(); ++i) {
+    if (const auto it = parsed[i].find(kRefusedKey); it != parsed[i].end()) {
+      refused.push_back(ranks[i]);
+      errors.push_back(it->second);
+    } else if (std::none_of(std::begin(kFields), std::end(kFields),
+                            [&](const Field& f) { return parsed[i].contains(f.key); })) {
+      silent.push_back(ranks[i]);
+    }
+  }
+  if (!refused.empty())
+    return fmt::format("the settings of {} are invalid: {}; every rank stops", ranks_text(refused),
+                       who_has_what(errors, refused));
+  if (!silent.empty())
+    return fmt::format(
+        "{} sent no settings to compare (another version of Loom?): every rank "
+        "must run the same version",
+        ranks_text(silent));
+  return {};
+}
+
+// Every rank found the same reason to stop in the same records (or, refusing its own settings,
+// gave it). Rank 0, which hosts the store under env:// and tcp://, keeps it until every other
+// rank has said so; they leave at once. A rank that does not come in time is not waited for
+// further.
+void leave_together(Store& store, int rank, std::size_t size, std::chrono::milliseconds timeout) {
+  try {
+    if (rank != 0) {
+      store.set(store::keys::settings_refused(rank), std::string("1"));
+    } else {
+      std::vector<std::string> keys;
+      for (std::size_t r = 1; r < size; ++r)
+        keys.push_back(store::keys::settings_refused(static_cast<int>(r)));
+      if (!keys.empty())
+        store.wait(keys, std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(30)));
+    }
+  } catch (const Error&) {  // the caller's error says what matters
+  }
+}
+
 }  // namespace
+
+std::string refused_line(std::string_view why) {
+  std::string text(why);
+  std::replace_if(
+      text.begin(), text.end(), [](char ch) { return ch == '\t' || ch == '\n'; }, ' ');
+  return fmt::format("{}={}", kRefusedKey, text);
+}
 
 std::string settings_line(const base::Config& config) {
   std::vector<std::string> fields;
@@ -142,6 +198,7 @@ std::string settings_disagreement(const std::vector<std::string>& lines,
   for (std::size_t r = ranks.size(); r < lines.size(); ++r) ranks.push_back(static_cast<int>(r));
   std::vector<std::map<std::string, std::string, std::less<>>> parsed;
   for (const auto& line : lines) parsed.push_back(fields_of(line));
+  if (auto why = refusals_or_missing(parsed, ranks); !why.empty()) return why;
   for (const Field& f : kFields) {
     std::vector<std::string> values;
     for (const auto& fields : parsed) {
@@ -184,22 +241,14 @@ void check_settings_agree(Store& store, int rank, const Topology& topology,
   const std::string why =
       settings_disagreement(topology.settings_of_rank, {}, topology.host_of_rank, "every rank");
   if (why.empty()) return;
-  // Every rank found the same disagreement in the same records, and has read all of them. Rank
-  // 0, which hosts the store under env:// and tcp://, keeps it until every other rank has said
-  // so; they raise at once. A rank that does not come in time is not waited for further.
-  try {
-    if (rank != 0) {
-      store.set(store::keys::settings_refused(rank), std::string("1"));
-    } else {
-      std::vector<std::string> keys;
-      for (std::size_t r = 1; r < topology.settings_of_rank.size(); ++r)
-        keys.push_back(store::keys::settings_refused(static_cast<int>(r)));
-      if (!keys.empty())
-        store.wait(keys, std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(30)));
-    }
-  } catch (const Error&) {  // the error below says what matters
-  }
+  leave_together(store, rank, topology.settings_of_rank.size(), timeout);
   throw InvalidArgument(fmt::format("init: rank {}: {}", rank, why));
+}
+
+void refuse_at_init(Store& store, int rank, int size, const std::string& worker_id,
+                    std::string_view why, std::chrono::milliseconds timeout) {
+  publish_topology_record(store, rank, worker_id, "-", {}, {}, refused_line(why));
+  leave_together(store, rank, static_cast<std::size_t>(size), timeout);
 }
 
 std::vector<std::int64_t> settings_fingerprint(const base::Config& config) {

@@ -20,6 +20,10 @@ namespace loom::core {
 
 // This rank's settings as one line of "key=value" fields, tab-separated (no newline in it).
 std::string settings_line(const base::Config& config);
+// The line of a rank whose own settings were invalid (`why`: the error they raised there): it
+// joins its peers only to tell them, and every rank then raises InvalidArgument naming it and its
+// error, where the others waited for it until their timeout.
+std::string refused_line(std::string_view why);
 
 // Empty when every rank's line is the same; else the first setting that differs, by the name a
 // user sets it with, and which ranks have which value, e.g. "LOOM_ALGO (Options::algorithm)
@@ -27,7 +31,9 @@ std::string settings_line(const base::Config& config);
 // every rank" (`among` names who must agree). Line i is rank numbers[i]'s (empty numbers: rank
 // i's), on host hosts[i]: the settings that shape only what runs within a host (the CUDA
 // switches) are compared within each host (empty hosts: all on one). Values are compared as
-// resolved and written: "ring" and "allreduce:ring" differ.
+// resolved and written: "ring" and "allreduce:ring" differ. Before any setting: the ranks whose
+// line is a refused_line (with their errors), then those whose line has no setting this build
+// knows (another version of Loom).
 std::string settings_disagreement(const std::vector<std::string>& lines,
                                   const std::vector<int>& numbers = {},
                                   const std::vector<std::string>& hosts = {},
@@ -38,6 +44,13 @@ std::string settings_disagreement(const std::vector<std::string>& lines,
 // read the records, so that as the host of the store it does not take it away from them.
 void check_settings_agree(Store& store, int rank, const Topology& topology,
                           std::chrono::milliseconds timeout);
+
+// A rank whose own settings raised `why` at init (Config::resolve, the LOOM_ALGO rules):
+// publishes its topology record with a refused_line, so that the other ranks raise on reading
+// the records rather than wait for it until their timeout, and leaves as check_settings_agree's
+// ranks do (rank 0 once the others have read the records, within 30 s). The caller then raises.
+void refuse_at_init(Store& store, int rank, int size, const std::string& worker_id,
+                    std::string_view why, std::chrono::milliseconds timeout);
 
 // A split compares its child's settings over the parent's all-gather of colors: a number per
 // setting (its value's FNV-1a hash, the same in every build), kSettingsFields of them.

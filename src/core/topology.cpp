@@ -170,16 +170,14 @@ void add_topology_record(Topology& t, int r, const std::string& v, const std::st
   }
 }
 
-Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
-                           const std::string& worker_id, const std::string& rdma,
-                           const algorithms::MachineRates& rates, const std::string& tuning_from,
-                           const std::string& settings) {
+void publish_topology_record(Store& store, int rank, const std::string& worker_id,
+                             const std::string& rdma, const algorithms::MachineRates& rates,
+                             const std::string& tuning_from, const std::string& settings) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const std::string pid_ns = pid_namespace();
   std::string record = fmt::format(
       "{} {} {} {} {} {}\n{}\n{}\n{}", ::getpid(), cores, rdma.empty() ? "-" : rdma,
-      base::cross_memory_attach_available() ? 1 : 0, worker_id.empty() ? "-" : worker_id, pid_ns,
-      local_host_id(), rates.encode(), settings);
+      base::cross_memory_attach_available() ? 1 : 0, worker_id.empty() ? "-" : worker_id,
+      pid_namespace(), local_host_id(), rates.encode(), settings);
   if (rank == 0 && !tuning_from.empty()) {
     // Only this machine's entries travel: the others can never match this job.
     const MachineKey here = this_machine();
@@ -188,6 +186,14 @@ Topology exchange_topology(Store& store, int rank, int size, std::chrono::millis
       if (e.machine == here) record += fmt::format("\n{}", e.line());
   }
   store.set(store::keys::topology(rank), record);
+}
+
+Topology exchange_topology(Store& store, int rank, int size, std::chrono::milliseconds timeout,
+                           const std::string& worker_id, const std::string& rdma,
+                           const algorithms::MachineRates& rates, const std::string& tuning_from,
+                           const std::string& settings) {
+  const std::string pid_ns = pid_namespace();
+  publish_topology_record(store, rank, worker_id, rdma, rates, tuning_from, settings);
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(store::keys::topology(r));
   try {

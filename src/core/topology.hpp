@@ -60,6 +60,11 @@ struct Topology {
 // namespace: a pid of another is kept as 0. StoreError for a record that is not one.
 void add_topology_record(Topology& t, int r, const std::string& record, const std::string& pid_ns);
 
+// exchange_topology's first half: this rank's record in the store, as add_topology_record reads it.
+void publish_topology_record(Store& store, int rank, const std::string& worker_id,
+                             const std::string& rdma, const algorithms::MachineRates& rates,
+                             const std::string& tuning_from, const std::string& settings);
+
 // Publishes this rank's host id, pid, the launcher's name for it (`worker_id`, empty: none),
 // cores, RDMA port (`rdma`, one word, "-" for none), whether it reads peers' memory, what its
 // probe measured and its `settings` line (store::keys::topology), and reads every rank's. Rank 0

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "../support/ranks.hpp"
 #include "loom/loom.hpp"
@@ -105,6 +106,111 @@ TEST(SettingsAgreement, ASplitWhoseMembersDifferRaisesOnThemAndTheParentWorksOn)
     std::int64_t mine = r, total = 0;
     comm.all_reduce(&mine, &total, 1, DataType::i64, ReduceOp::sum);
     EXPECT_EQ(total, 6);
+  });
+}
+
+// A value init refuses on one rank alone (LOOM_SLOTS out of range, a malformed LOOM_ALGO rule):
+// that rank raised at once and the others waited for it until their timeout. Now it joins them
+// only to say so, and every rank raises InvalidArgument naming it and its error.
+TEST(SettingsAgreement, OneRanksInvalidSettingsStopEveryRankAtInit) {
+  for (const int bad : {1, 0}) {  // rank 0 hosts nothing here, but waits for the others
+    testing::run_ranks_raw(3, [bad](testing::RankContext& ctx) {
+      Options o;
+      if (ctx.rank == bad) o.algorithm = "allreduce:no_such_algorithm";
+      o.timeout = std::chrono::seconds(60);
+      const auto start = Clock::now();
+      try {
+        Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+        ADD_FAILURE() << "rank " << ctx.rank << ": init went on beside invalid settings";
+      } catch (const InvalidArgument& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("no_such_algorithm"), std::string::npos) << what;
+        EXPECT_EQ(what.rfind("init: rank " + std::to_string(ctx.rank) + ": ", 0), 0u) << what;
+        if (ctx.rank != bad) {
+          EXPECT_NE(what.find("init: rank " + std::to_string(ctx.rank) + ": the settings of rank " +
+                              std::to_string(bad) + " are invalid"),
+                    std::string::npos)
+              << what;
+        }
+      }
+      EXPECT_LT(Clock::now() - start, std::chrono::seconds(20));
+    });
+  }
+  testing::run_ranks_raw(2, [](testing::RankContext& ctx) {
+    if (ctx.rank == 1) ::setenv("LOOM_SLOTS", "1", 1);
+    if (ctx.rank == 0)
+      expect_refused(ctx, {},
+                     {"the settings of rank 1 are invalid: 'configuration: LOOM_SLOTS='1'"});
+    else
+      expect_refused(ctx, {}, {"init: rank 1: configuration: LOOM_SLOTS='1'"});
+    ::unsetenv("LOOM_SLOTS");
+  });
+}
+
+// A split where rank 3 passes an option no child may have: rank 3 raised alone and every other
+// rank waited in the split's exchange until its timeout. Now the exchange tells them: rank 3
+// raises its own error, rank 1 (its child's other member) raises naming it, ranks 0 and 2 get
+// their child, and the parent works on.
+TEST(SettingsAgreement, ASplitWithOneMembersOptionsInvalidStopsOnlyItsChild) {
+  testing::run_ranks(4, [](Communicator& comm) {
+    const int r = comm.rank();
+    Options child;
+    if (r == 3) child.slots = 1;
+    const auto start = Clock::now();
+    if (r % 2 == 0) {
+      auto c = comm.split(0, r, child);
+      ASSERT_TRUE(c);
+      std::int64_t one = 1, total = 0;
+      c->all_reduce(&one, &total, 1, DataType::i64, ReduceOp::sum);
+      EXPECT_EQ(total, 2);
+    } else {
+      try {
+        comm.split(1, r, child);
+        ADD_FAILURE() << "rank " << r << ": the split went on beside invalid options";
+      } catch (const InvalidArgument& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find(r == 3 ? "split: rank 3: configuration: slots 1"
+                                   : "the options of rank(s) 3 of the parent were invalid"),
+                  std::string::npos)
+            << what;
+      }
+    }
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(20));
+    std::int64_t mine = r, total = 0;
+    comm.all_reduce(&mine, &total, 1, DataType::i64, ReduceOp::sum);
+    EXPECT_EQ(total, 6);
+  });
+}
+
+// create_group with one member's options invalid: the others build their child without an
+// exchange, and their first call on it raises PeerError naming that member, not a wait until the
+// timeout; the group counts alike on every member, so the next create_group of the same ranks
+// works.
+TEST(SettingsAgreement, ACreateGroupWithOneMembersOptionsInvalidFailsItsCallsAtOnce) {
+  testing::run_ranks(3, [](Communicator& comm) {
+    const int r = comm.rank();
+    const std::vector<int> members = {0, 1, 2};
+    Options child;
+    if (r == 2) child.algorithm = "allreduce:no_such_algorithm";
+    child.timeout = std::chrono::seconds(60);
+    const auto start = Clock::now();
+    if (r == 2) {
+      EXPECT_THROW(comm.create_group(members, child), InvalidArgument);
+    } else {
+      Communicator c = comm.create_group(members, child);
+      std::int64_t one = 1, total = 0;
+      try {
+        c.all_reduce(&one, &total, 1, DataType::i64, ReduceOp::sum);
+        ADD_FAILURE() << "rank " << r << ": a call on the child went on without rank 2";
+      } catch (const PeerError& e) {
+        EXPECT_NE(std::string(e.what()).find("no_such_algorithm"), std::string::npos) << e.what();
+      }
+    }
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(20));
+    Communicator again = comm.create_group(members, {});
+    std::int64_t mine = r, total = 0;
+    again.all_reduce(&mine, &total, 1, DataType::i64, ReduceOp::sum);
+    EXPECT_EQ(total, 3);
   });
 }
 

@@ -100,8 +100,23 @@ TEST(SettingsAgreement, AFieldThisBuildDoesNotKnowIsStillADisagreement) {
   const std::string line = settings_line(base::Config{});
   const std::string why = settings_disagreement({line, line + "\tcompression=on"});
   EXPECT_NE(why.find("another version of Loom"), std::string::npos) << why;
-  // A rank that sent no line at all (a record of an older build) differs too.
-  EXPECT_NE(settings_disagreement({line, ""}), "");
+  // A rank that sent no line at all (a record of an older build) is named as such, not by the
+  // first setting it did not send.
+  const std::string silent = settings_disagreement({line, "", line});
+  EXPECT_EQ(silent.rfind("rank 1 sent no settings to compare (another version of Loom?)", 0), 0u)
+      << silent;
+}
+
+// A rank whose own settings were invalid sends its error instead: every rank names it, and the
+// ranks sharing one error are listed once.
+TEST(SettingsAgreement, ARankWhoseSettingsWereInvalidIsNamedWithItsError) {
+  const std::string line = settings_line(base::Config{});
+  const std::string bad = refused_line("configuration: slots 1 not in [2, 64]\tx");
+  EXPECT_EQ(bad.find('\t'), std::string::npos);
+  const std::string why = settings_disagreement({line, line, bad, bad, "", line});
+  EXPECT_EQ(why,
+            "the settings of ranks 2,3 are invalid: 'configuration: slots 1 not in [2, 64] x' on "
+            "ranks 2,3; every rank stops");
 }
 
 // The split's fingerprints: equal settings give this rank's own line back; a differing field
