@@ -111,10 +111,11 @@ void all_reduce_across_hosts_kill_trial(RunOptions opts, int dying_call) {
         };
         auto call = [&](int n) {
           for (std::size_t i = 0; i < kCount; ++i) buf[i] = (ctx.rank + 1) * value(i, n);
-          // At once: as the all-reduce starts (opening the rival's connections at its first
-          // call), and in the last call before the victim could send its times.
-          if (ctx.rank == kDyingRank && n == dying_call)
-            std::thread([&ctx] { die_by_sigkill(ctx); }).detach();
+          // As its call would start, in this thread: a killer thread could be scheduled after
+          // the call's end on 2 busy cores, even after the trial's last call sent its times.
+          // The survivors' call `dying_call` is the one that fails (the rival's first: while it
+          // opens connections the choice never used; the last: before any times arrive).
+          if (ctx.rank == kDyingRank && n == dying_call) die_by_sigkill(ctx);
           comm.all_reduce(buf.data(), buf.data(), kCount, DataType::i32, ReduceOp::sum);
           for (std::size_t i = 0; i < kCount; ++i)
             if (buf[i] != 10 * value(i, n)) {
