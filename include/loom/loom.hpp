@@ -315,7 +315,8 @@ class LOOM_API Communicator {
   // as split() takes them (not compared between members). A list that does not name this rank,
   // names a rank twice or one outside [0, size()) is an InvalidArgument. A member whose options
   // are invalid raises InvalidArgument and tells the others: their calls on the child raise
-  // PeerError naming it.
+  // PeerError naming it (through the child's health monitor; a Store without clone() has none,
+  // and there they end at the child's timeout).
   Communicator create_group(std::span<const int> ranks, const Options& options = {});
 
   // Host memory that every rank of this host maps (MPI_Win_allocate_shared; ncclMemAlloc with

@@ -64,16 +64,18 @@ std::optional<std::size_t> parse_size(const std::string& text) {
 
 namespace {
 
-// What a rank needs to find its peers and leave with them, read as resolve() reads it: the
-// timeout, the secret, the launcher's attempt (the store's key space) and names, the cores.
-void resolve_joining(Config& c, const Options& options, int world_size) {
+void resolve_timeout(Config& c, const Options& options) {
   if (options.timeout) {
     c.timeout = *options.timeout;
   } else if (auto s = env_int("LOOM_TIMEOUT", 1, 7 * 24 * 3600)) {
     c.timeout = std::chrono::seconds(*s);
   }
+}
+
+// What a rank needs to find its peers' key space and be let in, read as resolve() reads it: the
+// secret, the launcher's attempt and name for it, the cores.
+void resolve_identity(Config& c, const Options& options, int world_size) {
   c.link.secret = options.secret ? *options.secret : job_secret();
-  c.failure.left_out_dir = env_string("LOOM_LEFT_OUT_DIR").value_or("");
   // A launcher that restarts workers numbers its attempts; each gets key spaces of its own.
   if (auto n = env_int("LOOM_RESTART_COUNT", 0, 1 << 30))
     c.failure.restart_count = static_cast<int>(*n);
@@ -82,7 +84,6 @@ void resolve_joining(Config& c, const Options& options, int world_size) {
   if (auto id = env_string("LOOM_WORKER_ID");
       id && id->find_first_of(" \t\n") == std::string::npos && id->size() < 128)
     c.failure.worker_id = *id;
-  if (auto n = env_int("LOOM_MIN_NODES", 0, 1 << 20)) c.failure.min_nodes = static_cast<int>(*n);
   c.pacing.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   c.pacing.set_local_world_size(world_size);
 }
@@ -91,14 +92,18 @@ void resolve_joining(Config& c, const Options& options, int world_size) {
 
 Config Config::for_joining(const Options& options, int world_size) {
   Config c;
-  resolve_joining(c, options, world_size);
-  c.selection.probe_budget = std::chrono::microseconds(0);  // it measures nothing for its peers
+  try {
+    resolve_timeout(c, options);
+  } catch (const InvalidArgument&) {  // the default: resolve() raised it as this rank's error
+  }
+  resolve_identity(c, options, world_size);
   return c;
 }
 
 Config Config::resolve(const Options& options, int world_size) {
   Config c;
-  resolve_joining(c, options, world_size);
+  resolve_timeout(c, options);
+  resolve_identity(c, options, world_size);
   if (options.socket_ifname)
     c.link.socket_ifname = *options.socket_ifname;
   else if (auto s = env_string("LOOM_SOCKET_IFNAME"))
@@ -161,6 +166,8 @@ Config Config::resolve(const Options& options, int world_size) {
 
   c.link.check_limits();
 
+  c.failure.left_out_dir = env_string("LOOM_LEFT_OUT_DIR").value_or("");
+  if (auto n = env_int("LOOM_MIN_NODES", 0, 1 << 20)) c.failure.min_nodes = static_cast<int>(*n);
   if (auto n = env_int("LOOM_CUDA_IPC", 0, 1)) c.link.cuda_ipc = *n == 1;
   if (auto n = env_int("LOOM_CUDA_DIRECT", 0, 1)) c.selection.cuda_direct = *n == 1;
   if (auto n = env_int("LOOM_TRIALS", 0, 1)) c.selection.trials = *n == 1;

@@ -122,8 +122,9 @@ struct Config {
   // Options win over environment, environment over defaults.
   static Config resolve(const Options& options, int world_size);
   // What a rank whose settings resolve() refused still needs to join its peers and tell them
-  // (the timeout, secret, launcher attempt and names, as resolve() reads them), the rest the
-  // defaults; may raise as resolve() does where one of those is itself invalid.
+  // (the secret, the launcher's attempt and name for it, as resolve() reads them; the timeout,
+  // or its default where it is the invalid one), the rest the defaults. Raises as resolve() does
+  // where the secret or the attempt is itself invalid: then the rank cannot tell its peers.
   static Config for_joining(const Options& options, int world_size);
   // A split's child: this config with the fields `options` sets replaced (InvalidArgument for
   // one a child cannot change).

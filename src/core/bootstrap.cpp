@@ -98,7 +98,15 @@ Communicator init(Options options) {
   const int rank = launch.rank;
   const int size = launch.world_size;
   const std::string& method = launch.init_method;
-  const base::Config config = base::Config::resolve(options, size);
+  // Settings this rank cannot run with are raised by the communicator below, once it has told
+  // its peers (they would wait for it until their timeout); the store needs only what joining
+  // does.
+  base::Config config;
+  try {
+    config = base::Config::resolve(options, size);
+  } catch (const InvalidArgument&) {
+    config = base::Config::for_joining(options, size);
+  }
   // Options::secret, else the environment's, guards the store as it guards data connections.
   const std::string& secret = config.link.secret;
   base::log().info("init: {}", launch.describe());
@@ -107,6 +115,7 @@ Communicator init(Options options) {
   std::unique_ptr<StoreServer> server;
   int store_host = -1;  // a launcher, or a file
   std::string where;
+  std::string route_hint;  // where the store is reached: data connections listen there too
   if (method.rfind("file://", 0) == 0) {
     store = std::make_shared<FileStore>(method.substr(7));
     where = method;
@@ -134,9 +143,11 @@ Communicator init(Options options) {
       rethrow_with_context(e, fmt::format("init: rank {}/{}", rank, size));
     }
     where = fmt::format("{}:{}", at.host, at.port);
+    route_hint = at.host;
   }
   try {
-    Communicator comm(store, rank, size, options);
+    Communicator comm(std::make_shared<Communicator::Impl>(store, rank, size, options, route_hint,
+                                                           server != nullptr));
     if (server) comm.impl_->hosted_server = std::move(server);
     comm.impl_->set_store_host(store_host, where);
     return comm;

@@ -41,8 +41,10 @@ namespace loom {
 class LOOM_INTERNAL Communicator::Impl final : private core::CallQueue::Runner {
  public:
   // route_hint: the store's host, so that data connections listen where it is reached.
+  // `hosts_store`: this process serves the store (init() under env:// and tcp://, rank 0), which
+  // it must keep until its peers have read what it tells them.
   Impl(std::shared_ptr<Store> store, int rank, int size, const Options& options,
-       const std::string& route_hint);
+       const std::string& route_hint, bool hosts_store = false);
   // A child of `parent` made by split(): `members` are its ranks' ranks in the parent, this one
   // is `rank`; `store` its own key space, `token` its own job token.
   Impl(const Impl& parent, base::Config config, std::shared_ptr<Store> store,
@@ -116,6 +118,9 @@ class LOOM_INTERNAL Communicator::Impl final : private core::CallQueue::Runner {
   // host that still run, in its folder; of every one it named (the first member alone), in the
   // store.
   void report_left_out(const std::vector<int>& members) const;
+  // init's key space on `store` (a generation of its own for each communicator on the same
+  // store and prefix, per launcher attempt) and the job token every rank agrees on there.
+  void join_key_space(const std::shared_ptr<Store>& store, const Options& options);
   // create_group's child as every member derives it without an exchange: its key space, token
   // and this rank's rank in it; counts the group as made. InvalidArgument for a list that does
   // not name this rank, or names one twice or outside the communicator.

@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <exception>
 #include <random>
 #include <thread>
 
@@ -42,7 +41,7 @@ std::uint64_t random_token() {
 }  // namespace
 
 Communicator::Impl::Impl(std::shared_ptr<Store> store, int rank, int size, const Options& options,
-                         const std::string& route_hint)
+                         const std::string& route_hint, bool hosts_store)
     : rank_(rank), size_(size) {
   if (size < 1 || size > algorithms::kMaxWorldSize)
     throw InvalidArgument(
@@ -52,16 +51,34 @@ Communicator::Impl::Impl(std::shared_ptr<Store> store, int rank, int size, const
   if (!store) throw InvalidArgument(fmt::format("init: rank {}: store is null", rank));
   // A rank whose own settings are invalid still joins its peers, only to tell them (below):
   // otherwise they would wait for it until their timeout.
-  std::exception_ptr refused;
+  std::string refused;
   try {
     config_ = base::Config::resolve(options, size);
     algorithms::Selector::check_rules(config_.selection.algorithm);
-  } catch (const InvalidArgument&) {
-    refused = std::current_exception();
+  } catch (const InvalidArgument& e) {
+    refused = e.what();
     config_ = base::Config::for_joining(options, size);
   }
   base::set_log_rank(rank, size);
   base::set_trace_rank(rank, size);
+  route_hint_ = route_hint;
+  if (!refused.empty()) {
+    // Where the store fails here the peers are left to their timeout; this rank's own error is
+    // still the one it raises.
+    try {
+      join_key_space(store, options);
+      core::refuse_at_init(*store_, rank_, size_, config_.failure.worker_id, refused,
+                           config_.timeout, hosts_store);
+    } catch (const Error&) {
+    }
+    throw InvalidArgument(fmt::format("init: rank {}: {}", rank_, refused));
+  }
+  join_key_space(store, options);
+  start(build_transports());
+}
+
+void Communicator::Impl::join_key_space(const std::shared_ptr<Store>& store,
+                                        const Options& options) {
   // Each communicator built on the same store and prefix gets a fresh key space, so a second
   // communicator never reads the first one's addresses; each attempt of a restarted job counts
   // afresh, so a rank that died before joining in an earlier attempt cannot leave the ranks on
@@ -71,7 +88,7 @@ Communicator::Impl::Impl(std::shared_ptr<Store> store, int rank, int size, const
   const std::string attempt = config_.failure.restart_count < 0
                                   ? ""
                                   : fmt::format("attempt{}", config_.failure.restart_count);
-  const std::int64_t generation = base->add(store::keys::generation(attempt, rank), 1);
+  const std::int64_t generation = base->add(store::keys::generation(attempt, rank_), 1);
   store_ = std::make_shared<PrefixStore>(store::keys::generation_prefix(attempt, generation), base);
 
   std::uint64_t token = random_token();
@@ -79,19 +96,7 @@ Communicator::Impl::Impl(std::shared_ptr<Store> store, int rank, int size, const
   Bytes agreed = store_->compare_set(store::keys::job_token(), {}, mine);
   if (agreed.size() != 8) throw StoreError("init: the job token in the store is malformed");
   std::memcpy(&token, agreed.data(), 8);
-
-  route_hint_ = route_hint;
   token_ = token;
-  if (refused) {
-    try {
-      std::rethrow_exception(refused);
-    } catch (const InvalidArgument& e) {
-      core::refuse_at_init(*store_, rank_, size_, config_.failure.worker_id, e.what(),
-                           config_.timeout);
-      throw InvalidArgument(fmt::format("init: rank {}: {}", rank_, e.what()));
-    }
-  }
-  start(build_transports());
 }
 
 // A child of a split: the parent's settings and hosts, its own key space, token, connections.
@@ -218,7 +223,12 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
 }
 
 void Communicator::Impl::refuse_group(const std::vector<int>& members, const std::string& why) {
-  const GroupSpace space = group_space(members);
+  GroupSpace space;
+  try {
+    space = group_space(members);
+  } catch (const InvalidArgument&) {  // no group to tell: the options' error is raised alone
+    return;
+  }
   try {
     core::publish_abort(*space.store, base::AbortRecord{base::AbortRecord::Kind::peer_failed,
                                                         space.rank, space.rank, why});

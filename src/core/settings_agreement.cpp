@@ -246,9 +246,10 @@ void check_settings_agree(Store& store, int rank, const Topology& topology,
 }
 
 void refuse_at_init(Store& store, int rank, int size, const std::string& worker_id,
-                    std::string_view why, std::chrono::milliseconds timeout) {
+                    std::string_view why, std::chrono::milliseconds timeout, bool hosts_store) {
   publish_topology_record(store, rank, worker_id, "-", {}, {}, refused_line(why));
-  leave_together(store, rank, static_cast<std::size_t>(size), timeout);
+  if (rank != 0 || hosts_store)
+    leave_together(store, rank, static_cast<std::size_t>(size), timeout);
 }
 
 std::vector<std::int64_t> settings_fingerprint(const base::Config& config) {

@@ -48,9 +48,11 @@ void check_settings_agree(Store& store, int rank, const Topology& topology,
 // A rank whose own settings raised `why` at init (Config::resolve, the LOOM_ALGO rules):
 // publishes its topology record with a refused_line, so that the other ranks raise on reading
 // the records rather than wait for it until their timeout, and leaves as check_settings_agree's
-// ranks do (rank 0 once the others have read the records, within 30 s). The caller then raises.
+// ranks do: at once, except rank 0 where this process serves the store (`hosts_store`), which
+// keeps it until the others have read the records (within 30 s, or the timeout if shorter;
+// whether they come or not). The caller then raises.
 void refuse_at_init(Store& store, int rank, int size, const std::string& worker_id,
-                    std::string_view why, std::chrono::milliseconds timeout);
+                    std::string_view why, std::chrono::milliseconds timeout, bool hosts_store);
 
 // A split compares its child's settings over the parent's all-gather of colors: a number per
 // setting (its value's FNV-1a hash, the same in every build), kSettingsFields of them.

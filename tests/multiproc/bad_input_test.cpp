@@ -1,4 +1,5 @@
-// Bad arguments raise InvalidArgument before any communication and leave the communicator usable.
+// Bad arguments raise InvalidArgument before any communication (a call's; init's and split's
+// after telling their peers) and leave the communicator usable.
 #include <gtest/gtest.h>
 #include <unistd.h>
 

@@ -145,8 +145,8 @@ TEST(CostModel, ATuningTableEntryChoosesForItsShape) {
 }
 
 // split() with options: the child takes the rules, slots and timeout it is given, the parent
-// keeps its own; what a child cannot change is refused before the split, leaving the parent
-// usable.
+// keeps its own; what a child cannot change is refused on every member (after the split's
+// exchange, which tells the others), leaving the parent usable.
 TEST(CostModel, ASplitTakesTheOptionsItIsGiven) {
   run_ranks(2, [](Communicator& comm) {
     Options rules;

@@ -2,7 +2,11 @@
 // differ, every rank raises InvalidArgument at init naming the setting and who has which value,
 // at once rather than at its timeout; a split whose members ask for different child settings
 // raises on those members and leaves the parent working.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <stdlib.h>
 
@@ -17,6 +21,19 @@ namespace loom {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A port on 127.0.0.1 nothing listens on now.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
 
 // Builds a communicator with `options`, expecting InvalidArgument whose message holds each of
 // `words`, well before the timeout (60 s) a hang would take.
@@ -113,7 +130,7 @@ TEST(SettingsAgreement, ASplitWhoseMembersDifferRaisesOnThemAndTheParentWorksOn)
 // that rank raised at once and the others waited for it until their timeout. Now it joins them
 // only to say so, and every rank raises InvalidArgument naming it and its error.
 TEST(SettingsAgreement, OneRanksInvalidSettingsStopEveryRankAtInit) {
-  for (const int bad : {1, 0}) {  // rank 0 hosts nothing here, but waits for the others
+  for (const int bad : {1, 0}) {  // the harness serves the store here: rank 0 raises at once too
     testing::run_ranks_raw(3, [bad](testing::RankContext& ctx) {
       Options o;
       if (ctx.rank == bad) o.algorithm = "allreduce:no_such_algorithm";
@@ -145,6 +162,42 @@ TEST(SettingsAgreement, OneRanksInvalidSettingsStopEveryRankAtInit) {
       expect_refused(ctx, {}, {"init: rank 1: configuration: LOOM_SLOTS='1'"});
     ::unsetenv("LOOM_SLOTS");
   });
+}
+
+// The same through init() under env://, as torchrun and loomrun start ranks: rank 0 serves the
+// store. Its peer's invalid LOOM_SLOTS reaches it in the records; its own makes it keep the
+// store until its peer has read them, so that the peer raises the same InvalidArgument rather
+// than a StoreError.
+TEST(SettingsAgreement, OneRanksInvalidSettingsStopEveryRankThroughInit) {
+  for (const int bad : {1, 0}) {
+    const int port = free_port();
+    testing::run_ranks_raw(2, [bad, port](testing::RankContext& ctx) {
+      ::setenv("RANK", std::to_string(ctx.rank).c_str(), 1);
+      ::setenv("WORLD_SIZE", "2", 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      for (const char* name : {"LOOM_STORE_HOSTED", "LOOM_INIT_METHOD", "LOOM_RESTART_COUNT",
+                               "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID"})
+        ::unsetenv(name);
+      if (ctx.rank == bad) ::setenv("LOOM_SLOTS", "1", 1);
+      Options o;
+      o.timeout = std::chrono::seconds(60);
+      const auto start = Clock::now();
+      try {
+        Communicator comm = init(o);
+        ADD_FAILURE() << "rank " << ctx.rank << ": init went on beside invalid settings";
+      } catch (const InvalidArgument& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find(ctx.rank == bad ? "init: rank " + std::to_string(bad) +
+                                                  ": configuration: LOOM_SLOTS='1'"
+                                            : "the settings of rank " + std::to_string(bad) +
+                                                  " are invalid: 'configuration: LOOM_SLOTS='1'"),
+                  std::string::npos)
+            << what;
+      }
+      EXPECT_LT(Clock::now() - start, std::chrono::seconds(20));
+    });
+  }
 }
 
 // A split where rank 3 passes an option no child may have: rank 3 raised alone and every other
