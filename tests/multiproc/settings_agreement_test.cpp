@@ -2,15 +2,12 @@
 // differ, every rank raises InvalidArgument at init naming the setting and who has which value,
 // at once rather than at its timeout; a split whose members ask for different child settings
 // raises on those members and leaves the parent working.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <stdlib.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,19 +18,6 @@ namespace loom {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A port on 127.0.0.1 nothing listens on now.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // Builds a communicator with `options`, expecting InvalidArgument whose message holds each of
 // `words`, well before the timeout (60 s) a hang would take.
@@ -50,6 +34,35 @@ void expect_refused(testing::RankContext& ctx, Options options,
     for (const auto& w : words) EXPECT_NE(what.find(w), std::string::npos) << w << " in " << what;
   }
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(20));
+}
+
+// Ranks 0 and 2 split into a child that works; ranks 1 and 3 into one whose split must raise
+// InvalidArgument, whose message `check` judges; every rank is done within 20 s (the timeout is
+// the harness's 60), and the parent's all-reduce after it is exact.
+void split_where_the_odd_ranks_fail(const std::function<Options(int)>& options_of,
+                                    const std::function<void(int, const std::string&)>& check) {
+  testing::run_ranks(4, [&](Communicator& comm) {
+    const int r = comm.rank();
+    const auto start = Clock::now();
+    if (r % 2 == 0) {
+      auto c = comm.split(0, r, options_of(r));
+      ASSERT_TRUE(c);
+      std::int64_t one = 1, total = 0;
+      c->all_reduce(&one, &total, 1, DataType::i64, ReduceOp::sum);
+      EXPECT_EQ(total, 2);
+    } else {
+      try {
+        comm.split(1, r, options_of(r));
+        ADD_FAILURE() << "rank " << r << ": the split went on";
+      } catch (const InvalidArgument& e) {
+        check(r, e.what());
+      }
+    }
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(20));
+    std::int64_t mine = r, total = 0;
+    comm.all_reduce(&mine, &total, 1, DataType::i64, ReduceOp::sum);
+    EXPECT_EQ(total, 6);
+  });
 }
 
 // Rank 1 names another all-reduce: with 3 ranks the two schedules' messages differ in size, and
@@ -93,22 +106,13 @@ TEST(SettingsAgreement, TrialsThatDifferAreRefusedAtInit) {
 // Ranks 1 and 3 form one child and ask for different rules: both raise, naming the setting, this
 // rank's value and the parent's ranks; ranks 0 and 2 agree and get theirs; the parent works on.
 TEST(SettingsAgreement, ASplitWhoseMembersDifferRaisesOnThemAndTheParentWorksOn) {
-  testing::run_ranks(4, [](Communicator& comm) {
-    const int r = comm.rank();
-    Options child;
-    child.algorithm = r == 3 ? "allreduce:one_shot" : "allreduce:ring";
-    if (r % 2 == 0) {
-      auto c = comm.split(0, r, child);
-      ASSERT_TRUE(c);
-      std::int64_t one = 1, total = 0;
-      c->all_reduce(&one, &total, 1, DataType::i64, ReduceOp::sum);
-      EXPECT_EQ(total, 2);
-    } else {
-      try {
-        comm.split(1, r, child);
-        ADD_FAILURE() << "rank " << r << ": the split accepted members whose settings differ";
-      } catch (const InvalidArgument& e) {
-        const std::string what = e.what();
+  split_where_the_odd_ranks_fail(
+      [](int r) {
+        Options child;
+        child.algorithm = r == 3 ? "allreduce:one_shot" : "allreduce:ring";
+        return child;
+      },
+      [](int r, const std::string& what) {
         EXPECT_NE(what.find("split: rank " + std::to_string(r)), std::string::npos) << what;
         EXPECT_NE(what.find("LOOM_ALGO (Options::algorithm) differs"), std::string::npos) << what;
         // Each member knows its own value; the other's shows as another.
@@ -118,12 +122,7 @@ TEST(SettingsAgreement, ASplitWhoseMembersDifferRaisesOnThemAndTheParentWorksOn)
         EXPECT_NE(what.find("'(another value)' on rank " + std::to_string(r == 3 ? 1 : 3)),
                   std::string::npos)
             << what;
-      }
-    }
-    std::int64_t mine = r, total = 0;
-    comm.all_reduce(&mine, &total, 1, DataType::i64, ReduceOp::sum);
-    EXPECT_EQ(total, 6);
-  });
+      });
 }
 
 // A value init refuses on one rank alone (LOOM_SLOTS out of range, a malformed LOOM_ALGO rule):
@@ -170,7 +169,7 @@ TEST(SettingsAgreement, OneRanksInvalidSettingsStopEveryRankAtInit) {
 // than a StoreError.
 TEST(SettingsAgreement, OneRanksInvalidSettingsStopEveryRankThroughInit) {
   for (const int bad : {1, 0}) {
-    const int port = free_port();
+    const int port = testing::free_port();
     testing::run_ranks_raw(2, [bad, port](testing::RankContext& ctx) {
       ::setenv("RANK", std::to_string(ctx.rank).c_str(), 1);
       ::setenv("WORLD_SIZE", "2", 1);
@@ -205,34 +204,18 @@ TEST(SettingsAgreement, OneRanksInvalidSettingsStopEveryRankThroughInit) {
 // raises its own error, rank 1 (its child's other member) raises naming it, ranks 0 and 2 get
 // their child, and the parent works on.
 TEST(SettingsAgreement, ASplitWithOneMembersOptionsInvalidStopsOnlyItsChild) {
-  testing::run_ranks(4, [](Communicator& comm) {
-    const int r = comm.rank();
-    Options child;
-    if (r == 3) child.slots = 1;
-    const auto start = Clock::now();
-    if (r % 2 == 0) {
-      auto c = comm.split(0, r, child);
-      ASSERT_TRUE(c);
-      std::int64_t one = 1, total = 0;
-      c->all_reduce(&one, &total, 1, DataType::i64, ReduceOp::sum);
-      EXPECT_EQ(total, 2);
-    } else {
-      try {
-        comm.split(1, r, child);
-        ADD_FAILURE() << "rank " << r << ": the split went on beside invalid options";
-      } catch (const InvalidArgument& e) {
-        const std::string what = e.what();
+  split_where_the_odd_ranks_fail(
+      [](int r) {
+        Options child;
+        if (r == 3) child.slots = 1;
+        return child;
+      },
+      [](int r, const std::string& what) {
         EXPECT_NE(what.find(r == 3 ? "split: rank 3: configuration: slots 1"
                                    : "the options of rank(s) 3 of the parent were invalid"),
                   std::string::npos)
             << what;
-      }
-    }
-    EXPECT_LT(Clock::now() - start, std::chrono::seconds(20));
-    std::int64_t mine = r, total = 0;
-    comm.all_reduce(&mine, &total, 1, DataType::i64, ReduceOp::sum);
-    EXPECT_EQ(total, 6);
-  });
+      });
 }
 
 // create_group with one member's options invalid: the others build their child without an

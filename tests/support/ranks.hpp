@@ -42,6 +42,9 @@ struct RunOptions {
 void run_ranks(int world, const std::function<void(Communicator&)>& body, RunOptions opts = {});
 void run_ranks_raw(int world, const std::function<void(RankContext&)>& body, RunOptions opts = {});
 
+// A port on 127.0.0.1 that nothing listens on now (for a store that init() hosts).
+int free_port();
+
 // The job token (16 hex digits) of the first communicator built on this store: its segments in
 // /dev/shm are named loom-<token>-...
 std::string job_token_of(Store& store);

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "../support/ranks.hpp"
 #include "base/abort_record.hpp"
 #include "loom/loom.hpp"
 #include "loom/store.hpp"
@@ -51,25 +52,13 @@ class LaunchEnvironment {
   std::map<std::string, std::optional<std::string>> saved_;
 };
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // The communicator's own keys: its job token, and the abort record every rank watches.
 std::string communicator_key(const std::string& key) {
   return "loom/" + store::keys::generation_prefix("", 1) + "/" + key;
 }
 
 TEST(Init, OptionsSecretGuardsTheStoreRankZeroHosts) {
-  const int port = free_port();
+  const int port = testing::free_port();
   LaunchEnvironment env("127.0.0.1", port);
   Options options;
   options.secret = "the job's secret";
@@ -100,7 +89,7 @@ TEST(Init, OptionsSecretGuardsTheStoreRankZeroHosts) {
 // (each would bump the other's generation counters and take its job token). A job the launcher
 // names keeps its keys under that name.
 TEST(Init, AJobsKeysLieUnderTheNameItsLauncherGives) {
-  const int port = free_port();
+  const int port = testing::free_port();
   LaunchEnvironment env("127.0.0.1", port);
   ::setenv("TORCHELASTIC_RUN_ID", "a", 1);
   Options options;
@@ -117,7 +106,7 @@ TEST(Init, AJobsKeysLieUnderTheNameItsLauncherGives) {
 
 // 192.0.2.1 (TEST-NET-1) is an address of no host here.
 TEST(Init, RankZeroWithoutSecretRefusesToServeOnEveryInterfaceNamingTheAddress) {
-  const int port = free_port();
+  const int port = testing::free_port();
   LaunchEnvironment env("192.0.2.1", port);
   Options options;
   options.timeout = 2s;
@@ -132,7 +121,7 @@ TEST(Init, RankZeroWithoutSecretRefusesToServeOnEveryInterfaceNamingTheAddress) 
 }
 
 TEST(Init, RankZeroWithSecretServesOnEveryInterfaceWhenMasterAddrIsNotThisHosts) {
-  const int port = free_port();
+  const int port = testing::free_port();
   LaunchEnvironment env("192.0.2.1", port);
   Options options;
   options.secret = "the job's secret";
