@@ -87,6 +87,56 @@ std::unique_ptr<StoreServer> host_store(const HostPort& at, const std::string& s
   }
 }
 
+// How this rank reaches the job's store: a file, or a TCP store that rank 0 serves unless a
+// launcher does.
+struct StoreAccess {
+  std::shared_ptr<Store> store;
+  std::unique_ptr<StoreServer> server;  // this process serves it
+  int host = -1;                        // the rank that serves it (-1: a launcher, or a file)
+  std::string where;
+  std::string route_hint;  // where the store is reached: data connections listen there too
+};
+
+StoreAccess reach_store(const core::LaunchEnv& launch, const base::Config& config) {
+  const std::string& method = launch.init_method;
+  const int rank = launch.rank;
+  const int size = launch.world_size;
+  // Options::secret, else the environment's, guards the store as it guards data connections.
+  const std::string& secret = config.link.secret;
+  StoreAccess out;
+  if (method.rfind("file://", 0) == 0) {
+    out.store = std::make_shared<FileStore>(method.substr(7));
+    out.where = method;
+    return out;
+  }
+  HostPort at;
+  if (method.rfind("tcp://", 0) == 0) {
+    at = parse_tcp_url(method);
+  } else if (method == "env://") {
+    at = {launch.master_addr, static_cast<std::uint16_t>(launch.master_port)};
+  } else {
+    throw InvalidArgument(fmt::format(
+        "init: LOOM_INIT_METHOD='{}' is not env://, tcp://host:port or file://path", method));
+  }
+  // Rank 0 hosts the store unless a launcher (loomrun) already does.
+  if (!launch.store_hosted_by_launcher) out.host = 0;
+  if (rank == 0 && out.host == 0) out.server = host_store(at, secret);
+  // A request to a frozen store host gives up within the job's timeout where that is shorter
+  // than the client's minute (LOOM_TIMEOUT=10: a rank is not held 60 s by one set).
+  const auto request_timeout =
+      std::min<std::chrono::milliseconds>(config.timeout, std::chrono::seconds(60));
+  try {
+    out.store =
+        std::make_shared<TcpStore>(at.host, at.port, config.timeout, secret, request_timeout);
+  } catch (const Error& e) {
+    if (!needs_the_rank(e)) throw;
+    rethrow_with_context(e, fmt::format("init: rank {}/{}", rank, size));
+  }
+  out.where = fmt::format("{}:{}", at.host, at.port);
+  out.route_hint = at.host;
+  return out;
+}
+
 }  // namespace
 
 Communicator init(Options options) {
@@ -97,59 +147,34 @@ Communicator init(Options options) {
     options.store_prefix = fmt::format("{}/job-{}", options.store_prefix, launch.job);
   const int rank = launch.rank;
   const int size = launch.world_size;
-  const std::string& method = launch.init_method;
   // Settings this rank cannot run with are raised by the communicator below, once it has told
   // its peers (they would wait for it until their timeout); the store needs only what joining
   // does.
   base::Config config;
+  std::string refused;  // this rank's own settings' error, raised whatever the store does
   try {
     config = base::Config::resolve(options, size);
-  } catch (const InvalidArgument&) {
+  } catch (const InvalidArgument& e) {
+    refused = e.what();
     config = base::Config::for_joining(options, size);
   }
-  // Options::secret, else the environment's, guards the store as it guards data connections.
-  const std::string& secret = config.link.secret;
   base::log().info("init: {}", launch.describe());
 
-  std::shared_ptr<Store> store;
-  std::unique_ptr<StoreServer> server;
-  int store_host = -1;  // a launcher, or a file
-  std::string where;
-  std::string route_hint;  // where the store is reached: data connections listen there too
-  if (method.rfind("file://", 0) == 0) {
-    store = std::make_shared<FileStore>(method.substr(7));
-    where = method;
-  } else {
-    HostPort at;
-    if (method.rfind("tcp://", 0) == 0) {
-      at = parse_tcp_url(method);
-    } else if (method == "env://") {
-      at = {launch.master_addr, static_cast<std::uint16_t>(launch.master_port)};
-    } else {
-      throw InvalidArgument(fmt::format(
-          "init: LOOM_INIT_METHOD='{}' is not env://, tcp://host:port or file://path", method));
-    }
-    // Rank 0 hosts the store unless a launcher (loomrun) already does.
-    if (!launch.store_hosted_by_launcher) store_host = 0;
-    if (rank == 0 && store_host == 0) server = host_store(at, secret);
-    // A request to a frozen store host gives up within the job's timeout where that is shorter
-    // than the client's minute (LOOM_TIMEOUT=10: a rank is not held 60 s by one set).
-    const auto request_timeout =
-        std::min<std::chrono::milliseconds>(config.timeout, std::chrono::seconds(60));
-    try {
-      store = std::make_shared<TcpStore>(at.host, at.port, config.timeout, secret, request_timeout);
-    } catch (const Error& e) {
-      if (!needs_the_rank(e)) throw;
-      rethrow_with_context(e, fmt::format("init: rank {}/{}", rank, size));
-    }
-    where = fmt::format("{}:{}", at.host, at.port);
-    route_hint = at.host;
+  StoreAccess access;
+  try {
+    access = reach_store(launch, config);
+  } catch (const Error& e) {
+    if (refused.empty()) throw;
+    // The peers cannot be told; the rank's own error is the one that matters.
+    base::log().warn("init: rank {}/{}: the store failed ({}) while refusing this rank's settings",
+                     rank, size, e.what());
+    throw InvalidArgument(fmt::format("init: rank {}/{}: {}", rank, size, refused));
   }
   try {
-    Communicator comm(std::make_shared<Communicator::Impl>(store, rank, size, options, route_hint,
-                                                           server != nullptr));
-    if (server) comm.impl_->hosted_server = std::move(server);
-    comm.impl_->set_store_host(store_host, where);
+    Communicator comm(std::make_shared<Communicator::Impl>(
+        access.store, rank, size, options, access.route_hint, access.server != nullptr));
+    if (access.server) comm.impl_->hosted_server = std::move(access.server);
+    comm.impl_->set_store_host(access.host, access.where);
     return comm;
   } catch (const Error& e) {
     if (!needs_the_rank(e)) throw;

@@ -170,6 +170,7 @@ class LOOM_INTERNAL Communicator::Impl final : private core::CallQueue::Runner {
   std::shared_ptr<Store> launcher_store_;
   core::Topology topology_;
   std::string route_hint_;         // where the store is reached: data connections listen there too
+  bool hosts_store_ = false;       // init() made this process the store's server (rank 0)
   std::uint64_t token_ = 0;        // the job token: names this communicator's connections
   std::vector<int> parent_ranks_;  // by rank, its rank in the parent (split() only)
   // The job itself: the top-level communicator, or a shrink of one (every survivor), not a

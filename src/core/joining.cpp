@@ -42,7 +42,7 @@ std::uint64_t random_token() {
 
 Communicator::Impl::Impl(std::shared_ptr<Store> store, int rank, int size, const Options& options,
                          const std::string& route_hint, bool hosts_store)
-    : rank_(rank), size_(size) {
+    : rank_(rank), size_(size), hosts_store_(hosts_store) {
   if (size < 1 || size > algorithms::kMaxWorldSize)
     throw InvalidArgument(
         fmt::format("init: world size {} is outside [1, {}]", size, algorithms::kMaxWorldSize));
@@ -269,7 +269,7 @@ transport::cudaipc::IpcTransport* Communicator::Impl::build_transports() {
     topology_ = core::exchange_topology(
         *store_, rank_, size_, config_.timeout, config_.failure.worker_id, bundle.rdma_port(),
         rates, config_.selection.tuning_file, core::settings_line(config_));
-    core::check_settings_agree(*store_, rank_, topology_, config_.timeout);
+    core::check_settings_agree(*store_, rank_, topology_, config_.timeout, hosts_store_);
   }
   // The spinning policy follows the ranks that really share this host's cores.
   config_.pacing.set_local_world_size(topology_.ranks_on_host_of(rank_));

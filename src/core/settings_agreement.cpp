@@ -237,11 +237,12 @@ std::string settings_disagreement(const std::vector<std::string>& lines,
 }
 
 void check_settings_agree(Store& store, int rank, const Topology& topology,
-                          std::chrono::milliseconds timeout) {
+                          std::chrono::milliseconds timeout, bool hosts_store) {
   const std::string why =
       settings_disagreement(topology.settings_of_rank, {}, topology.host_of_rank, "every rank");
   if (why.empty()) return;
-  leave_together(store, rank, topology.settings_of_rank.size(), timeout);
+  if (rank != 0 || hosts_store)
+    leave_together(store, rank, topology.settings_of_rank.size(), timeout);
   throw InvalidArgument(fmt::format("init: rank {}: {}", rank, why));
 }
 

@@ -40,10 +40,11 @@ std::string settings_disagreement(const std::vector<std::string>& lines,
                                   std::string_view among = "every rank");
 
 // When the topology's settings lines disagree, every rank raises InvalidArgument ("init: rank
-// r: ..."). Rank 0 first waits (bounded by `timeout`, at most 30 s) until every other rank has
-// read the records, so that as the host of the store it does not take it away from them.
+// r: ..."). Rank 0, where this process serves the store (`hosts_store`), first waits (bounded by
+// `timeout`, at most 30 s) until every other rank has read the records, so that it does not take
+// the store away from them; elsewhere every rank raises at once.
 void check_settings_agree(Store& store, int rank, const Topology& topology,
-                          std::chrono::milliseconds timeout);
+                          std::chrono::milliseconds timeout, bool hosts_store);
 
 // A rank whose own settings raised `why` at init (Config::resolve, the LOOM_ALGO rules):
 // publishes its topology record with a refused_line, so that the other ranks raise on reading

@@ -129,7 +129,7 @@ TEST(SettingsAgreement, ASplitWhoseMembersDifferRaisesOnThemAndTheParentWorksOn)
 // that rank raised at once and the others waited for it until their timeout. Now it joins them
 // only to say so, and every rank raises InvalidArgument naming it and its error.
 TEST(SettingsAgreement, OneRanksInvalidSettingsStopEveryRankAtInit) {
-  for (const int bad : {1, 0}) {  // the harness serves the store here: rank 0 raises at once too
+  for (const int bad : {1, 0}) {  // the harness serves the store: no rank waits for another
     testing::run_ranks_raw(3, [bad](testing::RankContext& ctx) {
       Options o;
       if (ctx.rank == bad) o.algorithm = "allreduce:no_such_algorithm";

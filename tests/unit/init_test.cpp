@@ -133,5 +133,27 @@ TEST(Init, RankZeroWithSecretServesOnEveryInterfaceWhenMasterAddrIsNotThisHosts)
   EXPECT_THROW(attempt.get(), TimeoutError);
 }
 
+// A rank whose own settings are invalid goes on to the store only to tell its peers; where the
+// store cannot be reached (rank 0 never came), it still raises its own error, not the store's.
+TEST(Init, ARankWithInvalidSettingsRaisesItsOwnErrorWhereTheStoreCannotBeReached) {
+  LaunchEnvironment env("127.0.0.1", testing::free_port());
+  ::setenv("RANK", "1", 1);  // restored with the rest by env
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("LOOM_SLOTS", "1", 1);
+  Options options;
+  options.timeout = 2s;
+  try {
+    init(options);
+    ADD_FAILURE() << "init() succeeded with LOOM_SLOTS=1";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("init: rank 1/2: configuration: LOOM_SLOTS='1'"), std::string::npos)
+        << what;
+  } catch (const Error& e) {
+    ADD_FAILURE() << "the store's error instead of the settings': " << e.what();
+  }
+  ::unsetenv("LOOM_SLOTS");
+}
+
 }  // namespace
 }  // namespace loom

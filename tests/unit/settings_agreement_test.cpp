@@ -148,18 +148,25 @@ TEST(SettingsAgreement, RankZeroRaisesOnlyOnceTheOthersHaveReadTheRecords) {
   using Clock = std::chrono::steady_clock;
   auto raise_time = [&](int rank, std::chrono::milliseconds timeout) {
     const auto start = Clock::now();
-    EXPECT_THROW(check_settings_agree(store, rank, t, timeout), InvalidArgument);
+    EXPECT_THROW(check_settings_agree(store, rank, t, timeout, true), InvalidArgument);
     return Clock::now() - start;
   };
-  // Rank 0 alone: it waits out its (short) timeout for ranks 1 and 2.
+  // Rank 0 alone: it waits out its (short) timeout for ranks 1 and 2; where it does not serve
+  // the store, it has nothing to keep for them and raises at once.
   EXPECT_GE(raise_time(0, std::chrono::milliseconds(300)), std::chrono::milliseconds(300));
+  {
+    const auto start = Clock::now();
+    EXPECT_THROW(check_settings_agree(store, 0, t, std::chrono::seconds(20), false),
+                 InvalidArgument);
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  }
   EXPECT_LT(raise_time(1, std::chrono::seconds(20)), std::chrono::seconds(5));
   EXPECT_LT(raise_time(2, std::chrono::seconds(20)), std::chrono::seconds(5));
   // Both have said so: rank 0 raises at once.
   EXPECT_LT(raise_time(0, std::chrono::seconds(20)), std::chrono::seconds(5));
   // Ranks that agree: nothing raised, nothing waited for.
   t.settings_of_rank = {settings_line(a), settings_line(a), settings_line(a)};
-  EXPECT_NO_THROW(check_settings_agree(store, 0, t, std::chrono::seconds(20)));
+  EXPECT_NO_THROW(check_settings_agree(store, 0, t, std::chrono::seconds(20), true));
   std::remove(path.c_str());
   std::remove((path + ".lock").c_str());
 }
