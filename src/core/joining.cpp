@@ -68,7 +68,7 @@ Communicator::Impl::Impl(std::shared_ptr<Store> store, int rank, int size, const
     try {
       join_key_space(store, options);
       core::refuse_at_init(*store_, rank_, size_, config_.failure.worker_id, refused,
-                           config_.timeout, hosts_store);
+                           config_.timeout, hosts_store_);
     } catch (const Error&) {
     }
     throw InvalidArgument(fmt::format("init: rank {}: {}", rank_, refused));

@@ -57,11 +57,14 @@ std::int64_t fingerprint_of(std::string_view text) {
 }
 
 // Within a line: no tab or newline.
-std::string value_of(const Field& f, const base::Config& c) {
-  std::string value = f.raw_value(c);
+std::string one_line(std::string text) {
   std::replace_if(
-      value.begin(), value.end(), [](char ch) { return ch == '\t' || ch == '\n'; }, ' ');
-  return value;
+      text.begin(), text.end(), [](char ch) { return ch == '\t' || ch == '\n'; }, ' ');
+  return text;
+}
+
+std::string value_of(const Field& f, const base::Config& c) {
+  return one_line(f.raw_value(c));
 }
 
 // key -> value of one line; a field without '=' is kept whole as a key with no value.
@@ -156,10 +159,12 @@ std::string refusals_or_missing(
 }
 
 // Every rank found the same reason to stop in the same records (or, refusing its own settings,
-// gave it). Rank 0, which hosts the store under env:// and tcp://, keeps it until every other
-// rank has said so; they leave at once. A rank that does not come in time is not waited for
-// further.
-void leave_together(Store& store, int rank, std::size_t size, std::chrono::milliseconds timeout) {
+// gave it). Rank 0, where this process serves the store (`hosts_store`), keeps it until every
+// other rank has said so; they leave at once, and so does a rank 0 that serves nothing. A rank
+// that does not come in time is not waited for further.
+void leave_together(Store& store, int rank, std::size_t size, std::chrono::milliseconds timeout,
+                    bool hosts_store) {
+  if (rank == 0 && !hosts_store) return;
   try {
     if (rank != 0) {
       store.set(store::keys::settings_refused(rank), std::string("1"));
@@ -177,10 +182,7 @@ void leave_together(Store& store, int rank, std::size_t size, std::chrono::milli
 }  // namespace
 
 std::string refused_line(std::string_view why) {
-  std::string text(why);
-  std::replace_if(
-      text.begin(), text.end(), [](char ch) { return ch == '\t' || ch == '\n'; }, ' ');
-  return fmt::format("{}={}", kRefusedKey, text);
+  return fmt::format("{}={}", kRefusedKey, one_line(std::string(why)));
 }
 
 std::string settings_line(const base::Config& config) {
@@ -241,16 +243,14 @@ void check_settings_agree(Store& store, int rank, const Topology& topology,
   const std::string why =
       settings_disagreement(topology.settings_of_rank, {}, topology.host_of_rank, "every rank");
   if (why.empty()) return;
-  if (rank != 0 || hosts_store)
-    leave_together(store, rank, topology.settings_of_rank.size(), timeout);
+  leave_together(store, rank, topology.settings_of_rank.size(), timeout, hosts_store);
   throw InvalidArgument(fmt::format("init: rank {}: {}", rank, why));
 }
 
 void refuse_at_init(Store& store, int rank, int size, const std::string& worker_id,
                     std::string_view why, std::chrono::milliseconds timeout, bool hosts_store) {
   publish_topology_record(store, rank, worker_id, "-", {}, {}, refused_line(why));
-  if (rank != 0 || hosts_store)
-    leave_together(store, rank, static_cast<std::size_t>(size), timeout);
+  leave_together(store, rank, static_cast<std::size_t>(size), timeout, hosts_store);
 }
 
 std::vector<std::int64_t> settings_fingerprint(const base::Config& config) {

@@ -37,14 +37,19 @@ MEMORY = (BOUND_TRANSPORT, BOUND, "the memory bound")
 EXCHANGE = (LOOPBACK_TRANSPORT, LOOPBACK, "the loopback exchange")
 
 
+def judged(cells, ref, key):
+    """Whether a reference row may judge Loom's: the memory bound always, the loopback exchange
+    only where it ran with Loom's socket buffers (older runs' used the kernel's sizing)."""
+    return ref != EXCHANGE or SOCKBUF_NOTE in cells.choices.get(key, (0, ""))[1]
+
+
 def yardsticks(cells, transport):
     """The curves a transport's Loom rows are judged against, those the run measured: the memory
     bound, and over tcp the loopback exchange besides where it ran with Loom's socket buffers
     (runs before it did, with the kernel's sizing, show it and judge against the bound alone)."""
     refs = (MEMORY, EXCHANGE) if transport == "tcp" else (MEMORY,)
     return [ref for ref in refs
-            if any(k[2] == ref[0] and k[4] == ref[1]
-                   and (ref != EXCHANGE or SOCKBUF_NOTE in cells.choices.get(k, (0, ""))[1])
+            if any(k[2] == ref[0] and k[4] == ref[1] and judged(cells, ref, k)
                    for k in cells.values)]
 
 
@@ -57,8 +62,7 @@ def reference(cells, ref, op, ranks, size, rep=None):
     Loom's by chance, where its median over the run is the kernel's curve."""
     key = (op, ranks, ref[0], size, ref[1])
     if ref == EXCHANGE:
-        asked = SOCKBUF_NOTE in cells.choices.get(key, (0, ""))[1]
-        return cells.median(key) if asked else None
+        return cells.median(key) if judged(cells, ref, key) else None
     per_rep = cells.values.get(key, {})
     return (per_rep.get(rep) if rep is not None else None) or cells.median(key)
 
