@@ -51,8 +51,14 @@ TEST(CostModel, EstimatesAreMeasuredAndTheSameOnEveryRank) {
     const Estimate large = comm.estimate(Operation::all_reduce, std::size_t{64} << 20);
     EXPECT_EQ(small.model, "measured at init");
     EXPECT_NE(small.algorithm, "ring");  // a latency-bound size takes one of the short paths
-    EXPECT_EQ(large.algorithm, "ring");
-    EXPECT_GT(large.slice_bytes, 0u);
+    // A bandwidth-bound size takes a path that moves the bytes once per rank: the ring, in
+    // slices, or the single copy where the probe found the peer's pages read faster than the
+    // slots carry (under load the probe may measure either; the defaults' choice is pinned in
+    // WithoutTheProbeTheModelRunsOnItsDefaults).
+    EXPECT_TRUE(large.algorithm == "ring" || large.algorithm == "single_copy") << large.algorithm;
+    if (large.algorithm == "ring") {
+      EXPECT_GT(large.slice_bytes, 0u);
+    }
     EXPECT_GT(small.microseconds, 0);
     EXPECT_GT(large.microseconds, 100 * small.microseconds);
     EXPECT_FALSE(large.forced);
@@ -85,6 +91,9 @@ TEST(CostModel, WithoutTheProbeTheModelRunsOnItsDefaults) {
   const testing::ScopedEnv no_probe("LOOM_PROBE_US", "0");
   run_ranks(2, [](Communicator& comm) {
     EXPECT_EQ(comm.estimate(Operation::all_reduce, 8).model, "defaults");
+    const Estimate large = comm.estimate(Operation::all_reduce, std::size_t{64} << 20);
+    EXPECT_EQ(large.algorithm, "ring");
+    EXPECT_GT(large.slice_bytes, 0u);
     expect_same_on_every_rank(comm, estimate_words(comm));
   });
 }
