@@ -312,11 +312,13 @@ class LOOM_API Communicator {
   // Collective over the ranks listed alone (MPI_Comm_create_group): they form a communicator,
   // ranked in the order listed; the other ranks do not call it. Every member passes the same
   // list; the child is as split()'s (its own key space, connections, monitor), with `options`
-  // as split() takes them (not compared between members). A list that does not name this rank,
-  // names a rank twice or one outside [0, size()) is an InvalidArgument. A member whose options
-  // are invalid raises InvalidArgument and tells the others: their calls on the child raise
-  // PeerError naming it (through the child's health monitor; a Store without clone() has none,
-  // and there they end at the child's timeout).
+  // as split() takes them. A list that does not name this rank, names a rank twice or one
+  // outside [0, size()) is an InvalidArgument. The members compare the child's settings through
+  // the store before any builds its part: where one member's options are invalid, or the
+  // members' settings differ (as split() compares them), every member raises InvalidArgument
+  // naming the member and the setting, and this communicator goes on. A member that does not
+  // call it within the child's timeout leaves the others a TimeoutError naming it; one that
+  // dies first, the error its death brings this communicator.
   Communicator create_group(std::span<const int> ranks, const Options& options = {});
 
   // Host memory that every rank of this host maps (MPI_Win_allocate_shared; ncclMemAlloc with

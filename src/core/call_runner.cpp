@@ -32,6 +32,10 @@ bool Communicator::Impl::halted() const noexcept {
   return failure_.halt().triggered();
 }
 
+void Communicator::Impl::raise_if_halted(const std::string& context) const {
+  if (failure_.halt().triggered()) failure_.halt().raise_unusable(context);
+}
+
 void Communicator::Impl::engine_idle(bool closed) {
   failure_.engine_idle(closed);
 }

@@ -223,8 +223,8 @@ Communicator Communicator::create_group(std::span<const int> ranks, const Option
     config = impl_->config().for_child(options);
     algorithms::Selector::check_rules(config.selection.algorithm);
   } catch (const InvalidArgument& e) {
-    // The other members build their child without an exchange: told through its key space,
-    // their calls on it raise PeerError naming this rank rather than wait for it.
+    // The other members compare the child's settings with this rank's before they build it:
+    // told through its key space, they raise InvalidArgument naming this rank.
     const std::string why = fmt::format("create_group: rank {}: {}", impl_->rank(), e.what());
     impl_->refuse_group(members, why);
     throw InvalidArgument(why);

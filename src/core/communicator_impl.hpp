@@ -85,11 +85,12 @@ class LOOM_INTERNAL Communicator::Impl final : private core::CallQueue::Runner {
   // its child then raises too, and the parent goes on), and child_config is only a placeholder.
   std::shared_ptr<Impl> split(int color, int key, const base::Config& child_config,
                               const std::string& refused = {});
-  // Communicator::create_group with this rank's options invalid (`why`): the child's other
-  // members learn it through the child's key space (their calls on it raise PeerError naming
-  // this rank) and this rank counts the group as made, as they do.
+  // Communicator::create_group with this rank's options invalid (`why`): publishes it as this
+  // member's settings in the group's key space (every other member then raises InvalidArgument
+  // naming it) and counts the group as made, as they do.
   void refuse_group(const std::vector<int>& members, const std::string& why);
-  // Communicator::create_group: the members' child, made by the members alone.
+  // Communicator::create_group: the members' child, made by the members alone once they found
+  // their settings alike (core::group_settings_disagreement; InvalidArgument where not).
   std::shared_ptr<Impl> create_group(const std::vector<int>& members,
                                      const base::Config& child_config);
   // Communicator::shrink: the survivors' communicator.
@@ -153,6 +154,8 @@ class LOOM_INTERNAL Communicator::Impl final : private core::CallQueue::Runner {
   void run_engine(const algorithms::Collective& call, bool background, gpu::Runtime* runtime);
   // A call queued before the communicator halted raises what the halt says.
   void refuse_if_halted(const algorithms::Collective& call);
+  // The same for what is not a call (create_group's wait for its members), `context` naming it.
+  void raise_if_halted(const std::string& context) const;
   // In a handler: the error in flight, named with `call`, fails the communicator (fail()).
   [[noreturn]] void fail_in_flight(const algorithms::Collective& call);
 

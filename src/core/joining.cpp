@@ -216,6 +216,31 @@ Communicator::Impl::GroupSpace Communicator::Impl::group_space(const std::vector
 std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
     const std::vector<int>& members, const base::Config& child_config) {
   GroupSpace space = group_space(members);
+  // Members whose child settings differ would shape their connections otherwise, or run other
+  // schedules: they compare them first, and each raises instead (the parent goes on).
+  std::vector<std::string> hosts;
+  for (const int r : members) hosts.push_back(topology_.host_of_rank[static_cast<std::size_t>(r)]);
+  const std::string context =
+      fmt::format("create_group: {}: the group of ranks {}", who(rank_), fmt::join(members, ","));
+  // Between rounds: the parent stopped, or a member on this host died before it came (its
+  // process tells at once, where the parent's monitor would take its heartbeat timeout).
+  auto check = [&](const std::vector<int>& absent) {
+    raise_if_halted(context);
+    for (const int r : absent)
+      if (const int pid = local_pid(r); pid != 0 && !base::process_alive(pid))
+        throw PeerError(fmt::format(
+            "{}: rank {} of the parent (pid {}, on this host) ended before it called create_group",
+            context, r, pid));
+  };
+  std::string why;
+  try {
+    why = core::group_settings_disagreement(*space.store, space.rank, members, hosts,
+                                            core::settings_line(child_config), child_config.timeout,
+                                            check);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(fmt::format("{}: {}", context, e.what()));
+  }
+  if (!why.empty()) throw InvalidArgument(fmt::format("{}: {}", context, why));
   auto child = std::make_shared<Impl>(*this, child_config, std::move(space.store), members,
                                       space.rank, space.token);
   child->whole_job_ = members.size() == static_cast<std::size_t>(size_) && whole_job_;
@@ -230,8 +255,8 @@ void Communicator::Impl::refuse_group(const std::vector<int>& members, const std
     return;
   }
   try {
-    core::publish_abort(*space.store, base::AbortRecord{base::AbortRecord::Kind::peer_failed,
-                                                        space.rank, space.rank, why});
+    const std::string line = core::refused_line(why);
+    space.store->set(store::keys::group_settings(space.rank), Bytes(line.begin(), line.end()));
   } catch (const Error&) {  // the store's silence is the others' to notice
   }
 }

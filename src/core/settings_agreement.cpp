@@ -253,6 +253,44 @@ void refuse_at_init(Store& store, int rank, int size, const std::string& worker_
   leave_together(store, rank, static_cast<std::size_t>(size), timeout, hosts_store);
 }
 
+std::string group_settings_disagreement(Store& space, int group_rank,
+                                        const std::vector<int>& members,
+                                        const std::vector<std::string>& hosts,
+                                        const std::string& line, std::chrono::milliseconds timeout,
+                                        const std::function<void(const std::vector<int>&)>& check) {
+  space.set(store::keys::group_settings(group_rank), Bytes(line.begin(), line.end()));
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i < members.size(); ++i)
+    keys.push_back(store::keys::group_settings(static_cast<int>(i)));
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const std::vector<bool> present = space.check(keys);
+    std::vector<int> absent;
+    for (std::size_t i = 0; i < present.size(); ++i)
+      if (!present[i]) absent.push_back(members[i]);
+    if (absent.empty()) break;
+    check(absent);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      throw TimeoutError(
+          fmt::format("{} of the parent did not call create_group for ranks {} within {} ms",
+                      ranks_text(absent), fmt::join(members, ","), timeout.count()));
+    }
+    try {
+      space.wait(keys, std::min<std::chrono::milliseconds>(left, std::chrono::milliseconds(200)));
+    } catch (const TimeoutError&) {  // another round: the parent may have stopped meanwhile
+    }
+  }
+  std::vector<std::string> lines;
+  for (const auto& k : keys) {
+    const Bytes b = space.get(k, timeout);
+    lines.emplace_back(b.begin(), b.end());
+  }
+  return settings_disagreement(lines, members, hosts,
+                               "every member of the group (ranks of the parent)");
+}
+
 std::vector<std::int64_t> settings_fingerprint(const base::Config& config) {
   std::vector<std::int64_t> out;
   for (const Field& f : kFields) out.push_back(fingerprint_of(value_of(f, config)));

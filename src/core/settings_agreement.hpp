@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,6 +55,20 @@ void check_settings_agree(Store& store, int rank, const Topology& topology,
 // whether they come or not). The caller then raises.
 void refuse_at_init(Store& store, int rank, int size, const std::string& worker_id,
                     std::string_view why, std::chrono::milliseconds timeout, bool hosts_store);
+
+// create_group's members compare their child's settings in the group's key space (`space`)
+// before any of them builds its part: each publishes `line` (settings_line, or refused_line where
+// its options were invalid) as member `group_rank`, then reads the others'. Returns the
+// disagreement, naming the members by their ranks in the parent (`members`; `hosts` theirs), or
+// empty where every member's line is the same. Waits for the members within `timeout`, raising
+// TimeoutError naming those that did not come; between rounds of 200 ms it calls `check` with the
+// members (parent ranks) not come yet, which raises where one of them cannot come (it died) or
+// the parent has stopped.
+std::string group_settings_disagreement(Store& space, int group_rank,
+                                        const std::vector<int>& members,
+                                        const std::vector<std::string>& hosts,
+                                        const std::string& line, std::chrono::milliseconds timeout,
+                                        const std::function<void(const std::vector<int>&)>& check);
 
 // A split compares its child's settings over the parent's all-gather of colors: a number per
 // setting (its value's FNV-1a hash, the same in every build), kSettingsFields of them.

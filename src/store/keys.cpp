@@ -108,6 +108,9 @@ std::string split_space(std::uint64_t split, int color) {
 std::string group_space(std::uint64_t digest, std::uint64_t n) {
   return key(Space::split, "group", digest, n);
 }
+std::string group_settings(int group_rank) {
+  return key(Space::split, "group_settings", group_rank);
+}
 std::string shrink_joined(std::uint64_t round, int rank) {
   return key(Space::shrink, "joined", round, rank);
 }

@@ -63,6 +63,9 @@ std::string split_space(std::uint64_t split, int color);
 // The key space of the n-th communicator made by create_group() from the members whose list
 // has `digest`.
 std::string group_space(std::uint64_t digest, std::uint64_t n);
+// Inside a group's key space: the child's settings as member `group_rank` has them, compared
+// before any member builds its part.
+std::string group_settings(int group_rank);
 // Shrinking after a failure: rank `rank` joined shrink number `round`; the members admitted
 // (the first proposal stands); the key space of the survivors' communicator.
 std::string shrink_joined(std::uint64_t round, int rank);

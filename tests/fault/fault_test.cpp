@@ -100,6 +100,27 @@ TEST(Fault, DeadPeerRaisesPeerErrorOnSurvivorsOnEveryTransport) {
   }
 }
 
+// A member that dies before it calls create_group: the others, comparing the group's settings,
+// raise the error its death brings their parent (its health monitor), not a wait until the
+// child's timeout.
+TEST(Fault, ADeadMemberEndsTheOthersCreateGroup) {
+  run_ranks_raw(3, [](RankContext& ctx) {
+    Options o;
+    o.timeout = 60s;
+    Communicator comm(ctx.store, ctx.rank, ctx.size, o);
+    float x = 1;
+    comm.all_reduce(&x, &x, 1, DataType::f32, ReduceOp::sum);
+    if (ctx.rank == 2) {
+      ctx.store->add("done", 1);
+      ::_exit(0);  // dies without a word
+    }
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_THROW((void)comm.create_group(std::vector<int>{0, 1, 2}, o), PeerError);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 20s)
+        << "the members waited for the dead one until the child's timeout";
+  });
+}
+
 TEST(Fault, DifferentCountsRaiseCollectiveMismatch) {
   for (const char* transport : loom::testing::kTransports) {
     SCOPED_TRACE(transport);

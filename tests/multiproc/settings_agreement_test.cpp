@@ -218,34 +218,66 @@ TEST(SettingsAgreement, ASplitWithOneMembersOptionsInvalidStopsOnlyItsChild) {
       });
 }
 
-// create_group with one member's options invalid: the others build their child without an
-// exchange, and their first call on it raises PeerError naming that member, not a wait until the
-// timeout; the group counts alike on every member, so the next create_group of the same ranks
-// works.
-TEST(SettingsAgreement, ACreateGroupWithOneMembersOptionsInvalidFailsItsCallsAtOnce) {
-  testing::run_ranks(3, [](Communicator& comm) {
+// create_group with one member's options invalid, or two members' settings different: every
+// member raises InvalidArgument naming the member and the setting, at once rather than at the
+// timeout; the parent goes on, and the group counts alike on every member, so that the next
+// create_group of the same ranks works.
+void create_group_refused(int odd_rank, const Options& odd, const std::string& named) {
+  testing::run_ranks(3, [&](Communicator& comm) {
     const int r = comm.rank();
     const std::vector<int> members = {0, 1, 2};
-    Options child;
-    if (r == 2) child.algorithm = "allreduce:no_such_algorithm";
+    Options child = r == odd_rank ? odd : Options{};
     child.timeout = std::chrono::seconds(60);
     const auto start = Clock::now();
-    if (r == 2) {
-      EXPECT_THROW(comm.create_group(members, child), InvalidArgument);
-    } else {
-      Communicator c = comm.create_group(members, child);
-      std::int64_t one = 1, total = 0;
-      try {
-        c.all_reduce(&one, &total, 1, DataType::i64, ReduceOp::sum);
-        ADD_FAILURE() << "rank " << r << ": a call on the child went on without rank 2";
-      } catch (const PeerError& e) {
-        EXPECT_NE(std::string(e.what()).find("no_such_algorithm"), std::string::npos) << e.what();
-      }
+    try {
+      (void)comm.create_group(members, child);
+      ADD_FAILURE() << "rank " << r << ": the group was made";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
+      const std::string odd_named = "rank " + std::to_string(odd_rank);
+      EXPECT_NE(std::string(e.what()).find(odd_named), std::string::npos) << e.what();
     }
     EXPECT_LT(Clock::now() - start, std::chrono::seconds(20));
     Communicator again = comm.create_group(members, {});
     std::int64_t mine = r, total = 0;
     again.all_reduce(&mine, &total, 1, DataType::i64, ReduceOp::sum);
+    EXPECT_EQ(total, 3);
+    comm.all_reduce(&mine, &total, 1, DataType::i64, ReduceOp::sum);
+    EXPECT_EQ(total, 3);
+  });
+}
+
+TEST(SettingsAgreement, ACreateGroupWithOneMembersOptionsInvalidFailsOnEveryMemberAtOnce) {
+  Options odd;
+  odd.algorithm = "allreduce:no_such_algorithm";
+  create_group_refused(2, odd, "no_such_algorithm");
+}
+
+TEST(SettingsAgreement, ACreateGroupWhoseMembersSettingsDifferFailsOnEveryMember) {
+  Options odd;
+  odd.algorithm = "allreduce:ring";
+  create_group_refused(1, odd, "LOOM_ALGO");
+}
+
+// A member that never calls create_group: the others raise TimeoutError naming it at the
+// child's timeout, and their parent goes on.
+TEST(SettingsAgreement, ACreateGroupAMemberNeverCallsTimesOutNamingIt) {
+  testing::run_ranks(3, [](Communicator& comm) {
+    const int r = comm.rank();
+    if (r != 2) {
+      Options child;
+      child.timeout = std::chrono::seconds(1);
+      try {
+        (void)comm.create_group(std::vector<int>{0, 1, 2}, child);
+        ADD_FAILURE() << "rank " << r << ": the group was made without rank 2";
+      } catch (const TimeoutError& e) {
+        EXPECT_NE(std::string(e.what()).find("rank 2 of the parent did not call"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+    std::int64_t mine = r, total = 0;
+    comm.all_reduce(&mine, &total, 1, DataType::i64, ReduceOp::sum);
     EXPECT_EQ(total, 3);
   });
 }
