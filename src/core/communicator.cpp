@@ -225,9 +225,8 @@ Communicator Communicator::create_group(std::span<const int> ranks, const Option
   } catch (const InvalidArgument& e) {
     // The other members compare the child's settings with this rank's before they build it:
     // told through its key space, they raise InvalidArgument naming this rank.
-    const std::string why = fmt::format("create_group: rank {}: {}", impl_->rank(), e.what());
-    impl_->refuse_group(members, why);
-    throw InvalidArgument(why);
+    impl_->refuse_group(members, e.what());
+    throw InvalidArgument(fmt::format("create_group: rank {}: {}", impl_->rank(), e.what()));
   }
   return Communicator(impl_->create_group(members, config));
 }

@@ -122,7 +122,7 @@ class LOOM_INTERNAL Communicator::Impl final : private core::CallQueue::Runner {
   // init's key space on `store` (a generation of its own for each communicator on the same
   // store and prefix, per launcher attempt) and the job token every rank agrees on there.
   void join_key_space(const std::shared_ptr<Store>& store, const Options& options);
-  // create_group's child as every member derives it without an exchange: its key space, token
+  // create_group's child as every member derives it from the list alone: its key space, token
   // and this rank's rank in it; counts the group as made. InvalidArgument for a list that does
   // not name this rank, or names one twice or outside the communicator.
   struct GroupSpace {

@@ -228,10 +228,13 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
     raise_if_halted(context);
     for (const int r : absent)
       if (const int pid = local_pid(r); pid != 0 && !base::process_alive(pid))
-        throw PeerError(fmt::format(
-            "{}: rank {} of the parent (pid {}, on this host) ended before it called create_group",
-            context, r, pid));
+        throw PeerError(
+            fmt::format("{}: rank {} of the parent (pid {}, on this host) ended before it "
+                        "called create_group",
+                        context, r, pid),
+            r);
   };
+  raise_if_halted(context);
   std::string why;
   try {
     why = core::group_settings_disagreement(*space.store, space.rank, members, hosts,
@@ -239,6 +242,8 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
                                             check);
   } catch (const TimeoutError& e) {
     throw TimeoutError(fmt::format("{}: {}", context, e.what()));
+  } catch (const StoreError& e) {
+    throw StoreError(fmt::format("{}: comparing the members' settings: {}", context, e.what()));
   }
   if (!why.empty()) throw InvalidArgument(fmt::format("{}: {}", context, why));
   auto child = std::make_shared<Impl>(*this, child_config, std::move(space.store), members,
@@ -255,9 +260,8 @@ void Communicator::Impl::refuse_group(const std::vector<int>& members, const std
     return;
   }
   try {
-    const std::string line = core::refused_line(why);
-    space.store->set(store::keys::group_settings(space.rank), Bytes(line.begin(), line.end()));
-  } catch (const Error&) {  // the store's silence is the others' to notice
+    core::publish_group_refusal(*space.store, space.rank, why);
+  } catch (const Error&) {  // the others then time out naming this rank: its error stands here
   }
 }
 

@@ -130,12 +130,16 @@ static_assert(std::size(kFields) == kSettingsFields);
 
 // A line's field that carries the error a rank's own settings raised (refused_line).
 constexpr std::string_view kRefusedKey = "refused";
+// A group member's slot that another member marked, having waited for it in vain.
+constexpr std::string_view kAbsentPrefix = "absent=";
+// How long create_group's wait for its members lasts before it looks at the parent again.
+constexpr std::chrono::milliseconds kGroupRound{500};
 
 // Before the fields are compared: the ranks whose settings were invalid, each with its error,
 // then the ranks that sent none (another version of Loom); empty when neither.
 std::string refusals_or_missing(
     const std::vector<std::map<std::string, std::string, std::less<>>>& parsed,
-    const std::vector<int>& ranks) {
+    const std::vector<int>& ranks, std::string_view consequence) {
   std::vector<int> refused, silent;
   std::vector<std::string> errors;
   for (std::size_t i = 0; i < parsed.size(); ++i) {
@@ -148,8 +152,8 @@ std::string refusals_or_missing(
     }
   }
   if (!refused.empty())
-    return fmt::format("the settings of {} are invalid: {}; every rank stops", ranks_text(refused),
-                       who_has_what(errors, refused));
+    return fmt::format("the settings of {} are invalid: {}; {}", ranks_text(refused),
+                       who_has_what(errors, refused), consequence);
   if (!silent.empty())
     return fmt::format(
         "{} sent no settings to compare (another version of Loom?): every rank "
@@ -193,14 +197,15 @@ std::string settings_line(const base::Config& config) {
 
 std::string settings_disagreement(const std::vector<std::string>& lines,
                                   const std::vector<int>& numbers,
-                                  const std::vector<std::string>& hosts, std::string_view among) {
+                                  const std::vector<std::string>& hosts, std::string_view among,
+                                  std::string_view consequence) {
   if (std::all_of(lines.begin(), lines.end(), [&](const auto& l) { return l == lines.front(); }))
     return {};
   std::vector<int> ranks = numbers;  // line i's rank
   for (std::size_t r = ranks.size(); r < lines.size(); ++r) ranks.push_back(static_cast<int>(r));
   std::vector<std::map<std::string, std::string, std::less<>>> parsed;
   for (const auto& line : lines) parsed.push_back(fields_of(line));
-  if (auto why = refusals_or_missing(parsed, ranks); !why.empty()) return why;
+  if (auto why = refusals_or_missing(parsed, ranks, consequence); !why.empty()) return why;
   for (const Field& f : kFields) {
     std::vector<std::string> values;
     for (const auto& fields : parsed) {
@@ -253,42 +258,75 @@ void refuse_at_init(Store& store, int rank, int size, const std::string& worker_
   leave_together(store, rank, static_cast<std::size_t>(size), timeout, hosts_store);
 }
 
+void publish_group_refusal(Store& space, int group_rank, std::string_view why) {
+  const std::string line = refused_line(why);
+  space.compare_set(store::keys::group_settings(group_rank), Bytes{},
+                    Bytes(line.begin(), line.end()));
+}
+
 std::string group_settings_disagreement(Store& space, int group_rank,
                                         const std::vector<int>& members,
                                         const std::vector<std::string>& hosts,
                                         const std::string& line, std::chrono::milliseconds timeout,
                                         const std::function<void(const std::vector<int>&)>& check) {
-  space.set(store::keys::group_settings(group_rank), Bytes(line.begin(), line.end()));
   std::vector<std::string> keys;
   for (std::size_t i = 0; i < members.size(); ++i)
     keys.push_back(store::keys::group_settings(static_cast<int>(i)));
+  const auto timed_out = [&](const std::vector<int>& late, std::string_view how) {
+    return TimeoutError(
+        fmt::format("{} of the parent did not publish its settings for the group "
+                    "(did not call create_group, or cannot reach the store) {}",
+                    ranks_text(late), how));
+  };
+  // A member another gave up on finds its slot taken: it raises too, and every member has
+  // counted the group alike, so that the next create_group of the same ranks meets.
+  const Bytes mine(line.begin(), line.end());
+  if (const Bytes placed =
+          space.compare_set(keys[static_cast<std::size_t>(group_rank)], Bytes{}, mine);
+      placed != mine)
+    throw timed_out({members[static_cast<std::size_t>(group_rank)]},
+                    fmt::format("in time: {}", std::string(placed.begin(), placed.end())));
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    const std::vector<bool> present = space.check(keys);
-    std::vector<int> absent;
-    for (std::size_t i = 0; i < present.size(); ++i)
-      if (!present[i]) absent.push_back(members[i]);
-    if (absent.empty()) break;
-    check(absent);
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      throw TimeoutError(
-          fmt::format("{} of the parent did not call create_group for ranks {} within {} ms",
-                      ranks_text(absent), fmt::join(members, ","), timeout.count()));
-    }
     try {
-      space.wait(keys, std::min<std::chrono::milliseconds>(left, std::chrono::milliseconds(200)));
-    } catch (const TimeoutError&) {  // another round: the parent may have stopped meanwhile
+      space.wait(keys, std::clamp(left, std::chrono::milliseconds(1), kGroupRound));
+      break;
+    } catch (const TimeoutError&) {  // the round ran out: check() raises where the store failed
     }
+    std::vector<std::size_t> absent;
+    const std::vector<bool> present = space.check(keys);
+    for (std::size_t i = 0; i < present.size(); ++i)
+      if (!present[i]) absent.push_back(i);
+    std::vector<int> absent_ranks;
+    for (const std::size_t i : absent) absent_ranks.push_back(members[i]);
+    if (absent.empty()) break;
+    check(absent_ranks);
+    if (std::chrono::steady_clock::now() < deadline) continue;
+    // Each absent member's slot is marked (a member that came meanwhile keeps its line).
+    const std::string why =
+        fmt::format("the others gave up waiting after {} ms (create_group for ranks {})",
+                    timeout.count(), fmt::join(members, ","));
+    const std::string marked = fmt::format("{}{}", kAbsentPrefix, why);
+    const Bytes marker(marked.begin(), marked.end());
+    std::vector<int> late;
+    for (const std::size_t i : absent)
+      if (space.compare_set(keys[i], Bytes{}, marker) == marker) late.push_back(members[i]);
+    if (!late.empty()) throw timed_out(late, fmt::format("within {} ms", timeout.count()));
+    break;
   }
   std::vector<std::string> lines;
-  for (const auto& k : keys) {
-    const Bytes b = space.get(k, timeout);
+  std::vector<int> late;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const Bytes b = space.get(keys[i], timeout);
     lines.emplace_back(b.begin(), b.end());
+    if (lines.back().starts_with(kAbsentPrefix)) late.push_back(members[i]);
   }
+  if (!late.empty()) throw timed_out(late, "in time (another member gave up waiting for it)");
   return settings_disagreement(lines, members, hosts,
-                               "every member of the group (ranks of the parent)");
+                               "every member of the group (ranks of the parent)",
+                               "every member raises; the parent goes on");
 }
 
 std::vector<std::int64_t> settings_fingerprint(const base::Config& config) {

@@ -34,11 +34,12 @@ std::string refused_line(std::string_view why);
 // switches) are compared within each host (empty hosts: all on one). Values are compared as
 // resolved and written: "ring" and "allreduce:ring" differ. Before any setting: the ranks whose
 // line is a refused_line (with their errors), then those whose line has no setting this build
-// knows (another version of Loom).
+// knows (another version of Loom); `consequence` ends a refusal's text.
 std::string settings_disagreement(const std::vector<std::string>& lines,
                                   const std::vector<int>& numbers = {},
                                   const std::vector<std::string>& hosts = {},
-                                  std::string_view among = "every rank");
+                                  std::string_view among = "every rank",
+                                  std::string_view consequence = "every rank stops");
 
 // When the topology's settings lines disagree, every rank raises InvalidArgument ("init: rank
 // r: ..."). Rank 0, where this process serves the store (`hosts_store`), first waits (bounded by
@@ -57,13 +58,16 @@ void refuse_at_init(Store& store, int rank, int size, const std::string& worker_
                     std::string_view why, std::chrono::milliseconds timeout, bool hosts_store);
 
 // create_group's members compare their child's settings in the group's key space (`space`)
-// before any of them builds its part: each publishes `line` (settings_line, or refused_line where
-// its options were invalid) as member `group_rank`, then reads the others'. Returns the
-// disagreement, naming the members by their ranks in the parent (`members`; `hosts` theirs), or
-// empty where every member's line is the same. Waits for the members within `timeout`, raising
-// TimeoutError naming those that did not come; between rounds of 200 ms it calls `check` with the
-// members (parent ranks) not come yet, which raises where one of them cannot come (it died) or
-// the parent has stopped.
+// before any of them builds its part: each publishes `line` (settings_line) as member
+// `group_rank`, then reads the others'. Returns the disagreement, naming the members by their
+// ranks in the parent (`members`; `hosts` theirs), or empty where every member's line is the
+// same. Waits for the members within `timeout`; between rounds of 500 ms it calls `check` with
+// the members (parent ranks) not come yet, which raises where one of them cannot come (it died)
+// or the parent has stopped. At the timeout it marks the slots still empty and raises
+// TimeoutError naming their members; a member that comes later finds its slot marked and raises
+// TimeoutError too, so that every member has counted the group (the next create_group of the
+// same ranks meets). A member whose options were invalid publishes publish_group_refusal instead.
+void publish_group_refusal(Store& space, int group_rank, std::string_view why);
 std::string group_settings_disagreement(Store& space, int group_rank,
                                         const std::vector<int>& members,
                                         const std::vector<std::string>& hosts,
