@@ -318,10 +318,11 @@ class LOOM_API Communicator {
   // members' settings differ (as split() compares them), every member raises InvalidArgument
   // naming the member and the setting, and this communicator goes on. So it blocks until every
   // member has called it: members of groups that overlap make them in the same order. A member
-  // that does not call it within the child's timeout leaves the others a TimeoutError naming it
-  // (and raises one too if it calls later, so that the next create_group of the same ranks
-  // meets); one that dies first, on this host a PeerError at once, elsewhere the error the
-  // parent's health monitor brings (a Store without clone() has none: the timeout).
+  // that does not call it within the child's timeout (the first member's to end) leaves the
+  // others a TimeoutError naming it (and raises one too if it calls later, so that the next
+  // create_group of the same ranks meets); one that dies first, on this host a PeerError within
+  // half a second, elsewhere the error the parent's health monitor brings (a Store without
+  // clone() has none: the timeout).
   Communicator create_group(std::span<const int> ranks, const Options& options = {});
 
   // Host memory that every rank of this host maps (MPI_Win_allocate_shared; ncclMemAlloc with

@@ -130,8 +130,10 @@ static_assert(std::size(kFields) == kSettingsFields);
 
 // A line's field that carries the error a rank's own settings raised (refused_line).
 constexpr std::string_view kRefusedKey = "refused";
-// A group member's slot that another member marked, having waited for it in vain.
+// A group member's slot that another member marked: having waited for it in vain (a timeout),
+// or stopping while it was absent (its parent stopped, or the member died).
 constexpr std::string_view kAbsentPrefix = "absent=";
+constexpr std::string_view kStoppedPrefix = "stopped=";
 // How long create_group's wait for its members lasts before it looks at the parent again.
 constexpr std::chrono::milliseconds kGroupRound{500};
 
@@ -181,6 +183,30 @@ void leave_together(Store& store, int rank, std::size_t size, std::chrono::milli
     }
   } catch (const Error&) {  // the caller's error says what matters
   }
+}
+
+// Marks the empty slots among `slots` (indices into `keys`) as given up on (`prefix`: why), for
+// `why`; returns those marked (a member that came meanwhile keeps its line).
+std::vector<std::size_t> mark_empty(Store& space, const std::vector<std::string>& keys,
+                                    const std::vector<std::size_t>& slots, std::string_view prefix,
+                                    std::string_view why) {
+  const std::string marked = fmt::format("{}{}", prefix, why);
+  const Bytes marker(marked.begin(), marked.end());
+  std::vector<std::size_t> out;
+  for (const std::size_t i : slots)
+    if (space.compare_set(keys[i], Bytes{}, marker) == marker) out.push_back(i);
+  return out;
+}
+
+bool marked(std::string_view slot) {
+  return slot.starts_with(kAbsentPrefix) || slot.starts_with(kStoppedPrefix);
+}
+
+// A marked slot's member, as the error its marker says (`what` before the reason).
+[[noreturn]] void raise_marked(std::string_view slot, const std::string& what, int peer) {
+  if (slot.starts_with(kStoppedPrefix))
+    throw PeerError(fmt::format("{}: {}", what, slot.substr(kStoppedPrefix.size())), peer);
+  throw TimeoutError(fmt::format("{}: {}", what, slot.substr(kAbsentPrefix.size())));
 }
 
 }  // namespace
@@ -272,20 +298,15 @@ std::string group_settings_disagreement(Store& space, int group_rank,
   std::vector<std::string> keys;
   for (std::size_t i = 0; i < members.size(); ++i)
     keys.push_back(store::keys::group_settings(static_cast<int>(i)));
-  const auto timed_out = [&](const std::vector<int>& late, std::string_view how) {
-    return TimeoutError(
-        fmt::format("{} of the parent did not publish its settings for the group "
-                    "(did not call create_group, or cannot reach the store) {}",
-                    ranks_text(late), how));
-  };
-  // A member another gave up on finds its slot taken: it raises too, and every member has
+  const int me = members[static_cast<std::size_t>(group_rank)];
+  // A member another gave up on finds its slot marked: it raises too, and every member has
   // counted the group alike, so that the next create_group of the same ranks meets.
   const Bytes mine(line.begin(), line.end());
   if (const Bytes placed =
           space.compare_set(keys[static_cast<std::size_t>(group_rank)], Bytes{}, mine);
       placed != mine)
-    throw timed_out({members[static_cast<std::size_t>(group_rank)]},
-                    fmt::format("in time: {}", std::string(placed.begin(), placed.end())));
+    raise_marked(std::string(placed.begin(), placed.end()),
+                 fmt::format("rank {} of the parent came too late for the group", me), -1);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -299,31 +320,42 @@ std::string group_settings_disagreement(Store& space, int group_rank,
     const std::vector<bool> present = space.check(keys);
     for (std::size_t i = 0; i < present.size(); ++i)
       if (!present[i]) absent.push_back(i);
+    if (absent.empty()) break;
     std::vector<int> absent_ranks;
     for (const std::size_t i : absent) absent_ranks.push_back(members[i]);
-    if (absent.empty()) break;
-    check(absent_ranks);
+    try {
+      check(absent_ranks);
+    } catch (const Error& e) {
+      // This member stops with its line published: no other may build the child without it.
+      if (!mark_empty(space, keys, absent, kStoppedPrefix,
+                      fmt::format("rank {} of the parent stopped waiting for it: {}", me, e.what()))
+               .empty())
+        throw;
+      break;  // every member came meanwhile: the group is whole
+    }
     if (std::chrono::steady_clock::now() < deadline) continue;
-    // Each absent member's slot is marked (a member that came meanwhile keeps its line).
-    const std::string why =
-        fmt::format("the others gave up waiting after {} ms (create_group for ranks {})",
-                    timeout.count(), fmt::join(members, ","));
-    const std::string marked = fmt::format("{}{}", kAbsentPrefix, why);
-    const Bytes marker(marked.begin(), marked.end());
     std::vector<int> late;
-    for (const std::size_t i : absent)
-      if (space.compare_set(keys[i], Bytes{}, marker) == marker) late.push_back(members[i]);
-    if (!late.empty()) throw timed_out(late, fmt::format("within {} ms", timeout.count()));
+    for (const std::size_t i : mark_empty(
+             space, keys, absent, kAbsentPrefix,
+             fmt::format("the other members gave up waiting for it after {} ms", timeout.count())))
+      late.push_back(members[i]);
+    if (!late.empty())
+      throw TimeoutError(
+          fmt::format("{} of the parent did not publish its settings for the group within {} ms "
+                      "(did not call create_group, or cannot reach the store)",
+                      ranks_text(late), timeout.count()));
     break;
   }
   std::vector<std::string> lines;
-  std::vector<int> late;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    const Bytes b = space.get(keys[i], timeout);
+  for (const auto& k : keys) {
+    const Bytes b = space.get(k, timeout);
     lines.emplace_back(b.begin(), b.end());
-    if (lines.back().starts_with(kAbsentPrefix)) late.push_back(members[i]);
   }
-  if (!late.empty()) throw timed_out(late, "in time (another member gave up waiting for it)");
+  for (std::size_t i = 0; i < lines.size(); ++i)
+    if (marked(lines[i]))
+      raise_marked(lines[i],
+                   fmt::format("rank {} of the parent did not join the group", members[i]),
+                   members[i]);
   return settings_disagreement(lines, members, hosts,
                                "every member of the group (ranks of the parent)",
                                "every member raises; the parent goes on");

@@ -57,17 +57,19 @@ void check_settings_agree(Store& store, int rank, const Topology& topology,
 void refuse_at_init(Store& store, int rank, int size, const std::string& worker_id,
                     std::string_view why, std::chrono::milliseconds timeout, bool hosts_store);
 
+// A member of create_group whose own options were invalid (`why`): its slot in the group's key
+// space (`space`) says so, and every other member raises InvalidArgument naming it.
+void publish_group_refusal(Store& space, int group_rank, std::string_view why);
 // create_group's members compare their child's settings in the group's key space (`space`)
 // before any of them builds its part: each publishes `line` (settings_line) as member
 // `group_rank`, then reads the others'. Returns the disagreement, naming the members by their
 // ranks in the parent (`members`; `hosts` theirs), or empty where every member's line is the
 // same. Waits for the members within `timeout`; between rounds of 500 ms it calls `check` with
 // the members (parent ranks) not come yet, which raises where one of them cannot come (it died)
-// or the parent has stopped. At the timeout it marks the slots still empty and raises
-// TimeoutError naming their members; a member that comes later finds its slot marked and raises
-// TimeoutError too, so that every member has counted the group (the next create_group of the
-// same ranks meets). A member whose options were invalid publishes publish_group_refusal instead.
-void publish_group_refusal(Store& space, int group_rank, std::string_view why);
+// or the parent has stopped: the slots still empty are then marked, so that no member builds the
+// child without this one. At the timeout it marks the slots still empty and raises TimeoutError
+// naming their members; a member that comes later, or reads a marked slot, raises TimeoutError
+// too, and every member has counted the group (the next create_group of the same ranks meets).
 std::string group_settings_disagreement(Store& space, int group_rank,
                                         const std::vector<int>& members,
                                         const std::vector<std::string>& hosts,

@@ -28,12 +28,21 @@ loom::Options child_settings(const c10::intrusive_ptr<c10d::Backend::Options>& o
   return settings;
 }
 
-// A child group's options: `opts` (PyTorch's copy for it) where they are loom's, else ours.
+// A child group's options: a copy of ours, with what `opts` (the caller's pg_options, or the
+// timeout new_group was given) sets laid over it; its own object, since PyTorch writes the
+// group's name and ranks on it.
 c10::intrusive_ptr<LoomOptions> options_for_child(
     const c10::intrusive_ptr<c10d::Backend::Options>& opts, const LoomOptions& mine) {
-  if (auto loom = c10::dynamic_intrusive_pointer_cast<LoomOptions>(opts)) return loom;
   auto options = c10::make_intrusive<LoomOptions>(mine);
-  if (opts) options->timeout = opts->timeout, options->group_name = opts->group_name;
+  if (!opts) return options;
+  options->timeout = opts->timeout;
+  if (!opts->group_name.empty()) options->group_name = opts->group_name;
+  if (const auto* loom = dynamic_cast<const LoomOptions*>(opts.get())) {
+    if (loom->algorithm) options->algorithm = loom->algorithm;
+    if (loom->buffer_bytes) options->buffer_bytes = loom->buffer_bytes;
+    if (loom->slots) options->slots = loom->slots;
+    if (loom->sockets_per_peer) options->sockets_per_peer = loom->sockets_per_peer;
+  }
   return options;
 }
 
