@@ -43,10 +43,13 @@ def _create_backend(dist_options, backend_options=None):
     ranks = list(dist_options.global_ranks_in_group)
     parent = getattr(dist_options, "split_from", None)
     if isinstance(parent, ProcessGroupLoom) and ranks:
-        # new_group(timeout=...) bounds the child (its members' wait for each other included)
-        # where no loom Options say otherwise.
-        if backend_options is None and getattr(dist_options, "timeout", None) is not None:
-            backend_options = Options(timeout=dist_options.timeout)
+        # new_group(timeout=...) bounds the child (its members' wait for each other included),
+        # over pg_options' own, as PyTorch sets it on NCCL's options.
+        timeout = getattr(dist_options, "timeout", None)
+        if backend_options is None and timeout is not None:
+            backend_options = Options(timeout=timeout)
+        elif timeout is not None:
+            backend_options._timeout = timeout
         backend = parent._split(ranks, backend_options)
     else:
         backend = _C._create_process_group(dist_options.store, dist_options.group_rank,

@@ -131,6 +131,17 @@ def new_group_splits_bound_group(rank, world):
         t = torch.tensor([rank + 1])
         dist.all_reduce(t, group=group)
         assert t.item() == 3
+    # new_group's timeout bounds the child; pg_options are laid over the parent's options.
+    timed = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=42),
+                           pg_options=loom_torch.Options(algorithm="ring"))
+    if rank < 2:
+        options = backend(timed).options
+        assert options._timeout == datetime.timedelta(seconds=42), options._timeout
+        assert options.algorithm == "ring", options.algorithm
+        assert list(options.global_ranks_in_group) == [0, 1]
+        t = torch.tensor([rank + 1])
+        dist.all_reduce(t, group=timed)
+        assert t.item() == 3
     dist.barrier()
 
 
