@@ -320,9 +320,11 @@ class LOOM_API Communicator {
   // member has called it: members of groups that overlap make them in the same order. A member
   // that does not call it within the child's timeout (the first member's to end) leaves the
   // others a TimeoutError naming it (and raises one too if it calls later, so that the next
-  // create_group of the same ranks meets); one that dies first, on this host a PeerError within
-  // half a second, elsewhere the error the parent's health monitor brings (a Store without
-  // clone() has none: the timeout).
+  // create_group of the same ranks meets); one that dies first, a PeerError naming it, as soon
+  // as a member on its host sees its process gone (about half a second) or the parent's health
+  // monitor reports it (a Store without clone() has none: the timeout). A member that stops so
+  // (or whose parent stopped) marks the members still absent: they raise PeerError if they call
+  // later, naming the rank at fault.
   Communicator create_group(std::span<const int> ranks, const Options& options = {});
 
   // Host memory that every rank of this host maps (MPI_Win_allocate_shared; ncclMemAlloc with

@@ -234,7 +234,16 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
                         context, r, pid),
             r);
   };
-  raise_if_halted(context);
+  // A parent already stopped: the others learn it from this member's slot.
+  try {
+    raise_if_halted(context);
+  } catch (const Error& e) {
+    try {
+      core::publish_group_stop(*space.store, space.rank, e);
+    } catch (const Error&) {  // the store failed too: this member's own error stands
+    }
+    throw;
+  }
   std::string why;
   try {
     why = core::group_settings_disagreement(*space.store, space.rank, members, hosts,
@@ -242,6 +251,10 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
                                             check);
   } catch (const TimeoutError& e) {
     throw TimeoutError(fmt::format("{}: {}", context, e.what()));
+  } catch (const PeerError& e) {
+    const std::string what = e.what();
+    if (what.starts_with(context)) throw;  // raised by check() above, named already
+    throw PeerError(fmt::format("{}: {}", context, what), e.peer());
   } catch (const StoreError& e) {
     throw StoreError(fmt::format("{}: comparing the members' settings: {}", context, e.what()));
   }

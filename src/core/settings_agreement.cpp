@@ -1,6 +1,7 @@
 #include "core/settings_agreement.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <functional>
 #include <iterator>
@@ -202,10 +203,29 @@ bool marked(std::string_view slot) {
   return slot.starts_with(kAbsentPrefix) || slot.starts_with(kStoppedPrefix);
 }
 
-// A marked slot's member, as the error its marker says (`what` before the reason).
-[[noreturn]] void raise_marked(std::string_view slot, const std::string& what, int peer) {
-  if (slot.starts_with(kStoppedPrefix))
-    throw PeerError(fmt::format("{}: {}", what, slot.substr(kStoppedPrefix.size())), peer);
+// A stop marker: "stopped=<rank at fault, or -1>;<why>".
+std::string stop_marker(int cause, std::string_view why) {
+  return fmt::format("{};{}", cause, why);
+}
+// The rank an error names as at fault, or -1.
+int cause_of(const Error& e) {
+  const auto* peer = dynamic_cast<const PeerError*>(&e);
+  return peer != nullptr ? peer->peer() : -1;
+}
+
+// A marked slot's member, as the error its marker says (`what` before the reason): PeerError
+// naming the rank the stopping member's error named (not the absent member, which may be only
+// slow), or TimeoutError.
+[[noreturn]] void raise_marked(std::string_view slot, const std::string& what) {
+  if (slot.starts_with(kStoppedPrefix)) {
+    std::string_view rest = slot.substr(kStoppedPrefix.size());
+    int cause = -1;
+    if (const std::size_t semi = rest.find(';'); semi != std::string_view::npos) {
+      std::from_chars(rest.data(), rest.data() + semi, cause);
+      rest.remove_prefix(semi + 1);
+    }
+    throw PeerError(fmt::format("{}: {}", what, rest), cause);
+  }
   throw TimeoutError(fmt::format("{}: {}", what, slot.substr(kAbsentPrefix.size())));
 }
 
@@ -284,6 +304,13 @@ void refuse_at_init(Store& store, int rank, int size, const std::string& worker_
   leave_together(store, rank, static_cast<std::size_t>(size), timeout, hosts_store);
 }
 
+void publish_group_stop(Store& space, int group_rank, const Error& why) {
+  const std::string line =
+      fmt::format("{}{}", kStoppedPrefix, stop_marker(cause_of(why), why.what()));
+  space.compare_set(store::keys::group_settings(group_rank), Bytes{},
+                    Bytes(line.begin(), line.end()));
+}
+
 void publish_group_refusal(Store& space, int group_rank, std::string_view why) {
   const std::string line = refused_line(why);
   space.compare_set(store::keys::group_settings(group_rank), Bytes{},
@@ -306,7 +333,7 @@ std::string group_settings_disagreement(Store& space, int group_rank,
           space.compare_set(keys[static_cast<std::size_t>(group_rank)], Bytes{}, mine);
       placed != mine)
     raise_marked(std::string(placed.begin(), placed.end()),
-                 fmt::format("rank {} of the parent came too late for the group", me), -1);
+                 fmt::format("rank {} of the parent came too late for the group", me));
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -327,11 +354,18 @@ std::string group_settings_disagreement(Store& space, int group_rank,
       check(absent_ranks);
     } catch (const Error& e) {
       // This member stops with its line published: no other may build the child without it.
-      if (!mark_empty(space, keys, absent, kStoppedPrefix,
-                      fmt::format("rank {} of the parent stopped waiting for it: {}", me, e.what()))
-               .empty())
-        throw;
-      break;  // every member came meanwhile: the group is whole
+      bool marked_one = true;
+      try {
+        marked_one = !mark_empty(space, keys, absent, kStoppedPrefix,
+                                 stop_marker(cause_of(e),
+                                             fmt::format("rank {} of the parent stopped waiting "
+                                                         "for it: {}",
+                                                         me, e.what())))
+                          .empty();
+      } catch (const Error&) {  // the store failed too: this member's own error stands
+      }
+      if (marked_one) throw;
+      break;  // every absent slot was filled meanwhile (a line, or another member's mark)
     }
     if (std::chrono::steady_clock::now() < deadline) continue;
     std::vector<int> late;
@@ -354,8 +388,7 @@ std::string group_settings_disagreement(Store& space, int group_rank,
   for (std::size_t i = 0; i < lines.size(); ++i)
     if (marked(lines[i]))
       raise_marked(lines[i],
-                   fmt::format("rank {} of the parent did not join the group", members[i]),
-                   members[i]);
+                   fmt::format("rank {} of the parent did not join the group", members[i]));
   return settings_disagreement(lines, members, hosts,
                                "every member of the group (ranks of the parent)",
                                "every member raises; the parent goes on");

@@ -60,6 +60,9 @@ void refuse_at_init(Store& store, int rank, int size, const std::string& worker_
 // A member of create_group whose own options were invalid (`why`): its slot in the group's key
 // space (`space`) says so, and every other member raises InvalidArgument naming it.
 void publish_group_refusal(Store& space, int group_rank, std::string_view why);
+// A member of create_group that stops before it publishes its settings (its parent halted,
+// `why`): its slot says so, and every other member raises PeerError naming the rank `why` names.
+void publish_group_stop(Store& space, int group_rank, const Error& why);
 // create_group's members compare their child's settings in the group's key space (`space`)
 // before any of them builds its part: each publishes `line` (settings_line) as member
 // `group_rank`, then reads the others'. Returns the disagreement, naming the members by their
@@ -68,8 +71,9 @@ void publish_group_refusal(Store& space, int group_rank, std::string_view why);
 // the members (parent ranks) not come yet, which raises where one of them cannot come (it died)
 // or the parent has stopped: the slots still empty are then marked, so that no member builds the
 // child without this one. At the timeout it marks the slots still empty and raises TimeoutError
-// naming their members; a member that comes later, or reads a marked slot, raises TimeoutError
-// too, and every member has counted the group (the next create_group of the same ranks meets).
+// naming their members. A member that comes later, or reads a marked slot, raises too
+// (TimeoutError for a timeout's mark, PeerError naming the rank at fault for a stop's), and
+// every member has counted the group (the next create_group of the same ranks meets).
 std::string group_settings_disagreement(Store& space, int group_rank,
                                         const std::vector<int>& members,
                                         const std::vector<std::string>& hosts,

@@ -132,10 +132,11 @@ def new_group_splits_bound_group(rank, world):
         dist.all_reduce(t, group=group)
         assert t.item() == 3
     # new_group's timeout bounds the child; pg_options are laid over the parent's options.
-    timed = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=42),
-                           pg_options=loom_torch.Options(algorithm="ring"))
+    given = loom_torch.Options(algorithm="ring")
+    timed = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=42), pg_options=given)
     if rank < 2:
         options = backend(timed).options
+        assert options is not given  # the group's own: PyTorch writes its name and ranks there
         assert options._timeout == datetime.timedelta(seconds=42), options._timeout
         assert options.algorithm == "ring", options.algorithm
         assert list(options.global_ranks_in_group) == [0, 1]
