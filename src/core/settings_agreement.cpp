@@ -186,16 +186,21 @@ void leave_together(Store& store, int rank, std::size_t size, std::chrono::milli
   }
 }
 
+// A group member's slot, written once: `text` where it was empty; returns what it holds after.
+std::string take_slot(Store& space, const std::string& key, std::string_view text) {
+  const Bytes held = space.compare_set(key, Bytes{}, Bytes(text.begin(), text.end()));
+  return std::string(held.begin(), held.end());
+}
+
 // Marks the empty slots among `slots` (indices into `keys`) as given up on (`prefix`: why), for
 // `why`; returns those marked (a member that came meanwhile keeps its line).
 std::vector<std::size_t> mark_empty(Store& space, const std::vector<std::string>& keys,
                                     const std::vector<std::size_t>& slots, std::string_view prefix,
                                     std::string_view why) {
-  const std::string marked = fmt::format("{}{}", prefix, why);
-  const Bytes marker(marked.begin(), marked.end());
+  const std::string marker = fmt::format("{}{}", prefix, why);
   std::vector<std::size_t> out;
   for (const std::size_t i : slots)
-    if (space.compare_set(keys[i], Bytes{}, marker) == marker) out.push_back(i);
+    if (take_slot(space, keys[i], marker) == marker) out.push_back(i);
   return out;
 }
 
@@ -305,16 +310,12 @@ void refuse_at_init(Store& store, int rank, int size, const std::string& worker_
 }
 
 void publish_group_stop(Store& space, int group_rank, const Error& why) {
-  const std::string line =
-      fmt::format("{}{}", kStoppedPrefix, stop_marker(cause_of(why), why.what()));
-  space.compare_set(store::keys::group_settings(group_rank), Bytes{},
-                    Bytes(line.begin(), line.end()));
+  take_slot(space, store::keys::group_settings(group_rank),
+            fmt::format("{}{}", kStoppedPrefix, stop_marker(cause_of(why), why.what())));
 }
 
 void publish_group_refusal(Store& space, int group_rank, std::string_view why) {
-  const std::string line = refused_line(why);
-  space.compare_set(store::keys::group_settings(group_rank), Bytes{},
-                    Bytes(line.begin(), line.end()));
+  take_slot(space, store::keys::group_settings(group_rank), refused_line(why));
 }
 
 std::string group_settings_disagreement(Store& space, int group_rank,
@@ -328,12 +329,9 @@ std::string group_settings_disagreement(Store& space, int group_rank,
   const int me = members[static_cast<std::size_t>(group_rank)];
   // A member another gave up on finds its slot marked: it raises too, and every member has
   // counted the group alike, so that the next create_group of the same ranks meets.
-  const Bytes mine(line.begin(), line.end());
-  if (const Bytes placed =
-          space.compare_set(keys[static_cast<std::size_t>(group_rank)], Bytes{}, mine);
-      placed != mine)
-    raise_marked(std::string(placed.begin(), placed.end()),
-                 fmt::format("rank {} of the parent came too late for the group", me));
+  if (const std::string placed = take_slot(space, keys[static_cast<std::size_t>(group_rank)], line);
+      placed != line)
+    raise_marked(placed, fmt::format("rank {} of the parent came too late for the group", me));
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
