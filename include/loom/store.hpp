@@ -38,9 +38,10 @@ class LOOM_API Store {
   // A second, independent connection to the same store, for another thread (the communicator's
   // health monitor); null when this store cannot make one.
   virtual std::shared_ptr<Store> clone() const { return nullptr; }
-  // The same, with requests that do not wait for a key giving up after `request_timeout`: a
-  // watcher must notice a stopped store within that time (and a refused reconnection gives up at
-  // once: the watcher asks again on its next round). By default clone().
+  // The same, with requests that do not wait for a key giving up after `request_timeout`, and
+  // those that do (get, wait) `request_timeout` after their own timeout: a watcher must notice a
+  // stopped store within that time (and a refused reconnection gives up at once: the watcher asks
+  // again on its next round). By default clone().
   virtual std::shared_ptr<Store> clone_bounded(std::chrono::milliseconds request_timeout) const {
     (void)request_timeout;
     return clone();

@@ -17,6 +17,7 @@
 
 #include "base/logging.hpp"
 #include "base/process_memory.hpp"
+#include "base/stable_hash.hpp"
 #include "base/trace_internal.hpp"
 #include "core/communicator_impl.hpp"
 #include "core/failure_store.hpp"
@@ -175,7 +176,7 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::split(int color, int key
       static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
   // Every member derives the same token: no store round trip, and no two communicators share one.
   const std::uint64_t token =
-      std::hash<std::string>{}(fmt::format("{:x}/{}/{}", token_, split, color)) | 1;
+      base::stable_hash(fmt::format("{:x}/{}/{}", token_, split, color)) | 1;
   auto store = std::make_shared<PrefixStore>(store::keys::split_space(split, color), store_);
   auto child = std::make_shared<Impl>(*this, child_config, std::move(store), std::move(members),
                                       rank, token);
@@ -205,10 +206,10 @@ Communicator::Impl::GroupSpace Communicator::Impl::group_space(const std::vector
     n = groups_made_[members]++;
   }
   const std::string list = fmt::format("{}", fmt::join(members, ","));
-  const std::uint64_t digest = std::hash<std::string>{}(list);
+  const std::uint64_t digest = base::stable_hash(list);
   // Every member derives the same token: no store round trip, and no two communicators share one.
   const std::uint64_t token =
-      std::hash<std::string>{}(fmt::format("{:x}/group/{}/{}", token_, list, n)) | 1;
+      base::stable_hash(fmt::format("{:x}/group/{}/{}", token_, list, n)) | 1;
   return {std::make_shared<PrefixStore>(store::keys::group_space(digest, n), store_), token,
           static_cast<int>(me - members.begin())};
 }
@@ -223,8 +224,11 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
   const std::string context =
       fmt::format("create_group: {}: the group of ranks {}", who(rank_), fmt::join(members, ","));
   // Between rounds: the parent stopped, or a member on this host died before it came (its
-  // process tells at once, where the parent's monitor would take its heartbeat timeout).
+  // process tells at once, where the parent's monitor would take its heartbeat timeout). What it
+  // raises names the group already (`from_check`); the other errors are named below.
+  bool from_check = false;
   auto check = [&](const std::vector<int>& absent) {
+    from_check = true;
     raise_if_halted(context);
     for (const int r : absent)
       if (const int pid = local_pid(r); pid != 0 && !base::process_alive(pid))
@@ -233,6 +237,7 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
                         "called create_group",
                         context, r, pid),
             r);
+    from_check = false;
   };
   // A parent already stopped: the others learn it from this member's slot.
   try {
@@ -250,12 +255,13 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
                                             core::settings_line(child_config), child_config.timeout,
                                             check);
   } catch (const TimeoutError& e) {
+    if (from_check) throw;
     throw TimeoutError(fmt::format("{}: {}", context, e.what()));
   } catch (const PeerError& e) {
-    const std::string what = e.what();
-    if (what.starts_with(context)) throw;  // raised by check() above, named already
-    throw PeerError(fmt::format("{}: {}", context, what), e.peer());
+    if (from_check) throw;
+    throw PeerError(fmt::format("{}: {}", context, e.what()), e.peer());
   } catch (const StoreError& e) {
+    if (from_check) throw;
     throw StoreError(fmt::format("{}: comparing the members' settings: {}", context, e.what()));
   }
   if (!why.empty()) throw InvalidArgument(fmt::format("{}: {}", context, why));
@@ -468,8 +474,7 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::shrink(std::chrono::mill
                    me - members.begin(), members.size(), fmt::join(members, ","));
   if (whole_job_) report_left_out(members);
   // Every member derives the same token: no store round trip, and no two communicators share one.
-  const std::uint64_t token =
-      std::hash<std::string>{}(fmt::format("{:x}/shrink/{}", token_, round)) | 1;
+  const std::uint64_t token = base::stable_hash(fmt::format("{:x}/shrink/{}", token_, round)) | 1;
   auto store = std::make_shared<PrefixStore>(store::keys::shrink_space(round), store_);
   auto child = std::make_shared<Impl>(*this, config_, std::move(store), members,
                                       static_cast<int>(me - members.begin()), token);

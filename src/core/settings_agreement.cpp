@@ -6,11 +6,14 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <string_view>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "base/stable_hash.hpp"
 #include "store/keys.hpp"
 
 namespace loom::core {
@@ -50,11 +53,9 @@ constexpr Field kFields[] = {
      [](const base::Config& c) { return std::to_string(c.link.cuda_buffer_bytes); }, true},
 };
 
-// FNV-1a: the same value in every process and build, whatever the standard library.
+// The same value in every process and build, whatever the standard library.
 std::int64_t fingerprint_of(std::string_view text) {
-  std::uint64_t h = 14695981039346656037ull;
-  for (const char ch : text) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
-  return static_cast<std::int64_t>(h);
+  return static_cast<std::int64_t>(base::stable_hash(text));
 }
 
 // Within a line: no tab or newline.
@@ -137,6 +138,11 @@ constexpr std::string_view kAbsentPrefix = "absent=";
 constexpr std::string_view kStoppedPrefix = "stopped=";
 // How long create_group's wait for its members lasts before it looks at the parent again.
 constexpr std::chrono::milliseconds kGroupRound{500};
+// How long a round's requests may take beyond their wait (the round's wait, the look at which
+// members came, a mark while stopping): a store whose host froze must not hold the member past
+// its parent's halt (a store's own requests give up only at the child's timeout, or 10 s after
+// their wait).
+constexpr std::chrono::milliseconds kGroupPoll{1000};
 
 // Before the fields are compared: the ranks whose settings were invalid, each with its error,
 // then the ranks that sent none (another version of Loom); empty when neither.
@@ -333,28 +339,51 @@ std::string group_settings_disagreement(Store& space, int group_rank,
       placed != line)
     raise_marked(placed, fmt::format("rank {} of the parent came too late for the group", me));
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // The rounds' requests, bounded by kGroupPoll (where the store cannot bound them, or its
+  // bounded connection does not open in time: `space`).
+  std::shared_ptr<Store> bounded;
+  try {
+    bounded = space.clone_bounded(kGroupPoll);
+  } catch (const Error&) {
+  }
+  Store& poll = bounded ? *bounded : space;
+  std::vector<std::size_t> absent;  // as the last round that the store answered saw them
+  for (std::size_t i = 0; i < members.size(); ++i)
+    if (i != static_cast<std::size_t>(group_rank)) absent.push_back(i);
+  std::string silent;  // the store's failure in this round, if it did not answer
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
+    silent.clear();
+    const auto round = std::clamp(left, std::chrono::milliseconds(1), kGroupRound);
+    const auto round_end = std::chrono::steady_clock::now() + round;
     try {
-      space.wait(keys, std::clamp(left, std::chrono::milliseconds(1), kGroupRound));
+      poll.wait(keys, round);
       break;
-    } catch (const TimeoutError&) {  // the round ran out: check() raises where the store failed
+    } catch (const TimeoutError&) {  // the round ran out (or the store did not answer)
+    } catch (const StoreError&) {    // no store now: the round is waited out all the same
+      std::this_thread::sleep_until(round_end);
     }
-    std::vector<std::size_t> absent;
-    const std::vector<bool> present = space.check(keys);
-    for (std::size_t i = 0; i < present.size(); ++i)
-      if (!present[i]) absent.push_back(i);
-    if (absent.empty()) break;
+    try {
+      const std::vector<bool> present = poll.check(keys);
+      absent.clear();
+      for (std::size_t i = 0; i < present.size(); ++i)
+        if (!present[i]) absent.push_back(i);
+      if (absent.empty()) break;
+    } catch (const Error& e) {  // the last view stands; check() tells whether the parent stopped
+      silent = e.what();
+    }
     std::vector<int> absent_ranks;
     for (const std::size_t i : absent) absent_ranks.push_back(members[i]);
     try {
       check(absent_ranks);
     } catch (const Error& e) {
       // This member stops with its line published: no other may build the child without it.
+      // (Where the store did not answer this round, no mark would land: its own error stands.)
+      if (!silent.empty()) throw;
       bool marked_one = true;
       try {
-        marked_one = !mark_empty(space, keys, absent, kStoppedPrefix,
+        marked_one = !mark_empty(poll, keys, absent, kStoppedPrefix,
                                  stop_marker(cause_of(e),
                                              fmt::format("rank {} of the parent stopped waiting "
                                                          "for it: {}",
@@ -366,6 +395,9 @@ std::string group_settings_disagreement(Store& space, int group_rank,
       break;  // every absent slot was filled meanwhile (a line, or another member's mark)
     }
     if (std::chrono::steady_clock::now() < deadline) continue;
+    if (!silent.empty())
+      throw StoreError(
+          fmt::format("the store did not answer while the members were awaited: {}", silent));
     std::vector<int> late;
     for (const std::size_t i : mark_empty(
              space, keys, absent, kAbsentPrefix,

@@ -73,7 +73,10 @@ void publish_group_stop(Store& space, int group_rank, const Error& why);
 // child without this one. At the timeout it marks the slots still empty and raises TimeoutError
 // naming their members. A member that comes later, or reads a marked slot, raises too
 // (TimeoutError for a timeout's mark, PeerError naming the rank at fault for a stop's), and
-// every member has counted the group (the next create_group of the same ranks meets).
+// every member has counted the group (the next create_group of the same ranks meets). The
+// rounds' requests go over a bounded clone of `space` where it has one: a store host that freezes
+// or dies holds a round a second beyond its wait at most, so `check` still ends the wait when the
+// parent halts; a store that does not answer until the timeout raises StoreError.
 std::string group_settings_disagreement(Store& space, int group_rank,
                                         const std::vector<int>& members,
                                         const std::vector<std::string>& hosts,

@@ -37,9 +37,6 @@ constexpr std::size_t kMaxIdleConnections = 4;
 std::uint32_t clamp_ms(std::chrono::milliseconds t) {
   return static_cast<std::uint32_t>(std::clamp<long long>(t.count(), 0, 0x7fffffff));
 }
-std::chrono::milliseconds reply_timeout_for(std::chrono::milliseconds wait) {
-  return std::chrono::milliseconds(clamp_ms(wait)) + kReplyGrace;
-}
 
 // Runs a decoder of the server's reply; a malformed reply is a StoreError naming the call.
 template <typename Context, typename Decode>
@@ -56,13 +53,16 @@ class LOOM_INTERNAL TcpStore::Impl {
  public:
   // retry_refused: whether a reconnection that the host refuses is tried again until the
   // request's deadline (the first connection always is: the server may not be up yet).
+  // reply_grace: how long after a server-side wait's end the client still waits for its reply.
   Impl(std::string host, std::uint16_t port, std::chrono::milliseconds timeout, std::string secret,
-       std::chrono::milliseconds request_timeout, bool retry_refused = true)
+       std::chrono::milliseconds request_timeout, bool retry_refused = true,
+       std::chrono::milliseconds reply_grace = kReplyGrace)
       : host_(std::move(host)),
         port_(port),
         secret_(std::move(secret)),
         request_timeout_(request_timeout),
-        retry_refused_(retry_refused) {
+        retry_refused_(retry_refused),
+        reply_grace_(reply_grace) {
     idle_.push_back(connect(Deadline(timeout), true));
   }
   ~Impl() {
@@ -73,6 +73,10 @@ class LOOM_INTERNAL TcpStore::Impl {
   const std::string& secret() const { return secret_; }
   // Requests that do not wait still get a bound, so a hung server cannot hang a rank.
   std::chrono::milliseconds request_timeout() const { return request_timeout_; }
+  // The client's bound on a request that asks the server to wait up to `wait`.
+  std::chrono::milliseconds reply_timeout_for(std::chrono::milliseconds wait) const {
+    return std::chrono::milliseconds(clamp_ms(wait)) + reply_grace_;
+  }
 
   // Sends one request and returns the server's OK reply; raises TimeoutError on a timeout status.
   Reply call(const char* what, const std::string& key, const std::vector<std::uint8_t>& body,
@@ -228,6 +232,7 @@ class LOOM_INTERNAL TcpStore::Impl {
   std::string secret_;
   std::chrono::milliseconds request_timeout_;
   bool retry_refused_;
+  std::chrono::milliseconds reply_grace_;
 };
 
 namespace {
@@ -269,7 +274,7 @@ Bytes TcpStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   w.u8(static_cast<std::uint8_t>(Op::get));
   put_key(w, key);
   w.u32(clamp_ms(timeout));
-  auto reply = impl_->call("get", key, w.buffer(), reply_timeout_for(timeout));
+  auto reply = impl_->call("get", key, w.buffer(), impl_->reply_timeout_for(timeout));
   return decoded([&] { return context_of("get", key, *this); }, [&] { return reply_value(reply); });
 }
 
@@ -310,7 +315,7 @@ void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseco
   for (const auto& k : keys) put_key(w, k);
   w.u32(clamp_ms(timeout));
   const std::string first = keys.empty() ? "" : keys[0];
-  auto reply = impl_->call("wait", first, w.buffer(), reply_timeout_for(timeout));
+  auto reply = impl_->call("wait", first, w.buffer(), impl_->reply_timeout_for(timeout));
   decoded([&] { return context_of("wait", first, *this); }, [&] { return reply_empty(reply); });
 }
 
@@ -333,10 +338,11 @@ std::shared_ptr<Store> TcpStore::clone() const {
 }
 // A watcher's connection: a store host that refuses it is gone (it was up: this one's original
 // connected), and waiting out the deadline would only hold the watcher's owner (a rank on its way
-// out after a failure joins it).
+// out after a failure joins it). A request that waits gives up `request_timeout` after its wait.
 std::shared_ptr<Store> TcpStore::clone_bounded(std::chrono::milliseconds request_timeout) const {
-  return std::shared_ptr<TcpStore>(new TcpStore(std::make_unique<Impl>(
-      impl_->host(), impl_->port(), request_timeout, impl_->secret(), request_timeout, false)));
+  return std::shared_ptr<TcpStore>(new TcpStore(
+      std::make_unique<Impl>(impl_->host(), impl_->port(), request_timeout, impl_->secret(),
+                             request_timeout, false, request_timeout)));
 }
 
 std::shared_ptr<Store> PrefixStore::clone() const {

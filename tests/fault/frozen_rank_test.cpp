@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -55,7 +56,8 @@ enum class Stop { freeze, kill };
 // Exits 0 when the failure is a PeerError naming `victim` (as `expected`) and came within the
 // heartbeat timeout and two seconds of the victim's stop (frozen), or when the communicator was
 // destroyed within 3 s of it (killed).
-[[noreturn]] void rank_main(int rank, int victim, int port, const char* expected, Stop how) {
+// The environment of rank `rank` of kWorld under init(), rank 0 hosting the store on `port`.
+void launch_env(int rank, int port) {
   ::setenv("RANK", std::to_string(rank).c_str(), 1);
   ::setenv("WORLD_SIZE", std::to_string(kWorld).c_str(), 1);
   ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
@@ -64,6 +66,10 @@ enum class Stop { freeze, kill };
   ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
   ::setenv("LOOM_HEARTBEAT_TIMEOUT", std::to_string(kHeartbeat.count()).c_str(), 1);
   ::setenv("LOOM_TIMEOUT", "60", 1);
+}
+
+[[noreturn]] void rank_main(int rank, int victim, int port, const char* expected, Stop how) {
+  launch_env(rank, port);
   int code = 1;
   try {
     auto stopped = Clock::now();
@@ -114,6 +120,75 @@ enum class Stop { freeze, kill };
   ::_exit(code);
 }
 
+// create_group of ranks 1-3 while rank 0, which hosts the store and is no member, freezes (or
+// dies), and member 3 never comes: members 1 and 2, waiting for it, raise PeerError naming rank 0
+// within the heartbeat timeout and a few seconds (their parent halts), not at the child's timeout
+// (60 s), though the store they wait on, and would mark member 3's slot in, no longer answers.
+[[noreturn]] void group_rank_main(int rank, int port, Stop how) {
+  launch_env(rank, port);
+  int code = 1;
+  try {
+    Communicator comm = init();
+    float x = 1;
+    comm.all_reduce(&x, &x, 1, DataType::f32, ReduceOp::sum);
+    if (rank == 0) {
+      std::this_thread::sleep_for(1s);  // the others' all-reduce has ended, and they wait
+      ::raise(how == Stop::freeze ? SIGSTOP : SIGKILL);  // frozen: the harness kills it
+      ::_exit(0);
+    }
+    if (rank == 3) {  // never comes: the harness kills it
+      std::this_thread::sleep_for(120s);
+      ::_exit(0);
+    }
+    const auto start = Clock::now();
+    try {
+      (void)comm.create_group(std::vector<int>{1, 2, 3});
+      std::fprintf(stderr, "rank %d: the group was made without member 3\n", rank);
+    } catch (const PeerError& e) {
+      const auto took = Clock::now() - start;
+      code = e.peer() == 0 && took < 1s + kHeartbeat + 4s ? 0 : 1;
+      std::fprintf(stderr, "rank %d: after %.1f s: %s\n", rank,
+                   std::chrono::duration<double>(took).count(), e.what());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: after %.1f s, not a PeerError: %s\n", rank,
+                   std::chrono::duration<double>(Clock::now() - start).count(), e.what());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+  }
+  std::fflush(stderr);
+  ::_exit(code);
+}
+
+// Starts kWorld ranks running `main` and expects those in `expected` to exit 0 within 60 s;
+// kills every other one after them.
+template <typename Main>
+void expect_ranks_succeed(const std::vector<int>& expected, Main main) {
+  const int port = free_port();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < kWorld; ++r) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) main(r, port);
+    pids.push_back(pid);
+  }
+  const auto deadline = Clock::now() + 60s;
+  for (const int r : expected) {
+    int status = -1;
+    while (::waitpid(pids[static_cast<std::size_t>(r)], &status, WNOHANG) == 0 &&
+           Clock::now() < deadline)
+      std::this_thread::sleep_for(20ms);
+    if (Clock::now() >= deadline) ::kill(pids[static_cast<std::size_t>(r)], SIGKILL);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "rank " << r << " failed (status " << status << "; its stderr is above)";
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    if (std::find(expected.begin(), expected.end(), r) != expected.end()) continue;
+    ::kill(pids[static_cast<std::size_t>(r)], SIGKILL);
+    ::waitpid(pids[static_cast<std::size_t>(r)], nullptr, 0);
+  }
+}
+
 void expect_named_on_every_survivor(int victim, const char* expected, Stop how = Stop::freeze) {
   const int port = free_port();
   std::vector<pid_t> pids;
@@ -147,6 +222,15 @@ TEST(FrozenRank, AMiddleRankIsNamedOnEverySurvivorWithinTheHeartbeatTimeout) {
 
 TEST(FrozenRank, RankZeroHostingTheStoreIsNamedOnEverySurvivorWithinTheHeartbeatTimeout) {
   expect_named_on_every_survivor(0, "rank 0 on host");
+}
+
+TEST(FrozenRank, RankZeroHostingTheStoreEndsTheMembersWaitInCreateGroup) {
+  expect_ranks_succeed({1, 2},
+                       [](int rank, int port) { group_rank_main(rank, port, Stop::freeze); });
+}
+
+TEST(KilledRank, RankZeroHostingTheStoreEndsTheMembersWaitInCreateGroup) {
+  expect_ranks_succeed({1, 2}, [](int rank, int port) { group_rank_main(rank, port, Stop::kill); });
 }
 
 TEST(KilledRank, EverySurvivorNamesItAndLeavesWithinThreeSecondsWhileRankZeroHostsTheStore) {

@@ -1,6 +1,7 @@
 // The settings line each rank sends at init, and how a disagreement between ranks is named.
 #include "core/settings_agreement.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/stable_hash.hpp"
 #include "loom/store.hpp"
 
 namespace loom::core {
@@ -169,6 +171,62 @@ TEST(SettingsAgreement, RankZeroRaisesOnlyOnceTheOthersHaveReadTheRecords) {
   EXPECT_NO_THROW(check_settings_agree(store, 0, t, std::chrono::seconds(20), true));
   std::remove(path.c_str());
   std::remove((path + ".lock").c_str());
+}
+
+// create_group's wait: a member that stops while others have not come marks their slots; each
+// of them, coming later, raises PeerError naming the rank the stopping member's error named (the
+// one at fault, not the late member, which may be only slow), and never builds the child.
+TEST(SettingsAgreement, ALateMemberFindsAStopMarkAndNamesTheRankAtFault) {
+  const std::string path = ::testing::TempDir() + "/group-stop-" + std::to_string(::getpid());
+  FileStore space(path);
+  const std::vector<int> members = {3, 5, 7};  // ranks of the parent
+  const std::vector<std::string> hosts = {"h", "h", "h"};
+  const std::string line = settings_line(base::Config{});
+  int checked = 0;
+  auto dead_seven = [&](const std::vector<int>& absent) {
+    ++checked;
+    EXPECT_EQ(absent, (std::vector<int>{5, 7}));
+    throw PeerError("rank 7 ended", 7);
+  };
+  try {
+    (void)group_settings_disagreement(space, 0, members, hosts, line, std::chrono::seconds(20),
+                                      dead_seven);
+    ADD_FAILURE() << "the member went on without the others";
+  } catch (const PeerError& e) {
+    EXPECT_EQ(e.peer(), 7) << e.what();
+    EXPECT_STREQ(e.what(), "rank 7 ended");  // its own error, unchanged
+  }
+  EXPECT_EQ(checked, 1);
+  // Member 5 comes late, healthy: its slot is marked; it raises, naming rank 7, without waiting.
+  auto never = [](const std::vector<int>&) { ADD_FAILURE() << "a late member waited"; };
+  for (const int late : {1, 2}) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      (void)group_settings_disagreement(space, late, members, hosts, line, std::chrono::seconds(20),
+                                        never);
+      ADD_FAILURE() << "member " << late << " built the child without the one that stopped";
+    } catch (const PeerError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.peer(), 7) << what;
+      EXPECT_NE(what.find(fmt::format("rank {} of the parent came too late", members[late])),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find("rank 3 of the parent stopped waiting for it: rank 7 ended"),
+                std::string::npos)
+          << what;
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  }
+  std::remove(path.c_str());
+  std::remove((path + ".lock").c_str());
+}
+
+// What ranks derive apart (a child's key space and token, a setting's fingerprint) must agree
+// whatever their standard library: FNV-1a's published values, not std::hash's.
+TEST(SettingsAgreement, TheStableHashIsFnv1a) {
+  EXPECT_EQ(base::stable_hash(""), 0xcbf29ce484222325ull);
+  EXPECT_EQ(base::stable_hash("a"), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(base::stable_hash("foobar"), 0x85944171f73967e8ull);
 }
 
 }  // namespace
