@@ -83,12 +83,15 @@ void Dispatcher::run(Engine& engine, const Collective& call) {
   // Whether the peers' memory is mapped here: the direct rows' condition (device buffers through
   // CUDA IPC, host buffers in the shared windows).
   const bool windows = (device ? engine.peer_memory() : engine.host_windows()) != nullptr;
-  if (plan_.kind != call.kind || plan_.bytes != bytes || plan_.device != device ||
-      plan_.windows != windows || plan_.algorithm == nullptr) {
+  if (plan_.kind != call.kind || plan_.bytes != bytes || plan_.dtype != call.dtype ||
+      plan_.op != call.op || plan_.device != device || plan_.windows != windows ||
+      plan_.algorithm == nullptr) {
     const Selector::Choice choice = engine.selector().choose(call.kind, bytes, device, windows);
     log_choice(engine.selector(), call, choice, bytes, windows);
     plan_ = Plan{call.kind,
                  bytes,
+                 call.dtype,
+                 call.op,
                  device,
                  windows,
                  choice.algorithm,
@@ -101,7 +104,8 @@ void Dispatcher::run(Engine& engine, const Collective& call) {
   if (plan_.rival != nullptr) {
     const Trials::Trial::Warm warm =
         Trials::warm_calls(call.kind, bytes, engine.slots(), engine.selector().inputs().slot_bytes);
-    if (Trials::Trial* trial = trials_.of(call.kind, bytes, plan_.algorithm, plan_.rival, warm)) {
+    if (Trials::Trial* trial = trials_.of({call.kind, bytes, call.dtype, call.op}, plan_.algorithm,
+                                          plan_.rival, warm)) {
       if (trial->winner() == nullptr) {
         run_trial(engine, call, *trial);
         return;

@@ -69,9 +69,14 @@ Trials::Trial::Warm Trials::warm_calls(Kind kind, std::size_t bytes, int slots,
   return {calls, calls};
 }
 
-Trials::Trial* Trials::of(Kind kind, std::size_t bytes, const Algorithm* choice,
-                          const Algorithm* rival, Trial::Warm warm) {
-  const auto key = std::make_pair(kind, bytes);
+Trials::Trial* Trials::of(Key key, const Algorithm* choice, const Algorithm* rival,
+                          Trial::Warm warm) {
+  const bool reduces = key.kind == Kind::all_reduce || key.kind == Kind::reduce ||
+                       key.kind == Kind::reduce_scatter || key.kind == Kind::reduce_scatter_v;
+  if (!reduces) {
+    key.dtype = DataType::u8;
+    key.op = ReduceOp::sum;
+  }
   if (auto it = trials_.find(key); it != trials_.end()) return &it->second;
   if (trials_.size() >= kMostSizes) return nullptr;
   warm.choice = std::clamp(warm.choice, 0, kMostWarm);

@@ -9,7 +9,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <utility>
 #include <vector>
 
 #include "algorithms/collective.hpp"
@@ -43,10 +42,23 @@ class Trials {
   static constexpr int kCounted = 3;
   static constexpr int kMostWarm = 16;
   static constexpr int kRivalWarm = 1;
-  // The sizes a communicator tries; beyond them the model's choice stands, so that a program
-  // calling with ever new sizes stops paying for trials. Every rank makes the same calls in the
-  // same order, so every rank stops at the same size.
+  // The calls a communicator tries (a kind and size, with a reduction's dtype and op); beyond
+  // them the model's choice stands, so that a program calling with ever new sizes stops paying
+  // for trials. Every rank makes the same calls in the same order, so every rank stops at the
+  // same one.
   static constexpr std::size_t kMostSizes = 32;
+
+  // What a trial is of. A reduction's dtype and op are part of it: its reduction's cost differs
+  // between them, and a program alternating two of them at one size would otherwise time the
+  // choice on one and the rival on the other. The other kinds move bytes alone: their dtype and
+  // op are not (Trials::of sets them to u8 and sum).
+  struct Key {
+    Kind kind = Kind::all_reduce;
+    std::size_t bytes = 0;
+    DataType dtype = DataType::u8;
+    ReduceOp op = ReduceOp::sum;
+    auto operator<=>(const Key&) const = default;
+  };
 
   // One rank's time of each counted call, in microseconds: the choice's, then the rival's.
   struct Times {
@@ -104,11 +116,9 @@ class Trials {
   // an all-to-all, else as the choice.
   static Trial::Warm warm_calls(Kind kind, std::size_t bytes, int slots, std::size_t slot_bytes);
 
-  // The trial of `kind` at `bytes`, started with `choice` against `rival`, each warmed up as
-  // `warm` says (at most kMostWarm), if there is none yet; null once kMostSizes sizes have been
-  // tried.
-  Trial* of(Kind kind, std::size_t bytes, const Algorithm* choice, const Algorithm* rival,
-            Trial::Warm warm);
+  // The trial of `key`, started with `choice` against `rival`, each warmed up as `warm` says (at
+  // most kMostWarm), if there is none yet; null once kMostSizes keys have been tried.
+  Trial* of(Key key, const Algorithm* choice, const Algorithm* rival, Trial::Warm warm);
 
   // Within the trial's last call, on every rank: every rank's times, indexed by rank. They go
   // around the ring (n - 1 steps, one small message each way on the two ring connections), so
@@ -116,7 +126,7 @@ class Trials {
   static std::vector<Times> swap(Engine& engine, const Times& mine);
 
  private:
-  std::map<std::pair<Kind, std::size_t>, Trial> trials_;
+  std::map<Key, Trial> trials_;
 };
 
 }  // namespace loom::algorithms

@@ -95,7 +95,7 @@ TEST(Trials, ATrialWarmsUpEachSideCountsThenKeepsItsWinner) {
   const Selector::Choice c = Selector(in).choose(Kind::all_to_all, 1 << 20, false, false);
   ASSERT_NE(c.rival, nullptr);
   Trials trials;
-  Trials::Trial* t = trials.of(Kind::all_to_all, 1 << 20, c.algorithm, c.rival, {2, 1});
+  Trials::Trial* t = trials.of({Kind::all_to_all, 1 << 20}, c.algorithm, c.rival, {2, 1});
   ASSERT_NE(t, nullptr);
   const int choice_calls = 2 + Trials::kCounted;
   ASSERT_EQ(t->calls(), choice_calls + Trials::kRivalWarm + Trials::kCounted);
@@ -116,7 +116,7 @@ TEST(Trials, ATrialWarmsUpEachSideCountsThenKeepsItsWinner) {
   EXPECT_EQ(t->winner(), c.algorithm);
   EXPECT_FALSE(t->record(1));  // judged: nothing more is recorded
   // The same trial for the same kind and size, whatever the plan says now.
-  EXPECT_EQ(trials.of(Kind::all_to_all, 1 << 20, c.rival, c.algorithm, {2, 1}), t);
+  EXPECT_EQ(trials.of({Kind::all_to_all, 1 << 20}, c.rival, c.algorithm, {2, 1}), t);
 }
 
 // A rival that warms up for more than one call (the all-reduce's): its uncounted calls come
@@ -125,7 +125,7 @@ TEST(Trials, ARivalsLongerWarmUpIsNotCounted) {
   const auto in = crowded_shm(4, 2);
   const Selector::Choice c = Selector(in).choose(Kind::all_to_all, 1 << 20, false, false);
   Trials trials;
-  Trials::Trial* t = trials.of(Kind::all_to_all, 1 << 20, c.algorithm, c.rival, {2, 3});
+  Trials::Trial* t = trials.of({Kind::all_to_all, 1 << 20}, c.algorithm, c.rival, {2, 3});
   const int choice_calls = 2 + Trials::kCounted, rival_from = choice_calls + 3;
   ASSERT_EQ(t->calls(), rival_from + Trials::kCounted);
   for (int call = 0; call < t->calls(); ++call) {
@@ -162,9 +162,9 @@ TEST(Trials, EachSidesWarmUpIsTheSlotsUpToAFew) {
   Trials trials;
   const auto in = crowded_shm(4, 2);
   const Selector::Choice c = Selector(in).choose(Kind::all_to_all, 1 << 20, false, false);
-  EXPECT_EQ(trials.of(Kind::all_to_all, 1, c.algorithm, c.rival, {8, 1})->calls(),
+  EXPECT_EQ(trials.of({Kind::all_to_all, 1}, c.algorithm, c.rival, {8, 1})->calls(),
             8 + Trials::kCounted + 1 + Trials::kCounted);
-  EXPECT_EQ(trials.of(Kind::all_to_all, 2, c.algorithm, c.rival, {64, 64})->calls(),
+  EXPECT_EQ(trials.of({Kind::all_to_all, 2}, c.algorithm, c.rival, {64, 64})->calls(),
             2 * (most + Trials::kCounted));
 }
 
@@ -203,10 +203,41 @@ TEST(Trials, ACommunicatorTriesAtMostSoManySizes) {
   const Selector::Choice c = Selector(in).choose(Kind::all_to_all, 1 << 20, false, false);
   Trials trials;
   for (std::size_t k = 0; k < Trials::kMostSizes; ++k)
-    EXPECT_NE(trials.of(Kind::all_to_all, 4096 + k, c.algorithm, c.rival, {8, 1}), nullptr) << k;
-  EXPECT_EQ(trials.of(Kind::all_to_all, 1 << 30, c.algorithm, c.rival, {8, 1}), nullptr);
+    EXPECT_NE(trials.of({Kind::all_to_all, 4096 + k}, c.algorithm, c.rival, {8, 1}), nullptr) << k;
+  EXPECT_EQ(trials.of({Kind::all_to_all, 1 << 30}, c.algorithm, c.rival, {8, 1}), nullptr);
   // The sizes already tried keep their trials.
-  EXPECT_NE(trials.of(Kind::all_to_all, 4096, c.algorithm, c.rival, {8, 1}), nullptr);
+  EXPECT_NE(trials.of({Kind::all_to_all, 4096}, c.algorithm, c.rival, {8, 1}), nullptr);
+}
+
+// A reduction's trial is its dtype's and op's: a program alternating two at one size times each
+// side on its own calls. An all-to-all moves bytes alone: one trial whatever its dtype.
+TEST(Trials, AReductionsTrialIsItsDtypesAndOpsAndOtherKindsAreTheirSizes) {
+  const auto in = crowded_shm(4, 2);
+  const Selector::Choice c = Selector(in).choose(Kind::all_to_all, 1 << 20, false, false);
+  Trials trials;
+  const std::size_t b = 1 << 20;
+  Trials::Trial* f32_sum =
+      trials.of({Kind::all_reduce, b, DataType::f32, ReduceOp::sum}, c.algorithm, c.rival, {});
+  ASSERT_NE(f32_sum, nullptr);
+  Trials::Trial* bf16_sum =
+      trials.of({Kind::all_reduce, b, DataType::bf16, ReduceOp::sum}, c.algorithm, c.rival, {});
+  Trials::Trial* f32_max =
+      trials.of({Kind::all_reduce, b, DataType::f32, ReduceOp::max}, c.algorithm, c.rival, {});
+  EXPECT_NE(bf16_sum, f32_sum);
+  EXPECT_NE(f32_max, f32_sum);
+  EXPECT_NE(f32_max, bf16_sum);
+  EXPECT_EQ(
+      trials.of({Kind::all_reduce, b, DataType::f32, ReduceOp::sum}, c.rival, c.algorithm, {}),
+      f32_sum);
+  EXPECT_NE(
+      trials.of({Kind::reduce_scatter, b, DataType::f32, ReduceOp::sum}, c.algorithm, c.rival, {}),
+      f32_sum);
+  Trials::Trial* bytes =
+      trials.of({Kind::all_to_all, b, DataType::f32, ReduceOp::sum}, c.algorithm, c.rival, {});
+  EXPECT_EQ(
+      trials.of({Kind::all_to_all, b, DataType::i64, ReduceOp::max}, c.algorithm, c.rival, {}),
+      bytes);
+  EXPECT_EQ(trials.of({Kind::all_to_all, b}, c.algorithm, c.rival, {}), bytes);
 }
 
 }  // namespace
