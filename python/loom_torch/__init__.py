@@ -10,6 +10,7 @@ PyTorch's timeout as Loom's. Under loomrun, env:// rendezvouses on loomrun's sto
 split, shrink, abort, batches and shared windows (docs/pytorch.md).
 """
 import inspect
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -41,11 +42,17 @@ def _create_backend(dist_options, backend_options=None):
         raise TypeError(f"loom: pg_options must be a loom_torch.Options, not "
                         f"{type(backend_options).__name__}")
     ranks = list(dist_options.global_ranks_in_group)
+    # The group's timeout (new_group's, or PyTorch's default) overrides pg_options' own, as it
+    # does NCCL's: warned of as PyTorch warns there.
+    timeout = getattr(dist_options, "timeout", None)
+    if backend_options is not None and timeout is not None and backend_options._timeout != timeout:
+        warnings.warn(f"loom: pg_options' timeout ({backend_options._timeout}) is overridden by "
+                      f"the group's timeout ({timeout}), which has a default where none is given",
+                      stacklevel=2)
     parent = getattr(dist_options, "split_from", None)
     if isinstance(parent, ProcessGroupLoom) and ranks:
         # new_group(timeout=...) bounds the child (its members' wait for each other included),
         # over pg_options' own, as PyTorch sets it on NCCL's options.
-        timeout = getattr(dist_options, "timeout", None)
         if backend_options is None and timeout is not None:
             backend_options = Options(timeout=timeout)
         elif timeout is not None:

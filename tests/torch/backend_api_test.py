@@ -18,6 +18,7 @@ import threading
 import time
 import traceback
 import unittest
+import warnings
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -133,8 +134,13 @@ def new_group_splits_bound_group(rank, world):
         assert t.item() == 3
     # new_group's timeout bounds the child; pg_options are laid over the parent's options.
     given = loom_torch.Options(algorithm="ring")
-    timed = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=42), pg_options=given)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        timed = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=42), pg_options=given)
     if rank < 2:
+        # pg_options' own timeout (the default) is overridden: warned of, as PyTorch does NCCL's.
+        assert any("pg_options' timeout" in str(w.message) for w in caught), \
+            [str(w.message) for w in caught]
         options = backend(timed).options
         assert options is not given  # the group's own: PyTorch writes its name and ranks there
         assert options._timeout == datetime.timedelta(seconds=42), options._timeout
@@ -154,13 +160,19 @@ def shrink_default_group(rank, world):
         dist.destroy_process_group()
         return
     start = time.monotonic()
-    group = dist.shrink_group([1])
+    # Shrink keeps the group's settings and takes pg_options' timeout alone: the options it
+    # reports say so (it warns of the algorithm it does not apply).
+    asked = loom_torch.Options(timeout=datetime.timedelta(seconds=33), algorithm="ring")
+    group = dist.shrink_group([1], pg_options=asked)
     assert time.monotonic() - start < 20, "shrink waited for the excluded rank"
     assert group.size() == 2 and dist.get_world_size() == 2
     t = torch.full((4,), rank)
     dist.all_reduce(t)
     assert t.tolist() == [2] * 4, t  # ranks 0 and 2
-    assert list(backend().options.global_ranks_in_group) == [0, 2]
+    options = backend().options
+    assert list(options.global_ranks_in_group) == [0, 2]
+    assert options._timeout == datetime.timedelta(seconds=33), options._timeout
+    assert options.algorithm is None, options.algorithm
 
 
 def shrink_after_abort(rank, world):

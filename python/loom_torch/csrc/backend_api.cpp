@@ -7,6 +7,8 @@
 #if LOOM_TORCH_BACKEND_API
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "gil.hpp"
 #include "work.hpp"
@@ -42,6 +44,31 @@ c10::intrusive_ptr<LoomOptions> options_for_child(
     if (loom->buffer_bytes) options->buffer_bytes = loom->buffer_bytes;
     if (loom->slots) options->slots = loom->slots;
     if (loom->sockets_per_peer) options->sockets_per_peer = loom->sockets_per_peer;
+  }
+  return options;
+}
+
+// A shrunk group's options: a copy of ours with `opts`' timeout and name. Shrink keeps the
+// parent's settings (Communicator::shrink takes a timeout alone): a loom pg_options asking for
+// others is warned of, not reported as applied.
+c10::intrusive_ptr<LoomOptions> options_for_shrunk(
+    const c10::intrusive_ptr<c10d::Backend::Options>& opts, const LoomOptions& mine) {
+  auto options = c10::make_intrusive<LoomOptions>(mine);
+  if (!opts) return options;
+  options->timeout = opts->timeout;
+  if (!opts->group_name.empty()) options->group_name = opts->group_name;
+  if (const auto* loom = dynamic_cast<const LoomOptions*>(opts.get())) {
+    std::vector<std::string> ignored;
+    if (loom->algorithm && loom->algorithm != mine.algorithm) ignored.emplace_back("algorithm");
+    if (loom->buffer_bytes && loom->buffer_bytes != mine.buffer_bytes)
+      ignored.emplace_back("buffer_bytes");
+    if (loom->slots && loom->slots != mine.slots) ignored.emplace_back("slots");
+    if (loom->sockets_per_peer && loom->sockets_per_peer != mine.sockets_per_peer)
+      ignored.emplace_back("sockets_per_peer");
+    if (loom->transport && loom->transport != mine.transport) ignored.emplace_back("transport");
+    if (!ignored.empty())
+      TORCH_WARN("loom: shrink_group keeps the group's own settings; pg_options' ",
+                 c10::Join(", ", ignored), " are not applied (only its timeout is)");
   }
   return options;
 }
@@ -97,7 +124,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupLoom::shrink(
   without_gil([&] { shrunk.emplace(comm_->shrink(exclude, timeout)); });
   auto group = c10::make_intrusive<ProcessGroupLoom>(
       std::make_shared<loom::Communicator>(std::move(*shrunk)), timeout);
-  group->options_ = options_for_child(opts, *options_);
+  group->options_ = options_for_shrunk(opts, *options_);
   std::vector<uint64_t> globals;
   for (int r = 0; r < w.size; ++r)
     if (std::find(exclude.begin(), exclude.end(), r) == exclude.end())
