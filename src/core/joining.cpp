@@ -10,11 +10,13 @@
 #include <charconv>
 #include <cstring>
 #include <random>
+#include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "base/errors.hpp"
 #include "base/logging.hpp"
 #include "base/process_memory.hpp"
 #include "base/stable_hash.hpp"
@@ -224,11 +226,8 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
   const std::string context =
       fmt::format("create_group: {}: the group of ranks {}", who(rank_), fmt::join(members, ","));
   // Between rounds: the parent stopped, or a member on this host died before it came (its
-  // process tells at once, where the parent's monitor would take its heartbeat timeout). What it
-  // raises names the group already (`from_check`); the other errors are named below.
-  bool from_check = false;
+  // process tells at once, where the parent's monitor would take its heartbeat timeout).
   auto check = [&](const std::vector<int>& absent) {
-    from_check = true;
     raise_if_halted(context);
     for (const int r : absent)
       if (const int pid = local_pid(r); pid != 0 && !base::process_alive(pid))
@@ -237,7 +236,6 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
                         "called create_group",
                         context, r, pid),
             r);
-    from_check = false;
   };
   // A parent already stopped: the others learn it from this member's slot.
   try {
@@ -254,15 +252,10 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create_group(
     why = core::group_settings_disagreement(*space.store, space.rank, members, hosts,
                                             core::settings_line(child_config), child_config.timeout,
                                             check);
-  } catch (const TimeoutError& e) {
-    if (from_check) throw;
-    throw TimeoutError(fmt::format("{}: {}", context, e.what()));
-  } catch (const PeerError& e) {
-    if (from_check) throw;
-    throw PeerError(fmt::format("{}: {}", context, e.what()), e.peer());
-  } catch (const StoreError& e) {
-    if (from_check) throw;
-    throw StoreError(fmt::format("{}: comparing the members' settings: {}", context, e.what()));
+  } catch (const Error& e) {  // named with the group, where check() has not named it already
+    if (e.kind() == ErrorKind::store && !std::string_view(e.what()).starts_with(context))
+      throw StoreError(fmt::format("{}: comparing the members' settings: {}", context, e.what()));
+    rethrow_with_context(e, context);
   }
   if (!why.empty()) throw InvalidArgument(fmt::format("{}: {}", context, why));
   auto child = std::make_shared<Impl>(*this, child_config, std::move(space.store), members,

@@ -315,13 +315,47 @@ void refuse_at_init(Store& store, int rank, int size, const std::string& worker_
   leave_together(store, rank, static_cast<std::size_t>(size), timeout, hosts_store);
 }
 
+namespace {
+
+// A bounded clone of the group's store (kGroupPoll beyond each request's own wait), made when
+// first needed and again after it failed to open (a frozen store host does not answer its login);
+// `space` itself where the store cannot make one.
+class BoundedStore {
+ public:
+  explicit BoundedStore(Store& space) : space_(space) {}
+  // Raises TimeoutError or StoreError where the clone cannot open now.
+  Store& get() {
+    if (unbounded_) return space_;
+    if (!bounded_) {
+      bounded_ = space_.clone_bounded(kGroupPoll);
+      if (!bounded_) unbounded_ = true;
+    }
+    return bounded_ ? *bounded_ : space_;
+  }
+
+ private:
+  Store& space_;
+  std::shared_ptr<Store> bounded_;
+  bool unbounded_ = false;
+};
+
+// A member's slot written through a bounded connection: a member that stops (its parent halted)
+// or refuses does not wait on a store that no longer answers; where it does not, the slot stays
+// empty and the others learn from their own parents.
+void take_slot_bounded(Store& space, int group_rank, const std::string& text) {
+  BoundedStore store(space);
+  take_slot(store.get(), store::keys::group_settings(group_rank), text);
+}
+
+}  // namespace
+
 void publish_group_stop(Store& space, int group_rank, const Error& why) {
-  take_slot(space, store::keys::group_settings(group_rank),
-            fmt::format("{}{}", kStoppedPrefix, stop_marker(cause_of(why), why.what())));
+  take_slot_bounded(space, group_rank,
+                    fmt::format("{}{}", kStoppedPrefix, stop_marker(cause_of(why), why.what())));
 }
 
 void publish_group_refusal(Store& space, int group_rank, std::string_view why) {
-  take_slot(space, store::keys::group_settings(group_rank), refused_line(why));
+  take_slot_bounded(space, group_rank, refused_line(why));
 }
 
 std::string group_settings_disagreement(Store& space, int group_rank,
@@ -332,47 +366,57 @@ std::string group_settings_disagreement(Store& space, int group_rank,
   std::vector<std::string> keys;
   for (std::size_t i = 0; i < members.size(); ++i)
     keys.push_back(store::keys::group_settings(static_cast<int>(i)));
-  const int me = members[static_cast<std::size_t>(group_rank)];
-  // A member another gave up on finds its slot marked: it raises too, and every member has
-  // counted the group alike, so that the next create_group of the same ranks meets.
-  if (const std::string placed = take_slot(space, keys[static_cast<std::size_t>(group_rank)], line);
-      placed != line)
-    raise_marked(placed, fmt::format("rank {} of the parent came too late for the group", me));
+  const std::size_t mine = static_cast<std::size_t>(group_rank);
+  const int me = members[mine];
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  // The rounds' requests, bounded by kGroupPoll (where the store cannot bound them, or its
-  // bounded connection does not open in time: `space`).
-  std::shared_ptr<Store> bounded;
-  try {
-    bounded = space.clone_bounded(kGroupPoll);
-  } catch (const Error&) {
-  }
-  Store& poll = bounded ? *bounded : space;
+  BoundedStore store(space);
+  bool published = false;
   std::vector<std::size_t> absent;  // as the last round that the store answered saw them
   for (std::size_t i = 0; i < members.size(); ++i)
-    if (i != static_cast<std::size_t>(group_rank)) absent.push_back(i);
-  std::string silent;  // the store's failure in this round, if it did not answer
+    if (i != mine) absent.push_back(i);
+  std::vector<std::string> lines;
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    silent.clear();
     const auto round = std::clamp(left, std::chrono::milliseconds(1), kGroupRound);
     const auto round_end = std::chrono::steady_clock::now() + round;
+    std::string silent;  // the store's failure, where it did not answer this round
+    std::string placed;
     try {
-      poll.wait(keys, round);
-      break;
-    } catch (const TimeoutError&) {  // the round ran out (or the store did not answer)
-    } catch (const StoreError&) {    // no store now: the round is waited out all the same
-      std::this_thread::sleep_until(round_end);
-    }
-    try {
-      const std::vector<bool> present = poll.check(keys);
-      absent.clear();
-      for (std::size_t i = 0; i < present.size(); ++i)
-        if (!present[i]) absent.push_back(i);
-      if (absent.empty()) break;
-    } catch (const Error& e) {  // the last view stands; check() tells whether the parent stopped
+      Store& s = store.get();
+      if (!published) placed = take_slot(s, keys[mine], line);
+      published = true;
+      if (placed.empty() || placed == line) {
+        s.wait(keys, round);
+        for (const auto& k : keys) {  // every slot is written: each get answers at once
+          const Bytes b = s.get(k, kGroupRound);
+          lines.emplace_back(b.begin(), b.end());
+        }
+        break;
+      }
+    } catch (const TimeoutError& e) {  // the round ran out, or the store did not answer
+      silent = e.what();
+    } catch (const StoreError& e) {
       silent = e.what();
     }
+    lines.clear();
+    // A member another gave up on finds its slot marked: it raises too, and every member has
+    // counted the group alike, so that the next create_group of the same ranks meets.
+    if (!placed.empty() && placed != line)
+      raise_marked(placed, fmt::format("rank {} of the parent came too late for the group", me));
+    if (published) {
+      try {
+        const std::vector<bool> present = store.get().check(keys);
+        silent.clear();
+        absent.clear();
+        for (std::size_t i = 0; i < present.size(); ++i)
+          if (!present[i]) absent.push_back(i);
+        if (absent.empty()) continue;  // every slot written meanwhile: the next round reads them
+      } catch (const Error& e) {       // the last view stands
+        silent = e.what();
+      }
+    }
+    std::this_thread::sleep_until(round_end);  // a round that failed at once is waited out
     std::vector<int> absent_ranks;
     for (const std::size_t i : absent) absent_ranks.push_back(members[i]);
     try {
@@ -380,10 +424,10 @@ std::string group_settings_disagreement(Store& space, int group_rank,
     } catch (const Error& e) {
       // This member stops with its line published: no other may build the child without it.
       // (Where the store did not answer this round, no mark would land: its own error stands.)
-      if (!silent.empty()) throw;
+      if (!published || !silent.empty()) throw;
       bool marked_one = true;
       try {
-        marked_one = !mark_empty(poll, keys, absent, kStoppedPrefix,
+        marked_one = !mark_empty(store.get(), keys, absent, kStoppedPrefix,
                                  stop_marker(cause_of(e),
                                              fmt::format("rank {} of the parent stopped waiting "
                                                          "for it: {}",
@@ -392,7 +436,7 @@ std::string group_settings_disagreement(Store& space, int group_rank,
       } catch (const Error&) {  // the store failed too: this member's own error stands
       }
       if (marked_one) throw;
-      break;  // every absent slot was filled meanwhile (a line, or another member's mark)
+      continue;  // every absent slot was filled meanwhile (a line, or another member's mark)
     }
     if (std::chrono::steady_clock::now() < deadline) continue;
     if (!silent.empty())
@@ -400,7 +444,7 @@ std::string group_settings_disagreement(Store& space, int group_rank,
           fmt::format("the store did not answer while the members were awaited: {}", silent));
     std::vector<int> late;
     for (const std::size_t i : mark_empty(
-             space, keys, absent, kAbsentPrefix,
+             store.get(), keys, absent, kAbsentPrefix,
              fmt::format("the other members gave up waiting for it after {} ms", timeout.count())))
       late.push_back(members[i]);
     if (!late.empty())
@@ -408,12 +452,6 @@ std::string group_settings_disagreement(Store& space, int group_rank,
           fmt::format("{} of the parent did not publish its settings for the group within {} ms "
                       "(did not call create_group, or cannot reach the store)",
                       ranks_text(late), timeout.count()));
-    break;
-  }
-  std::vector<std::string> lines;
-  for (const auto& k : keys) {
-    const Bytes b = space.get(k, timeout);
-    lines.emplace_back(b.begin(), b.end());
   }
   for (std::size_t i = 0; i < lines.size(); ++i)
     if (marked(lines[i]))

@@ -121,10 +121,15 @@ void launch_env(int rank, int port) {
 }
 
 // create_group of ranks 1-3 while rank 0, which hosts the store and is no member, freezes (or
-// dies), and member 3 never comes: members 1 and 2, waiting for it, raise PeerError naming rank 0
-// within the heartbeat timeout and a few seconds (their parent halts), not at the child's timeout
-// (60 s), though the store they wait on, and would mark member 3's slot in, no longer answers.
-[[noreturn]] void group_rank_main(int rank, int port, Stop how) {
+// dies), and member 3 never comes: members 1 and 2 raise PeerError naming rank 0 within the
+// heartbeat timeout and a few seconds (their parent halts), not at the child's timeout (60 s),
+// though the store they would write their slots in, wait on and mark member 3's slot in no
+// longer answers. `when`: the members call create_group as rank 0 stops (it stops while they
+// wait), a second after it stopped (their first request meets it), or once their parent halted.
+enum class When { waiting, after_stop, after_halt };
+int g_ready[2] = {-1, -1};  // a pipe: each member says it is about to call create_group
+
+[[noreturn]] void group_rank_main(int rank, int port, Stop how, When when) {
   launch_env(rank, port);
   int code = 1;
   try {
@@ -132,7 +137,13 @@ void launch_env(int rank, int port) {
     float x = 1;
     comm.all_reduce(&x, &x, 1, DataType::f32, ReduceOp::sum);
     if (rank == 0) {
-      std::this_thread::sleep_for(1s);  // the others' all-reduce has ended, and they wait
+      char said[2];
+      for (std::size_t got = 0; got < 2;) {  // both members' all-reduce has ended
+        const ssize_t n = ::read(g_ready[0], said + got, 2 - got);
+        if (n <= 0) ::_exit(1);
+        got += static_cast<std::size_t>(n);
+      }
+      if (when == When::waiting) std::this_thread::sleep_for(300ms);
       ::raise(how == Stop::freeze ? SIGSTOP : SIGKILL);  // frozen: the harness kills it
       ::_exit(0);
     }
@@ -140,18 +151,23 @@ void launch_env(int rank, int port) {
       std::this_thread::sleep_for(120s);
       ::_exit(0);
     }
-    const auto start = Clock::now();
+    const auto said = Clock::now();
+    if (::write(g_ready[1], "r", 1) != 1) ::_exit(1);
+    const std::chrono::seconds delay = when == When::waiting      ? 0s
+                                       : when == When::after_stop ? 1s
+                                                                  : kHeartbeat + 2s;
+    std::this_thread::sleep_for(delay);
     try {
       (void)comm.create_group(std::vector<int>{1, 2, 3});
       std::fprintf(stderr, "rank %d: the group was made without member 3\n", rank);
     } catch (const PeerError& e) {
-      const auto took = Clock::now() - start;
-      code = e.peer() == 0 && took < 1s + kHeartbeat + 4s ? 0 : 1;
-      std::fprintf(stderr, "rank %d: after %.1f s: %s\n", rank,
+      const auto took = Clock::now() - said;
+      code = e.peer() == 0 && took < delay + kHeartbeat + 4s ? 0 : 1;
+      std::fprintf(stderr, "rank %d: %.1f s after it said so: %s\n", rank,
                    std::chrono::duration<double>(took).count(), e.what());
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "rank %d: after %.1f s, not a PeerError: %s\n", rank,
-                   std::chrono::duration<double>(Clock::now() - start).count(), e.what());
+      std::fprintf(stderr, "rank %d: %.1f s after it said so, not a PeerError: %s\n", rank,
+                   std::chrono::duration<double>(Clock::now() - said).count(), e.what());
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
@@ -178,7 +194,10 @@ void expect_ranks_succeed(const std::vector<int>& expected, Main main) {
     while (::waitpid(pids[static_cast<std::size_t>(r)], &status, WNOHANG) == 0 &&
            Clock::now() < deadline)
       std::this_thread::sleep_for(20ms);
-    if (Clock::now() >= deadline) ::kill(pids[static_cast<std::size_t>(r)], SIGKILL);
+    if (Clock::now() >= deadline) {
+      ::kill(pids[static_cast<std::size_t>(r)], SIGKILL);
+      ::waitpid(pids[static_cast<std::size_t>(r)], nullptr, 0);
+    }
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
         << "rank " << r << " failed (status " << status << "; its stderr is above)";
   }
@@ -187,6 +206,14 @@ void expect_ranks_succeed(const std::vector<int>& expected, Main main) {
     ::kill(pids[static_cast<std::size_t>(r)], SIGKILL);
     ::waitpid(pids[static_cast<std::size_t>(r)], nullptr, 0);
   }
+}
+
+void expect_members_name_rank_zero(Stop how, When when) {
+  ASSERT_EQ(::pipe(g_ready), 0);
+  expect_ranks_succeed({1, 2},
+                       [how, when](int rank, int port) { group_rank_main(rank, port, how, when); });
+  ::close(g_ready[0]);
+  ::close(g_ready[1]);
 }
 
 void expect_named_on_every_survivor(int victim, const char* expected, Stop how = Stop::freeze) {
@@ -225,12 +252,23 @@ TEST(FrozenRank, RankZeroHostingTheStoreIsNamedOnEverySurvivorWithinTheHeartbeat
 }
 
 TEST(FrozenRank, RankZeroHostingTheStoreEndsTheMembersWaitInCreateGroup) {
-  expect_ranks_succeed({1, 2},
-                       [](int rank, int port) { group_rank_main(rank, port, Stop::freeze); });
+  expect_members_name_rank_zero(Stop::freeze, When::waiting);
+}
+
+TEST(FrozenRank, RankZeroHostingTheStoreEndsCreateGroupCalledAfterItStopped) {
+  expect_members_name_rank_zero(Stop::freeze, When::after_stop);
+}
+
+TEST(FrozenRank, RankZeroHostingTheStoreEndsCreateGroupCalledAfterTheParentHalted) {
+  expect_members_name_rank_zero(Stop::freeze, When::after_halt);
 }
 
 TEST(KilledRank, RankZeroHostingTheStoreEndsTheMembersWaitInCreateGroup) {
-  expect_ranks_succeed({1, 2}, [](int rank, int port) { group_rank_main(rank, port, Stop::kill); });
+  expect_members_name_rank_zero(Stop::kill, When::waiting);
+}
+
+TEST(KilledRank, RankZeroHostingTheStoreEndsCreateGroupCalledAfterItDied) {
+  expect_members_name_rank_zero(Stop::kill, When::after_stop);
 }
 
 TEST(KilledRank, EverySurvivorNamesItAndLeavesWithinThreeSecondsWhileRankZeroHostsTheStore) {
