@@ -53,6 +53,11 @@ std::string_view to_string(Kind kind);
 inline bool is_point_to_point(Kind kind) {
   return kind == Kind::send || kind == Kind::recv;
 }
+// Whether the call reduces (its dtype and op then shape its cost, not only its bytes).
+inline bool reduces(Kind kind) {
+  return kind == Kind::all_reduce || kind == Kind::reduce || kind == Kind::reduce_scatter ||
+         kind == Kind::reduce_scatter_v;
+}
 
 // The blocks of a call with uneven ones, in elements, one entry per rank. all_to_all_v uses all
 // four; all_gather_v and reduce_scatter_v the blocks of the buffer with every rank's block (the

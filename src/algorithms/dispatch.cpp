@@ -83,15 +83,17 @@ void Dispatcher::run(Engine& engine, const Collective& call) {
   // Whether the peers' memory is mapped here: the direct rows' condition (device buffers through
   // CUDA IPC, host buffers in the shared windows).
   const bool windows = (device ? engine.peer_memory() : engine.host_windows()) != nullptr;
-  if (plan_.kind != call.kind || plan_.bytes != bytes || plan_.dtype != call.dtype ||
-      plan_.op != call.op || plan_.device != device || plan_.windows != windows ||
-      plan_.algorithm == nullptr) {
+  // A reduction's plan is of its dtype and op too (its trial is); another kind's of its bytes.
+  const DataType dtype = reduces(call.kind) ? call.dtype : DataType::u8;
+  const ReduceOp op = reduces(call.kind) ? call.op : ReduceOp::sum;
+  if (plan_.kind != call.kind || plan_.bytes != bytes || plan_.dtype != dtype || plan_.op != op ||
+      plan_.device != device || plan_.windows != windows || plan_.algorithm == nullptr) {
     const Selector::Choice choice = engine.selector().choose(call.kind, bytes, device, windows);
     log_choice(engine.selector(), call, choice, bytes, windows);
     plan_ = Plan{call.kind,
                  bytes,
-                 call.dtype,
-                 call.op,
+                 dtype,
+                 op,
                  device,
                  windows,
                  choice.algorithm,

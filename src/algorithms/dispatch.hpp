@@ -28,8 +28,8 @@ class Dispatcher {
   struct Plan {
     Kind kind = Kind::barrier;
     std::size_t bytes = 0;
-    DataType dtype = DataType::u8;  // the call's: a reduction's trial is its dtype's and op's
-    ReduceOp op = ReduceOp::sum;
+    DataType dtype = DataType::u8;  // a reduction's (its trial is its dtype's and op's); else u8
+    ReduceOp op = ReduceOp::sum;    // a reduction's; else sum
     bool device = false;
     bool windows = false;
     const Algorithm* algorithm = nullptr;  // none yet

@@ -71,14 +71,12 @@ Trials::Trial::Warm Trials::warm_calls(Kind kind, std::size_t bytes, int slots,
 
 Trials::Trial* Trials::of(Key key, const Algorithm* choice, const Algorithm* rival,
                           Trial::Warm warm) {
-  const bool reduces = key.kind == Kind::all_reduce || key.kind == Kind::reduce ||
-                       key.kind == Kind::reduce_scatter || key.kind == Kind::reduce_scatter_v;
-  if (!reduces) {
+  if (!reduces(key.kind)) {
     key.dtype = DataType::u8;
     key.op = ReduceOp::sum;
   }
   if (auto it = trials_.find(key); it != trials_.end()) return &it->second;
-  if (trials_.size() >= kMostSizes) return nullptr;
+  if (trials_.size() >= kMostTrials) return nullptr;
   warm.choice = std::clamp(warm.choice, 0, kMostWarm);
   warm.rival = std::clamp(warm.rival, 0, kMostWarm);
   return &trials_.emplace(key, Trial(choice, rival, warm)).first->second;

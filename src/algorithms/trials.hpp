@@ -46,7 +46,7 @@ class Trials {
   // them the model's choice stands, so that a program calling with ever new sizes stops paying
   // for trials. Every rank makes the same calls in the same order, so every rank stops at the
   // same one.
-  static constexpr std::size_t kMostSizes = 32;
+  static constexpr std::size_t kMostTrials = 32;
 
   // What a trial is of. A reduction's dtype and op are part of it: its reduction's cost differs
   // between them, and a program alternating two of them at one size would otherwise time the
@@ -76,7 +76,7 @@ class Trials {
   static std::uint64_t judged();
   static std::uint64_t calls_tried();
 
-  // The trial of one kind and size.
+  // The trial of one Key.
   class Trial {
    public:
     // The calls each side warms up for, not counted.
@@ -117,7 +117,7 @@ class Trials {
   static Trial::Warm warm_calls(Kind kind, std::size_t bytes, int slots, std::size_t slot_bytes);
 
   // The trial of `key`, started with `choice` against `rival`, each warmed up as `warm` says (at
-  // most kMostWarm), if there is none yet; null once kMostSizes keys have been tried.
+  // most kMostWarm), if there is none yet; null once kMostTrials keys have been tried.
   Trial* of(Key key, const Algorithm* choice, const Algorithm* rival, Trial::Warm warm);
 
   // Within the trial's last call, on every rank: every rank's times, indexed by rank. They go

@@ -202,7 +202,7 @@ TEST(Trials, ACommunicatorTriesAtMostSoManySizes) {
   const auto in = crowded_shm(4, 2);
   const Selector::Choice c = Selector(in).choose(Kind::all_to_all, 1 << 20, false, false);
   Trials trials;
-  for (std::size_t k = 0; k < Trials::kMostSizes; ++k)
+  for (std::size_t k = 0; k < Trials::kMostTrials; ++k)
     EXPECT_NE(trials.of({Kind::all_to_all, 4096 + k}, c.algorithm, c.rival, {8, 1}), nullptr) << k;
   EXPECT_EQ(trials.of({Kind::all_to_all, 1 << 30}, c.algorithm, c.rival, {8, 1}), nullptr);
   // The sizes already tried keep their trials.

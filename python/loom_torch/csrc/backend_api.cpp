@@ -67,8 +67,10 @@ c10::intrusive_ptr<LoomOptions> options_for_shrunk(
       ignored.emplace_back("sockets_per_peer");
     if (loom->transport && loom->transport != mine.transport) ignored.emplace_back("transport");
     if (!ignored.empty())
-      TORCH_WARN("loom: shrink_group keeps the group's own settings; pg_options' ",
-                 c10::Join(", ", ignored), " are not applied (only its timeout is)");
+      TORCH_WARN(
+          "loom: shrink_group keeps the group's own settings and applies only the "
+          "timeout of pg_options, which also sets: ",
+          c10::Join(", ", ignored));
   }
   return options;
 }
