@@ -41,10 +41,11 @@ class LOOM_API Store {
   // The same, with requests that do not wait for a key giving up after `request_timeout`, and
   // those that do (get, wait) `request_timeout` after their own timeout: a watcher must notice a
   // stopped store within that time (and a refused reconnection gives up at once: the watcher asks
-  // again on its next round). By default clone().
+  // again on its next round). Null when this store cannot bound its requests so (by default):
+  // a caller then uses clone(), or this store, unbounded.
   virtual std::shared_ptr<Store> clone_bounded(std::chrono::milliseconds request_timeout) const {
     (void)request_timeout;
-    return clone();
+    return nullptr;
   }
 
   void set(const std::string& key, const std::string& value) {

@@ -61,6 +61,7 @@ void FailureProtocol::start(std::shared_ptr<Store> store, const base::FailureCon
   const auto request_timeout = std::clamp<std::chrono::milliseconds>(
       config.heartbeat_timeout / 4, std::chrono::seconds(1), std::chrono::seconds(5));
   std::shared_ptr<Store> own = store_->clone_bounded(request_timeout);
+  if (!own) own = store_->clone();  // a store that cannot bound its requests: unbounded
   if (!own) {
     base::log().debug("rank {}: the store cannot be cloned: no health monitor", m_.rank);
     return;

@@ -198,15 +198,48 @@ std::string take_slot(Store& space, const std::string& key, std::string_view tex
   return std::string(held.begin(), held.end());
 }
 
+// A bounded clone of the group's store (kGroupPoll beyond each request's own wait), made when
+// first needed and again after it failed to open (a frozen store host does not answer its login);
+// `space` itself where the store cannot bound its requests (clone_bounded is null).
+class BoundedStore {
+ public:
+  explicit BoundedStore(Store& space) : space_(space) {}
+  // Raises TimeoutError or StoreError where the clone cannot open now.
+  Store& get() {
+    if (unbounded_) return space_;
+    if (!bounded_) {
+      bounded_ = space_.clone_bounded(kGroupPoll);
+      if (!bounded_) unbounded_ = true;
+    }
+    return bounded_ ? *bounded_ : space_;
+  }
+
+ private:
+  Store& space_;
+  std::shared_ptr<Store> bounded_;
+  bool unbounded_ = false;
+};
+
+// The slots a member marked, and the store's failure where a slot could not be tried.
+struct Marks {
+  std::vector<std::size_t> marked;
+  std::string failed;
+};
 // Marks the empty slots among `slots` (indices into `keys`) as given up on (`prefix`: why), for
-// `why`; returns those marked (a member that came meanwhile keeps its line).
-std::vector<std::size_t> mark_empty(Store& space, const std::vector<std::string>& keys,
-                                    const std::vector<std::size_t>& slots, std::string_view prefix,
-                                    std::string_view why) {
+// `why`: every slot is tried, whatever the store did with the one before (a member that came
+// meanwhile keeps its line; a slot already filled keeps what it holds).
+Marks mark_empty(BoundedStore& store, const std::vector<std::string>& keys,
+                 const std::vector<std::size_t>& slots, std::string_view prefix,
+                 std::string_view why) {
   const std::string marker = fmt::format("{}{}", prefix, why);
-  std::vector<std::size_t> out;
-  for (const std::size_t i : slots)
-    if (take_slot(space, keys[i], marker) == marker) out.push_back(i);
+  Marks out;
+  for (const std::size_t i : slots) {
+    try {
+      if (take_slot(store.get(), keys[i], marker) == marker) out.marked.push_back(i);
+    } catch (const Error& e) {
+      out.failed = e.what();
+    }
+  }
   return out;
 }
 
@@ -317,45 +350,41 @@ void refuse_at_init(Store& store, int rank, int size, const std::string& worker_
 
 namespace {
 
-// A bounded clone of the group's store (kGroupPoll beyond each request's own wait), made when
-// first needed and again after it failed to open (a frozen store host does not answer its login);
-// `space` itself where the store cannot make one.
-class BoundedStore {
- public:
-  explicit BoundedStore(Store& space) : space_(space) {}
-  // Raises TimeoutError or StoreError where the clone cannot open now.
-  Store& get() {
-    if (unbounded_) return space_;
-    if (!bounded_) {
-      bounded_ = space_.clone_bounded(kGroupPoll);
-      if (!bounded_) unbounded_ = true;
-    }
-    return bounded_ ? *bounded_ : space_;
+// Every member's slot, once all are written (each get answers at once).
+std::vector<std::string> read_lines(Store& store, const std::vector<std::string>& keys) {
+  std::vector<std::string> lines;
+  for (const auto& k : keys) {
+    const Bytes b = store.get(k, kGroupRound);
+    lines.emplace_back(b.begin(), b.end());
   }
-
- private:
-  Store& space_;
-  std::shared_ptr<Store> bounded_;
-  bool unbounded_ = false;
-};
-
-// A member's slot written through a bounded connection: a member that stops (its parent halted)
-// or refuses does not wait on a store that no longer answers; where it does not, the slot stays
-// empty and the others learn from their own parents.
-void take_slot_bounded(Store& space, int group_rank, const std::string& text) {
-  BoundedStore store(space);
-  take_slot(store.get(), store::keys::group_settings(group_rank), text);
+  return lines;
 }
+
+// How long a stopping member keeps trying to write its slot through bounded requests.
+constexpr std::chrono::milliseconds kGroupPublish{3000};
 
 }  // namespace
 
 void publish_group_stop(Store& space, int group_rank, const Error& why) {
-  take_slot_bounded(space, group_rank,
-                    fmt::format("{}{}", kStoppedPrefix, stop_marker(cause_of(why), why.what())));
+  // Its parent halted, often because the store host stopped: bounded requests, tried again for a
+  // few seconds, so that a slow store still takes the stop and a stopped one does not hold it.
+  const std::string text =
+      fmt::format("{}{}", kStoppedPrefix, stop_marker(cause_of(why), why.what()));
+  BoundedStore store(space);
+  const auto deadline = std::chrono::steady_clock::now() + kGroupPublish;
+  for (;;) {
+    try {
+      take_slot(store.get(), store::keys::group_settings(group_rank), text);
+      return;
+    } catch (const Error&) {
+      if (std::chrono::steady_clock::now() >= deadline) throw;
+    }
+    std::this_thread::sleep_for(kGroupRound / 5);
+  }
 }
 
 void publish_group_refusal(Store& space, int group_rank, std::string_view why) {
-  take_slot_bounded(space, group_rank, refused_line(why));
+  take_slot(space, store::keys::group_settings(group_rank), refused_line(why));
 }
 
 std::string group_settings_disagreement(Store& space, int group_rank,
@@ -385,13 +414,10 @@ std::string group_settings_disagreement(Store& space, int group_rank,
     try {
       Store& s = store.get();
       if (!published) placed = take_slot(s, keys[mine], line);
-      published = true;
-      if (placed.empty() || placed == line) {
+      published = published || placed == line;
+      if (published) {
         s.wait(keys, round);
-        for (const auto& k : keys) {  // every slot is written: each get answers at once
-          const Bytes b = s.get(k, kGroupRound);
-          lines.emplace_back(b.begin(), b.end());
-        }
+        lines = read_lines(s, keys);
         break;
       }
     } catch (const TimeoutError& e) {  // the round ran out, or the store did not answer
@@ -399,10 +425,9 @@ std::string group_settings_disagreement(Store& space, int group_rank,
     } catch (const StoreError& e) {
       silent = e.what();
     }
-    lines.clear();
     // A member another gave up on finds its slot marked: it raises too, and every member has
     // counted the group alike, so that the next create_group of the same ranks meets.
-    if (!placed.empty() && placed != line)
+    if (!published && !placed.empty())
       raise_marked(placed, fmt::format("rank {} of the parent came too late for the group", me));
     if (published) {
       try {
@@ -411,8 +436,11 @@ std::string group_settings_disagreement(Store& space, int group_rank,
         absent.clear();
         for (std::size_t i = 0; i < present.size(); ++i)
           if (!present[i]) absent.push_back(i);
-        if (absent.empty()) continue;  // every slot written meanwhile: the next round reads them
-      } catch (const Error& e) {       // the last view stands
+        if (absent.empty()) {  // every slot written meanwhile
+          lines = read_lines(store.get(), keys);
+          break;
+        }
+      } catch (const Error& e) {  // the last view stands
         silent = e.what();
       }
     }
@@ -422,36 +450,48 @@ std::string group_settings_disagreement(Store& space, int group_rank,
     try {
       check(absent_ranks);
     } catch (const Error& e) {
-      // This member stops with its line published: no other may build the child without it.
-      // (Where the store did not answer this round, no mark would land: its own error stands.)
-      if (!published || !silent.empty()) throw;
-      bool marked_one = true;
-      try {
-        marked_one = !mark_empty(store.get(), keys, absent, kStoppedPrefix,
-                                 stop_marker(cause_of(e),
-                                             fmt::format("rank {} of the parent stopped waiting "
-                                                         "for it: {}",
-                                                         me, e.what())))
-                          .empty();
-      } catch (const Error&) {  // the store failed too: this member's own error stands
+      // This member stops: no other may build the child without it. Its own slot first, where
+      // its line has not landed (or the reply that said so was lost): a stop there tells the
+      // others. Where its line is there, it marks the empty slots (a stale view marks no slot
+      // that another filled). It goes on only where every slot was filled meanwhile (lines, or
+      // others' marks).
+      const std::string why = stop_marker(
+          cause_of(e),
+          fmt::format("rank {} of the parent stopped waiting for it: {}", me, e.what()));
+      if (!published) {
+        try {
+          published =
+              take_slot(store.get(), keys[mine], fmt::format("{}{}", kStoppedPrefix, why)) == line;
+        } catch (const Error&) {  // the store failed too: this member's own error stands
+        }
+        if (!published) throw;
       }
-      if (marked_one) throw;
-      continue;  // every absent slot was filled meanwhile (a line, or another member's mark)
+      const Marks m = mark_empty(store, keys, absent, kStoppedPrefix, why);
+      if (!m.marked.empty() || !m.failed.empty()) throw;
     }
     if (std::chrono::steady_clock::now() < deadline) continue;
-    if (!silent.empty())
-      throw StoreError(
-          fmt::format("the store did not answer while the members were awaited: {}", silent));
+    if (!published)
+      throw StoreError(fmt::format("the store did not take this member's settings within {} ms: {}",
+                                   timeout.count(), silent));
+    const Marks m = mark_empty(
+        store, keys, absent, kAbsentPrefix,
+        fmt::format("the other members gave up waiting for it after {} ms", timeout.count()));
     std::vector<int> late;
-    for (const std::size_t i : mark_empty(
-             store.get(), keys, absent, kAbsentPrefix,
-             fmt::format("the other members gave up waiting for it after {} ms", timeout.count())))
-      late.push_back(members[i]);
+    for (const std::size_t i : m.marked) late.push_back(members[i]);
     if (!late.empty())
       throw TimeoutError(
           fmt::format("{} of the parent did not publish its settings for the group within {} ms "
                       "(did not call create_group, or cannot reach the store)",
                       ranks_text(late), timeout.count()));
+    try {  // every slot was filled meanwhile, or the store did not answer
+      if (!m.failed.empty()) throw StoreError(m.failed);
+      lines = read_lines(store.get(), keys);
+      break;
+    } catch (const Error& e) {
+      throw StoreError(
+          fmt::format("the store did not answer while the members were awaited within {} ms: {}",
+                      timeout.count(), e.what()));
+    }
   }
   for (std::size_t i = 0; i < lines.size(); ++i)
     if (marked(lines[i]))

@@ -30,48 +30,43 @@ loom::Options child_settings(const c10::intrusive_ptr<c10d::Backend::Options>& o
   return settings;
 }
 
+// Whether a child takes pg_options' settings (a split, create_group's child) or only their
+// timeout (a shrink: Communicator::shrink takes a timeout alone).
+enum class ChildSettings { laid_over, timeout_only };
+
 // A child group's options: a copy of ours, with what `opts` (the caller's pg_options, or the
-// timeout new_group was given) sets laid over it; its own object, since PyTorch writes the
-// group's name and ranks on it.
+// timeout new_group was given) sets laid over it (a shrunk group: its timeout alone, warning of
+// the settings it does not apply); its own object, since PyTorch writes the group's name and
+// ranks on it.
 c10::intrusive_ptr<LoomOptions> options_for_child(
-    const c10::intrusive_ptr<c10d::Backend::Options>& opts, const LoomOptions& mine) {
+    const c10::intrusive_ptr<c10d::Backend::Options>& opts, const LoomOptions& mine,
+    ChildSettings which) {
   auto options = c10::make_intrusive<LoomOptions>(mine);
   if (!opts) return options;
   options->timeout = opts->timeout;
   if (!opts->group_name.empty()) options->group_name = opts->group_name;
-  if (const auto* loom = dynamic_cast<const LoomOptions*>(opts.get())) {
+  const auto* loom = dynamic_cast<const LoomOptions*>(opts.get());
+  if (!loom) return options;
+  if (which == ChildSettings::laid_over) {
     if (loom->algorithm) options->algorithm = loom->algorithm;
     if (loom->buffer_bytes) options->buffer_bytes = loom->buffer_bytes;
     if (loom->slots) options->slots = loom->slots;
     if (loom->sockets_per_peer) options->sockets_per_peer = loom->sockets_per_peer;
+    return options;
   }
-  return options;
-}
-
-// A shrunk group's options: a copy of ours with `opts`' timeout and name. Shrink keeps the
-// parent's settings (Communicator::shrink takes a timeout alone): a loom pg_options asking for
-// others is warned of, not reported as applied.
-c10::intrusive_ptr<LoomOptions> options_for_shrunk(
-    const c10::intrusive_ptr<c10d::Backend::Options>& opts, const LoomOptions& mine) {
-  auto options = c10::make_intrusive<LoomOptions>(mine);
-  if (!opts) return options;
-  options->timeout = opts->timeout;
-  if (!opts->group_name.empty()) options->group_name = opts->group_name;
-  if (const auto* loom = dynamic_cast<const LoomOptions*>(opts.get())) {
-    std::vector<std::string> ignored;
-    if (loom->algorithm && loom->algorithm != mine.algorithm) ignored.emplace_back("algorithm");
-    if (loom->buffer_bytes && loom->buffer_bytes != mine.buffer_bytes)
-      ignored.emplace_back("buffer_bytes");
-    if (loom->slots && loom->slots != mine.slots) ignored.emplace_back("slots");
-    if (loom->sockets_per_peer && loom->sockets_per_peer != mine.sockets_per_peer)
-      ignored.emplace_back("sockets_per_peer");
-    if (loom->transport && loom->transport != mine.transport) ignored.emplace_back("transport");
-    if (!ignored.empty())
-      TORCH_WARN(
-          "loom: shrink_group keeps the group's own settings and applies only the "
-          "timeout of pg_options, which also sets: ",
-          c10::Join(", ", ignored));
-  }
+  std::vector<std::string> ignored;
+  if (loom->algorithm && loom->algorithm != mine.algorithm) ignored.emplace_back("algorithm");
+  if (loom->buffer_bytes && loom->buffer_bytes != mine.buffer_bytes)
+    ignored.emplace_back("buffer_bytes");
+  if (loom->slots && loom->slots != mine.slots) ignored.emplace_back("slots");
+  if (loom->sockets_per_peer && loom->sockets_per_peer != mine.sockets_per_peer)
+    ignored.emplace_back("sockets_per_peer");
+  if (loom->transport && loom->transport != mine.transport) ignored.emplace_back("transport");
+  if (!ignored.empty())
+    TORCH_WARN(
+        "loom: shrink_group keeps the group's own settings and applies only the timeout "
+        "of pg_options, which also sets: ",
+        c10::Join(", ", ignored));
   return options;
 }
 
@@ -100,7 +95,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupLoom::split(const c10::intrusive_p
   without_gil([&] { child.emplace(comm_->create_group(ranks, settings)); });
   auto group = c10::make_intrusive<ProcessGroupLoom>(
       std::make_shared<loom::Communicator>(std::move(*child)), settings.timeout.value_or(timeout_));
-  group->options_ = options_for_child(opts, *options_);
+  group->options_ = options_for_child(opts, *options_, ChildSettings::laid_over);
   std::vector<uint64_t> globals;
   for (int r : ranks)
     globals.push_back(options_->global_ranks_in_group.empty()
@@ -126,7 +121,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupLoom::shrink(
   without_gil([&] { shrunk.emplace(comm_->shrink(exclude, timeout)); });
   auto group = c10::make_intrusive<ProcessGroupLoom>(
       std::make_shared<loom::Communicator>(std::move(*shrunk)), timeout);
-  group->options_ = options_for_shrunk(opts, *options_);
+  group->options_ = options_for_child(opts, *options_, ChildSettings::timeout_only);
   std::vector<uint64_t> globals;
   for (int r = 0; r < w.size; ++r)
     if (std::find(exclude.begin(), exclude.end(), r) == exclude.end())
