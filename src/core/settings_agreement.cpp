@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -220,24 +222,45 @@ class BoundedStore {
   bool unbounded_ = false;
 };
 
+// How long a member keeps trying, through bounded requests, to write its own slot as it stops or
+// refuses, or to mark the others' (a slow store still takes them; a stopped one holds it no more).
+constexpr std::chrono::milliseconds kGroupPublish{3000};
+
+// Writes `text` into slot `key` where it is empty (take_slot), tried again until `deadline`;
+// returns what the slot holds. Raises the store's last failure at the deadline.
+std::string take_slot_until(BoundedStore& store, const std::string& key, std::string_view text,
+                            std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    try {
+      return take_slot(store.get(), key, text);
+    } catch (const Error&) {
+      if (std::chrono::steady_clock::now() >= deadline) throw;
+    }
+    std::this_thread::sleep_for(kGroupRound / 5);
+  }
+}
+
 // The slots a member marked, and the store's failure where a slot could not be tried.
 struct Marks {
   std::vector<std::size_t> marked;
   std::string failed;
 };
 // Marks the empty slots among `slots` (indices into `keys`) as given up on (`prefix`: why), for
-// `why`: every slot is tried, whatever the store did with the one before (a member that came
-// meanwhile keeps its line; a slot already filled keeps what it holds).
+// `why`, within `budget`: every slot is tried, whatever the store did with the one before (a
+// member that came meanwhile keeps its line; a slot already filled keeps what it holds); once the
+// budget is spent, a slot whose try failed ends the pass.
 Marks mark_empty(BoundedStore& store, const std::vector<std::string>& keys,
                  const std::vector<std::size_t>& slots, std::string_view prefix,
-                 std::string_view why) {
+                 std::string_view why, std::chrono::milliseconds budget) {
   const std::string marker = fmt::format("{}{}", prefix, why);
+  const auto deadline = std::chrono::steady_clock::now() + budget;
   Marks out;
   for (const std::size_t i : slots) {
     try {
-      if (take_slot(store.get(), keys[i], marker) == marker) out.marked.push_back(i);
+      if (take_slot_until(store, keys[i], marker, deadline) == marker) out.marked.push_back(i);
     } catch (const Error& e) {
       out.failed = e.what();
+      break;
     }
   }
   return out;
@@ -360,31 +383,58 @@ std::vector<std::string> read_lines(Store& store, const std::vector<std::string>
   return lines;
 }
 
-// How long a stopping member keeps trying to write its slot through bounded requests.
-constexpr std::chrono::milliseconds kGroupPublish{3000};
+// A member that stops (`e`, being handled: its parent halted, or a member died) while `absent`
+// had not come: no other may build the child without it. Its own slot first, where its line has
+// not been seen (`published`; or the reply that said so was lost): a stop there tells the others.
+// Where its line is there, it marks the empty slots (a stale view marks no slot another filled).
+// Its writes are tried again for kGroupPublish where the store answered this round (`answered`: a
+// slow store still takes them), once where it did not (a stopped one holds the member no more).
+// Returns the lines where every slot was filled meanwhile (lines, or others' marks); else raises
+// `e` (also where the store fails).
+std::vector<std::string> stop_waiting(BoundedStore& store, const std::vector<std::string>& keys,
+                                      std::size_t mine, int me, const std::string& line,
+                                      bool published, bool answered,
+                                      const std::vector<std::size_t>& absent, const Error& e) {
+  const std::exception_ptr stop = std::current_exception();
+  const auto budget = answered ? kGroupPublish : std::chrono::milliseconds(0);
+  if (!published) {
+    try {
+      published =
+          take_slot_until(store, keys[mine],
+                          fmt::format("{}{}", kStoppedPrefix, stop_marker(cause_of(e), e.what())),
+                          std::chrono::steady_clock::now() + budget) == line;
+    } catch (const Error&) {  // the store failed too: this member's own error stands
+    }
+    if (!published) std::rethrow_exception(stop);
+  }
+  const Marks m = mark_empty(
+      store, keys, absent, kStoppedPrefix,
+      stop_marker(cause_of(e),
+                  fmt::format("rank {} of the parent stopped waiting for it: {}", me, e.what())),
+      budget);
+  if (!m.marked.empty() || !m.failed.empty()) std::rethrow_exception(stop);
+  try {
+    return read_lines(store.get(), keys);
+  } catch (const Error&) {  // this member's own error stands
+    std::rethrow_exception(stop);
+  }
+}
 
 }  // namespace
 
 void publish_group_stop(Store& space, int group_rank, const Error& why) {
   // Its parent halted, often because the store host stopped: bounded requests, tried again for a
   // few seconds, so that a slow store still takes the stop and a stopped one does not hold it.
-  const std::string text =
-      fmt::format("{}{}", kStoppedPrefix, stop_marker(cause_of(why), why.what()));
   BoundedStore store(space);
-  const auto deadline = std::chrono::steady_clock::now() + kGroupPublish;
-  for (;;) {
-    try {
-      take_slot(store.get(), store::keys::group_settings(group_rank), text);
-      return;
-    } catch (const Error&) {
-      if (std::chrono::steady_clock::now() >= deadline) throw;
-    }
-    std::this_thread::sleep_for(kGroupRound / 5);
-  }
+  take_slot_until(store, store::keys::group_settings(group_rank),
+                  fmt::format("{}{}", kStoppedPrefix, stop_marker(cause_of(why), why.what())),
+                  std::chrono::steady_clock::now() + kGroupPublish);
 }
 
 void publish_group_refusal(Store& space, int group_rank, std::string_view why) {
-  take_slot(space, store::keys::group_settings(group_rank), refused_line(why));
+  BoundedStore store(space);  // as a stop's: the store host may have stopped meanwhile
+  take_slot_until(store, store::keys::group_settings(group_rank), refused_line(why),
+                  std::chrono::steady_clock::now() + kGroupPublish);
 }
 
 std::string group_settings_disagreement(Store& space, int group_rank,
@@ -411,6 +461,7 @@ std::string group_settings_disagreement(Store& space, int group_rank,
     const auto round_end = std::chrono::steady_clock::now() + round;
     std::string silent;  // the store's failure, where it did not answer this round
     std::string placed;
+    bool failed = false;
     try {
       Store& s = store.get();
       if (!published) placed = take_slot(s, keys[mine], line);
@@ -422,14 +473,15 @@ std::string group_settings_disagreement(Store& space, int group_rank,
       }
     } catch (const TimeoutError& e) {  // the round ran out, or the store did not answer
       silent = e.what();
-    } catch (const StoreError& e) {
+    } catch (const StoreError& e) {  // no store now (refused, or no login): no look this round
       silent = e.what();
+      failed = true;
     }
     // A member another gave up on finds its slot marked: it raises too, and every member has
     // counted the group alike, so that the next create_group of the same ranks meets.
     if (!published && !placed.empty())
       raise_marked(placed, fmt::format("rank {} of the parent came too late for the group", me));
-    if (published) {
+    if (published && !failed) {
       try {
         const std::vector<bool> present = store.get().check(keys);
         silent.clear();
@@ -450,32 +502,17 @@ std::string group_settings_disagreement(Store& space, int group_rank,
     try {
       check(absent_ranks);
     } catch (const Error& e) {
-      // This member stops: no other may build the child without it. Its own slot first, where
-      // its line has not landed (or the reply that said so was lost): a stop there tells the
-      // others. Where its line is there, it marks the empty slots (a stale view marks no slot
-      // that another filled). It goes on only where every slot was filled meanwhile (lines, or
-      // others' marks).
-      const std::string why = stop_marker(
-          cause_of(e),
-          fmt::format("rank {} of the parent stopped waiting for it: {}", me, e.what()));
-      if (!published) {
-        try {
-          published =
-              take_slot(store.get(), keys[mine], fmt::format("{}{}", kStoppedPrefix, why)) == line;
-        } catch (const Error&) {  // the store failed too: this member's own error stands
-        }
-        if (!published) throw;
-      }
-      const Marks m = mark_empty(store, keys, absent, kStoppedPrefix, why);
-      if (!m.marked.empty() || !m.failed.empty()) throw;
+      lines = stop_waiting(store, keys, mine, me, line, published, silent.empty(), absent, e);
+      break;  // every slot was filled meanwhile
     }
     if (std::chrono::steady_clock::now() < deadline) continue;
     if (!published)
       throw StoreError(fmt::format("the store did not take this member's settings within {} ms: {}",
-                                   timeout.count(), silent));
+                                   timeout.count(), silent.empty() ? "no answer" : silent));
     const Marks m = mark_empty(
         store, keys, absent, kAbsentPrefix,
-        fmt::format("the other members gave up waiting for it after {} ms", timeout.count()));
+        fmt::format("the other members gave up waiting for it after {} ms", timeout.count()),
+        kGroupPublish);
     std::vector<int> late;
     for (const std::size_t i : m.marked) late.push_back(members[i]);
     if (!late.empty())

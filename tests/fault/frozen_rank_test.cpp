@@ -122,7 +122,8 @@ void launch_env(int rank, int port) {
 
 // create_group of ranks 1-3 while rank 0, which hosts the store and is no member, freezes (or
 // dies), and member 3 never comes: members 1 and 2 raise PeerError naming rank 0 within the
-// heartbeat timeout and a few seconds (their parent halts), not at the child's timeout (60 s),
+// heartbeat timeout and a few seconds (their parent halts; a round the store does not answer
+// takes up to 2.5 s, a mark it does not take up to 2 s), not at the child's timeout (60 s),
 // though the store they would write their slots in, wait on and mark member 3's slot in no
 // longer answers. `when`: the members call create_group as rank 0 stops (it stops while they
 // wait), a second after it stopped (their first request meets it), or once their parent halted.
@@ -162,7 +163,7 @@ int g_ready[2] = {-1, -1};  // a pipe: each member says it is about to call crea
       std::fprintf(stderr, "rank %d: the group was made without member 3\n", rank);
     } catch (const PeerError& e) {
       const auto took = Clock::now() - said;
-      code = e.peer() == 0 && took < delay + kHeartbeat + 4s ? 0 : 1;
+      code = e.peer() == 0 && took < delay + kHeartbeat + 6s ? 0 : 1;
       std::fprintf(stderr, "rank %d: %.1f s after it said so: %s\n", rank,
                    std::chrono::duration<double>(took).count(), e.what());
     } catch (const std::exception& e) {
