@@ -232,7 +232,9 @@ std::string take_slot_until(BoundedStore& store, const std::string& key, std::st
   for (;;) {
     try {
       return take_slot(store.get(), key, text);
-    } catch (const Error&) {
+    } catch (const TimeoutError&) {
+      if (std::chrono::steady_clock::now() >= deadline) throw;
+    } catch (const StoreError&) {
       if (std::chrono::steady_clock::now() >= deadline) throw;
     }
     std::this_thread::sleep_for(kGroupRound / 5);
@@ -386,8 +388,10 @@ std::vector<std::string> read_lines(Store& store, const std::vector<std::string>
 // had not come: no other may build the child without it. Its own slot first, where its line has
 // not been seen (`published`; or the reply that said so was lost): a stop there tells the others.
 // Where its line is there, it marks the empty slots (a stale view marks no slot another filled).
-// Its writes are tried again for kGroupPublish where the store answered this round (`answered`: a
-// slow store still takes them), once where it did not (a stopped one holds the member no more).
+// Its marks are tried again for kGroupPublish where the store answered this round (`answered`), or
+// took its own slot's write just now (a slow store still takes them), once where it did not (a
+// stopped one holds the member no more); its own slot's write is tried once where its line was not
+// seen (each round tried it already).
 // Returns the lines where every slot was filled meanwhile (lines, or others' marks); else raises
 // `e` (also where the store fails).
 std::vector<std::string> stop_waiting(BoundedStore& store, const std::vector<std::string>& keys,
@@ -395,7 +399,7 @@ std::vector<std::string> stop_waiting(BoundedStore& store, const std::vector<std
                                       bool published, bool answered,
                                       const std::vector<std::size_t>& absent, const Error& e) {
   const std::exception_ptr stop = std::current_exception();
-  const auto budget = answered ? kGroupPublish : std::chrono::milliseconds(0);
+  auto budget = answered ? kGroupPublish : std::chrono::milliseconds(0);
   if (!published) {
     try {
       published =
@@ -405,6 +409,7 @@ std::vector<std::string> stop_waiting(BoundedStore& store, const std::vector<std
     } catch (const Error&) {  // the store failed too: this member's own error stands
     }
     if (!published) std::rethrow_exception(stop);
+    budget = kGroupPublish;  // the store answered
   }
   const Marks m = mark_empty(
       store, keys, absent, kStoppedPrefix,
@@ -472,7 +477,7 @@ std::string group_settings_disagreement(Store& space, int group_rank,
       }
     } catch (const TimeoutError& e) {  // the round ran out, or the store did not answer
       silent = e.what();
-    } catch (const StoreError& e) {  // no store now (refused, or no login): no look this round
+    } catch (const StoreError& e) {  // no store now (no login): no look this round
       silent = e.what();
       failed = true;
     }
