@@ -9,14 +9,12 @@ are small integers).
     PYTHONPATH=build/python python3 backend_api_test.py -v [-k NAME]
 """
 import datetime
-import multiprocessing
 import os
 import signal
 import sys
 import tempfile
 import threading
 import time
-import traceback
 import unittest
 import warnings
 
@@ -26,65 +24,16 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import loom_torch  # noqa: E402
+from forked_ranks import run_ranks  # noqa: E402
 
 ErrorType = torch._C._distributed_c10d.ErrorType
 
 CPU = torch.device("cpu")
-WAIT_S = 120  # every rank of a test ends within this
 
 
 def backend(group=None):
     group = group or dist.distributed_c10d._get_default_group()
     return group._get_backend(CPU)
-
-
-def _rank_main(fn, rank, world, path, results, timeout_s):
-    try:
-        store = dist.FileStore(path, world)
-        dist.init_process_group("loom", store=store, rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=timeout_s))
-        fn(rank, world)
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        results.put((rank, None))
-    except BaseException:  # noqa: B036  (the parent reports it)
-        results.put((rank, traceback.format_exc()))
-    finally:
-        sys.stdout.flush()
-        results.close()
-        results.join_thread()  # the report is written before the process goes
-        os._exit(0)  # no atexit or finalizer of the parent's (forked) state
-
-
-def run_ranks(fn, world=3, timeout_s=60, killed=()):
-    """Runs fn(rank, world) on `world` forked ranks; raises with every rank's traceback. The
-    ranks in `killed` kill themselves: no report is awaited from them."""
-    context = multiprocessing.get_context("fork")
-    results = context.Queue()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "store")
-        ranks = [context.Process(target=_rank_main, args=(fn, r, world, path, results, timeout_s))
-                 for r in range(world)]
-        for p in ranks:
-            p.start()
-        reports = {}
-        deadline = time.monotonic() + WAIT_S
-        while len(reports) < world - len(killed) and time.monotonic() < deadline:
-            try:
-                rank, error = results.get(timeout=max(0.1, deadline - time.monotonic()))
-                reports[rank] = error
-            except Exception:  # noqa: BLE001  (queue.Empty: the deadline passed)
-                break
-        for p in ranks:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-        missing = [r for r in range(world) if r not in reports and r not in killed]
-        failed = {r: e for r, e in reports.items() if e}
-        if missing or failed:
-            text = "".join(f"\n--- rank {r} ---\n{e}" for r, e in sorted(failed.items()))
-            raise AssertionError(f"ranks {missing} did not finish within {WAIT_S} s{text}"
-                                 if missing else f"ranks failed:{text}")
 
 
 # ---- the tests' rank functions (module level: the forked ranks run them) -----------------------

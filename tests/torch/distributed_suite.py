@@ -105,7 +105,6 @@ KNOWN_FAILURES = {
     "test_send_recv_any_source": NO_ANY_SOURCE,
     "test_send_recv_any_source_autograd_profiler": NO_ANY_SOURCE,
     "test_send_recv_any_source_torch_profiler": NO_ANY_SOURCE,
-    "test_sparse_all_reduce_sum": "sparse tensors: Loom reduces dense buffers only",
 }
 
 

@@ -25,6 +25,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::broadcast(std::vector<at::Tenso
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::AllreduceOptions& opts) {
+  if (!tensors.empty() && tensors.front().defined() && tensors.front().is_sparse())
+    return sparse_allreduce(tensors, opts);
   const Where w = where("allreduce", waited_at_once(opts));
   const at::Tensor& t = single(tensors, w, "tensor");
   const Reduction r = reduction(t, opts.reduceOp, w);

@@ -52,6 +52,12 @@ class ProcessGroupLoom : public BackendBase {
                                            const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override;
+#if LOOM_TORCH_BACKEND_API
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) override {
+    return allreduce(tensors, opts);
+  }
+#endif
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
@@ -188,6 +194,9 @@ class ProcessGroupLoom : public BackendBase {
                                          const at::Tensor& device_of,
                                          const std::vector<at::Tensor>& inputs,
                                          std::vector<at::Tensor> outputs, Body body);
+  // allreduce of a sparse (COO) tensor: ReduceOp.SUM on CPU, as gloo's (sparse.cpp).
+  c10::intrusive_ptr<c10d::Work> sparse_allreduce(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts);
   // Queues a LoomWork's operation, or keeps it for the batch while coalescing.
   void submit(const std::shared_ptr<Op>& op);
   // Runs `body` on the communicator in this group's turn (after what was issued before) and
