@@ -52,11 +52,11 @@ class ProcessGroupLoom : public BackendBase {
                                            const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override;
-#if LOOM_TORCH_BACKEND_API
+#if LOOM_TORCH_AT_LEAST(2, 1)
+  // PyTorch's route for sparse tensors (2.1+); a dense tensor here is NCCL's sparse all-reduce
+  // (AllreduceOptions::sparseIndices), which loom does not offer.
   c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
-                                                  const c10d::AllreduceOptions& opts) override {
-    return allreduce(tensors, opts);
-  }
+                                                  const c10d::AllreduceOptions& opts) override;
 #endif
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;

@@ -12,11 +12,14 @@ namespace loom_torch {
 namespace {
 
 // What each rank says of its tensor before its data moves, so that every rank checks the others
-// alike and all raise together where they disagree.
-enum Field : std::size_t { kSparseDim, kDenseDim, kNnz, kDims, kType, kFields };
+// alike and all raise together where they disagree. kReady is 0 where a rank could not coalesce
+// its tensor: that rank raises its own error, the others name it.
+enum Field : std::size_t { kReady, kSparseDim, kDenseDim, kNnz, kDims, kType, kFields };
 
-[[noreturn]] void mismatch(const Where& w, const std::string& why) {
-  throw loom::CollectiveMismatch(w.str() + ": collective mismatch: " + why, why);
+// The ranks' tensors disagree, and every rank knows it: a plain error, as gloo's, which leaves the
+// group usable (GroupHealth counts Loom's errors only).
+[[noreturn]] void disagree(const Where& w, const std::string& why) {
+  TORCH_CHECK(false, w.str(), ": the ranks' sparse tensors disagree: ", why);
 }
 
 // Gathers `count` int64s from every rank (the same count on each).
@@ -46,19 +49,37 @@ at::Tensor gather_v(loom::Communicator& comm, const at::Tensor& mine,
 
 void sparse_sum(loom::Communicator& comm, const at::Tensor& t, const Where& w) {
   at::NoGradGuard no_grad;  // the sum is written into t in place, as gloo's is
-  const at::Tensor in = t.coalesce();
+  at::Tensor in;
+  std::exception_ptr failed;  // raised after the header, which the other ranks wait for
+  try {
+    in = t.coalesce();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  std::int64_t mine[kFields] = {};
+  if (!failed) {
+    mine[kReady] = 1;
+    mine[kSparseDim] = in.sparse_dim();
+    mine[kDenseDim] = in.dense_dim();
+    mine[kNnz] = in._nnz();
+    mine[kDims] = in.dim();
+    mine[kType] = static_cast<std::int64_t>(in.scalar_type());
+  }
   const int n = comm.size();
-  const std::int64_t mine[kFields] = {in.sparse_dim(), in.dense_dim(), in._nnz(), in.dim(),
-                                      static_cast<std::int64_t>(in.scalar_type())};
   const std::vector<std::int64_t> said = gather_longs(comm, mine, kFields);
+  if (failed) std::rethrow_exception(failed);
   const auto field = [&](int r, Field f) {
     return said[static_cast<std::size_t>(r) * kFields + f];
   };
+  for (int r = 0; r < n; ++r)
+    if (field(r, kReady) == 0)
+      disagree(w,
+               "rank " + std::to_string(r) + " could not coalesce its tensor (its error says why)");
   std::vector<std::int64_t> nnz;
   for (int r = 0; r < n; ++r) {
     for (Field f : {kSparseDim, kDenseDim, kDims, kType})
       if (field(r, f) != mine[f])
-        mismatch(w, "rank " + std::to_string(r) + "'s sparse tensor has " +
+        disagree(w, "rank " + std::to_string(r) + "'s sparse tensor has " +
                         std::to_string(field(r, kSparseDim)) + " sparse and " +
                         std::to_string(field(r, kDenseDim)) + " dense dimensions of type " +
                         c10::toString(static_cast<at::ScalarType>(field(r, kType))) + ", rank " +
@@ -72,7 +93,7 @@ void sparse_sum(loom::Communicator& comm, const at::Tensor& t, const Where& w) {
   for (int r = 0; r < n; ++r)
     for (std::size_t d = 0; d < dims; ++d)
       if (sizes[static_cast<std::size_t>(r) * dims + d] != in.sizes()[d])
-        mismatch(w, "rank " + std::to_string(r) + "'s sparse tensor's sizes differ from rank " +
+        disagree(w, "rank " + std::to_string(r) + "'s sparse tensor's sizes differ from rank " +
                         std::to_string(comm.rank()) + "'s " + c10::str(in.sizes()));
 
   const std::int64_t sparse_dim = in.sparse_dim();
@@ -118,5 +139,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::sparse_allreduce(
   return enqueue(w, c10d::OpType::ALLREDUCE, "loom:sparse_all_reduce", t, tensors, tensors,
                  [t, w](loom::Communicator& comm, loom::CudaStream) { sparse_sum(comm, t, w); });
 }
+
+#if LOOM_TORCH_AT_LEAST(2, 1)
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce_sparse(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  for (const at::Tensor& t : tensors)
+    if (t.defined() && !t.is_sparse())
+      refuse(where("allreduce_sparse", waited_at_once(opts)),
+             "a dense tensor with sparse indices (NCCL's sparse all-reduce) is not supported; "
+             "all_reduce takes sparse (COO) tensors");
+  return allreduce(tensors, opts);
+}
+#endif
 
 }  // namespace loom_torch
