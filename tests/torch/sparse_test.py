@@ -88,9 +88,14 @@ def other_ops_are_refused_before_any_communication(rank, world):
 def ranks_that_disagree_all_raise_and_the_group_goes_on(rank, world):
     size = (6, 2) if rank != 1 else (7, 2)
     dtype = torch.float32 if rank != 2 else torch.float64
-    for differ, what in ((dict(size=size), "sizes differ"), (dict(dtype=dtype), "of type")):
+    # Rank 0's tensor has two sparse dimensions and no dense one: as many dimensions in all.
+    matrix = torch.sparse_coo_tensor(torch.tensor([[0], [1]]), torch.ones(1), (6, 2))
+    for differ, what in ((dict(size=size), "sizes differ"), (dict(dtype=dtype), "of type"),
+                         (dict(matrix=rank == 0), "dense dimensions")):
         t = torch.sparse_coo_tensor(torch.tensor([[0]]), torch.ones((1, 2)),
-                                    **{"size": (6, 2), **differ})
+                                    size=differ.get("size", (6, 2)))
+        if differ.get("matrix"):
+            t = matrix
         try:
             dist.all_reduce(t.to(differ.get("dtype", torch.float32)))
         except RuntimeError as e:

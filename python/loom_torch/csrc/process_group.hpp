@@ -53,8 +53,7 @@ class ProcessGroupLoom : public BackendBase {
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override;
 #if LOOM_TORCH_AT_LEAST(2, 1)
-  // PyTorch's route for sparse tensors (2.1+); a dense tensor here is NCCL's sparse all-reduce
-  // (AllreduceOptions::sparseIndices), which loom does not offer.
+  // PyTorch's route for sparse tensors (2.1+): as allreduce; a dense tensor is refused.
   c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
                                                   const c10d::AllreduceOptions& opts) override;
 #endif

@@ -48,11 +48,13 @@ at::Tensor gather_v(loom::Communicator& comm, const at::Tensor& mine,
 }
 
 void sparse_sum(loom::Communicator& comm, const at::Tensor& t, const Where& w) {
-  at::NoGradGuard no_grad;  // the sum is written into t in place, as gloo's is
-  at::Tensor in;
-  std::exception_ptr failed;  // raised after the header, which the other ranks wait for
+  at::NoGradGuard no_grad;               // the sum is written into t in place, as gloo's is
+  at::Tensor in, my_indices, my_values;  // this rank's, flat
+  std::exception_ptr failed;             // raised after the header, which the other ranks wait for
   try {
     in = t.coalesce();
+    my_indices = in.indices().contiguous().view({-1});
+    my_values = in.values().contiguous().view({-1});
   } catch (...) {
     failed = std::current_exception();
   }
@@ -97,7 +99,6 @@ void sparse_sum(loom::Communicator& comm, const at::Tensor& t, const Where& w) {
                         std::to_string(comm.rank()) + "'s " + c10::str(in.sizes()));
 
   const std::int64_t sparse_dim = in.sparse_dim();
-  const at::Tensor values = in.values().contiguous();
   std::int64_t per_value = 1;  // elements a nonzero holds: the product of the dense sizes
   for (std::int64_t d = sparse_dim; d < in.dim(); ++d) per_value *= in.size(d);
   std::vector<std::int64_t> index_numels, value_numels;
@@ -105,8 +106,8 @@ void sparse_sum(loom::Communicator& comm, const at::Tensor& t, const Where& w) {
     index_numels.push_back(k * sparse_dim);
     value_numels.push_back(k * per_value);
   }
-  const at::Tensor indices = gather_v(comm, in.indices().contiguous().view({-1}), index_numels);
-  const at::Tensor all_values = gather_v(comm, values.view({-1}), value_numels);
+  const at::Tensor indices = gather_v(comm, my_indices, index_numels);
+  const at::Tensor all_values = gather_v(comm, my_values, value_numels);
 
   // Rank r's indices are a [sparse_dim, nnz_r] block: side by side, they are one index matrix.
   std::vector<at::Tensor> blocks;
@@ -146,8 +147,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce_sparse(
   for (const at::Tensor& t : tensors)
     if (t.defined() && !t.is_sparse())
       refuse(where("allreduce_sparse", waited_at_once(opts)),
-             "a dense tensor with sparse indices (NCCL's sparse all-reduce) is not supported; "
-             "all_reduce takes sparse (COO) tensors");
+             "takes sparse (COO) tensors only, not a dense one");
   return allreduce(tensors, opts);
 }
 #endif
