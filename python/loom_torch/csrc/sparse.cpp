@@ -3,6 +3,7 @@
 // nonzeros), and sums them locally; every rank ends with the same coalesced sum in its tensor.
 // ReduceOp.SUM only, on CPU tensors.
 #include <ATen/ATen.h>
+#include <c10/util/accumulate.h>
 
 #include <numeric>
 
@@ -99,8 +100,8 @@ void sparse_sum(loom::Communicator& comm, const at::Tensor& t, const Where& w) {
                         std::to_string(comm.rank()) + "'s " + c10::str(in.sizes()));
 
   const std::int64_t sparse_dim = in.sparse_dim();
-  std::int64_t per_value = 1;  // elements a nonzero holds: the product of the dense sizes
-  for (std::int64_t d = sparse_dim; d < in.dim(); ++d) per_value *= in.size(d);
+  const c10::IntArrayRef dense_sizes = in.sizes().slice(static_cast<std::size_t>(sparse_dim));
+  const std::int64_t per_value = c10::multiply_integers(dense_sizes);  // elements a nonzero holds
   std::vector<std::int64_t> index_numels, value_numels;
   for (std::int64_t k : nnz) {
     index_numels.push_back(k * sparse_dim);
@@ -117,7 +118,7 @@ void sparse_sum(loom::Communicator& comm, const at::Tensor& t, const Where& w) {
     offset += k * sparse_dim;
   }
   std::vector<std::int64_t> value_shape{std::accumulate(nnz.begin(), nnz.end(), std::int64_t{0})};
-  for (std::int64_t d = sparse_dim; d < in.dim(); ++d) value_shape.push_back(in.size(d));
+  value_shape.insert(value_shape.end(), dense_sizes.begin(), dense_sizes.end());
   const at::Tensor sum = at::sparse_coo_tensor(at::cat(blocks, 1), all_values.view(value_shape),
                                                in.sizes(), in.options())
                              .coalesce();
@@ -129,9 +130,7 @@ void sparse_sum(loom::Communicator& comm, const at::Tensor& t, const Where& w) {
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::sparse_allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   const Where w = where("allreduce", waited_at_once(opts));
-  if (tensors.size() != 1)
-    refuse(w, "expects one tensor (one device per process), got " + std::to_string(tensors.size()));
-  const at::Tensor& t = tensors.front();
+  const at::Tensor& t = only(tensors, w, "tensor");
   if (!t.is_cpu())
     refuse(w, "a sparse tensor on " + t.device().str() +
                   ": sparse tensors are reduced on CPU only (move it there first)");

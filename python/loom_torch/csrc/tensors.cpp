@@ -135,11 +135,15 @@ void check_tensors(const std::vector<at::Tensor>& ts, const Where& where, const 
   }
 }
 
-const at::Tensor& single(const std::vector<at::Tensor>& ts, const Where& where, const char* what) {
+const at::Tensor& only(const std::vector<at::Tensor>& ts, const Where& where, const char* what) {
   if (ts.size() != 1)
     refuse(where, "expects one " + std::string(what) + " tensor (one device per process), got " +
                       std::to_string(ts.size()));
-  check_tensor(ts.front(), where, what);
+  return ts.front();
+}
+
+const at::Tensor& single(const std::vector<at::Tensor>& ts, const Where& where, const char* what) {
+  check_tensor(only(ts, where, what), where, what);
   return ts.front();
 }
 

@@ -64,6 +64,9 @@ void check_tensor(const at::Tensor& t, const Where& where, const char* what);
 void check_tensors(const std::vector<at::Tensor>& ts, const Where& where, const char* what);
 // Exactly one tensor per call (one device per process).
 const at::Tensor& single(const std::vector<at::Tensor>& ts, const Where& where, const char* what);
+// The one tensor of a call, refusing any other count, but its layout and device unchecked (a
+// sparse all-reduce's, which check_tensor would refuse).
+const at::Tensor& only(const std::vector<at::Tensor>& ts, const Where& where, const char* what);
 void check_same_type(const at::Tensor& a, const at::Tensor& b, const Where& where,
                      const char* what);
 void check_root(int root, const Where& where);
