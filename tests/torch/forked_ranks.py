@@ -1,5 +1,6 @@
-"""Runs a test's ranks as forked processes joined through a FileStore under the loom backend, and
-reports every rank's traceback where one fails (the torch tests' own launcher)."""
+"""Runs a test's ranks as forked processes joined through a FileStore under the loom backend (or
+another, to compare with), and reports every rank's traceback where one fails (the torch tests'
+own launcher)."""
 import datetime
 import multiprocessing
 import os
@@ -15,10 +16,10 @@ import loom_torch  # noqa: F401  (registers the loom backend)
 WAIT_S = 120  # every rank of a test ends within this
 
 
-def _rank_main(fn, rank, world, path, results, timeout_s):
+def _rank_main(fn, rank, world, path, results, timeout_s, backend):
     try:
         store = dist.FileStore(path, world)
-        dist.init_process_group("loom", store=store, rank=rank, world_size=world,
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout_s))
         fn(rank, world)
         if dist.is_initialized():
@@ -33,14 +34,15 @@ def _rank_main(fn, rank, world, path, results, timeout_s):
         os._exit(0)  # no atexit or finalizer of the parent's (forked) state
 
 
-def run_ranks(fn, world=3, timeout_s=60, killed=()):
+def run_ranks(fn, world=3, timeout_s=60, killed=(), backend="loom"):
     """Runs fn(rank, world) on `world` forked ranks; raises with every rank's traceback. The
     ranks in `killed` kill themselves: no report is awaited from them."""
     context = multiprocessing.get_context("fork")
     results = context.Queue()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "store")
-        ranks = [context.Process(target=_rank_main, args=(fn, r, world, path, results, timeout_s))
+        ranks = [context.Process(target=_rank_main, args=(fn, r, world, path, results, timeout_s,
+                                                          backend))
                  for r in range(world)]
         for p in ranks:
             p.start()

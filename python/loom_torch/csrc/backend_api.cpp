@@ -141,7 +141,9 @@ void ProcessGroupLoom::abort() {
 
 void ProcessGroupLoom::shutdown() {
   without_gil([&] {
-    executor_->shutdown();  // what was issued finishes first
+    // What was issued finishes first (called inside a future's callback on a worker: what runs
+    // now; what is queued behind then fails on the destroyed communicator).
+    executor_->shutdown();
     comm_->destroy();
   });
 }

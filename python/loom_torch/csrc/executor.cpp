@@ -10,27 +10,59 @@ namespace {
 // dist call), which then runs it without a hand-off; operations nobody waits for start after it.
 // (A send or receive with nothing ahead is issued by the thread that submits it: submit().)
 constexpr std::chrono::microseconds kGrace{100};
-// How often the worker looks at issued operations nobody waits for (their futures complete).
+// How often a worker looks at issued operations nobody waits for (their futures complete).
 constexpr std::chrono::milliseconds kInFlightPoll{1};
 // How often an idle worker looks at the queue: an operation its caller said it would wait for at
 // once wakes nobody, and runs here this late at the latest if the caller did not.
 constexpr std::chrono::milliseconds kIdlePoll{10};
+// Workers at most: as many callbacks may wait at once (one a bucket, with PowerSGD's hook); more
+// wait until one of them returns, or for ever if none does (as with one worker).
+constexpr int kMaxWorkers = 256;
+// A worker other than the first ends once it has had nothing to do this long while another worker
+// is free (not inside callbacks).
+constexpr std::chrono::seconds kRetireAfter{1};
+
+// The executor whose worker this thread is (null on other threads), and how deep in futures'
+// callbacks that worker is.
+thread_local const Executor* worker_of = nullptr;
+thread_local int callback_depth = 0;
 }  // namespace
 
 std::shared_ptr<Executor> Executor::start() {
   std::shared_ptr<Executor> executor(new Executor());
-  executor->worker_ = std::thread([self = executor] { self->work_loop(); });
+  std::lock_guard lock(executor->mu_);
+  executor->start_worker(true);
   return executor;
 }
 
-// Runs where the last reference goes: after shutdown(), on the worker as it ends, or elsewhere
-// once it has ended.
+// Runs where the last reference goes: after shutdown(), on a worker as it ends, or elsewhere
+// once they have ended (every worker holds a reference until it leaves its loop).
 Executor::~Executor() {
-  if (!worker_.joinable()) return;
-  if (worker_.get_id() == std::this_thread::get_id())
-    worker_.detach();
+  if (!first_worker_.joinable()) return;
+  if (first_worker_.get_id() == std::this_thread::get_id())
+    first_worker_.detach();
   else
-    worker_.join();
+    first_worker_.join();
+}
+
+void Executor::start_worker(bool first) {
+  // (It cannot start its loop before the count below: it takes the lock held here.)
+  std::thread worker([self = shared_from_this(), first] { self->work_loop(first); });
+  ++workers_;
+  if (first)
+    first_worker_ = std::move(worker);
+  else
+    worker.detach();
+}
+
+void Executor::add_worker_if_stuck() noexcept {
+  const bool stuck = workers_ == in_callbacks_ && (!queue_.empty() || !in_flight_.empty());
+  if (!stuck || workers_ >= kMaxWorkers) return;
+  try {
+    start_worker(false);
+  } catch (...) {
+    // No thread to spare: the callbacks wait as they would with one worker, until one returns.
+  }
 }
 
 void Executor::submit(std::shared_ptr<Op> op) {
@@ -40,7 +72,7 @@ void Executor::submit(std::shared_ptr<Op> op) {
     std::unique_lock lock(mu_);
     if (stopping_) throw std::logic_error("the process group was shut down");
     // A send or receive with nothing ahead of it is issued here and now: issuing only queues
-    // Loom's call, and left to the worker it waited kGrace first (a pipeline's step, whose irecv
+    // Loom's call, and left to a worker it waited kGrace first (a pipeline's step, whose irecv
     // is posted ahead and whose isend follows, took 100 us a message more than its transfer).
     if (op->issue && queue_.empty() && !running_) {
       op->taken = true;
@@ -50,6 +82,7 @@ void Executor::submit(std::shared_ptr<Op> op) {
       return;
     }
     queue_.push_back(std::move(op));
+    add_worker_if_stuck();
   }
   if (wake) work_cv_.notify_one();
 }
@@ -112,6 +145,7 @@ void Executor::execute(const std::shared_ptr<Op>& op) {
         // any: woken for the first (it may wait kIdlePoll), and for what is queued behind.
         wake = in_flight_.empty() || !queue_.empty();
         in_flight_.push_back(op);
+        add_worker_if_stuck();
       }
       if (wake) work_cv_.notify_one();
       done_cv_.notify_all();
@@ -131,7 +165,7 @@ void Executor::execute(const std::shared_ptr<Op>& op) {
     running_ = false;
     more = !queue_.empty();
   }
-  if (more) work_cv_.notify_one();  // the worker is needed only for what is queued behind
+  if (more) work_cv_.notify_one();  // a worker is needed only for what is queued behind
   done_cv_.notify_all();
   finish(op, error);
 }
@@ -149,6 +183,33 @@ void Executor::complete(const std::shared_ptr<Op>& op) {
   finish(op, error);
 }
 
+// A worker inside futures' callbacks, counted once however deeply they nest.
+class Executor::InCallbacks {
+ public:
+  explicit InCallbacks(Executor& executor)
+      : executor_(executor),
+        on_worker_(worker_of == &executor),
+        counted_(on_worker_ && callback_depth++ == 0) {
+    if (!counted_) return;
+    std::lock_guard lock(executor_.mu_);
+    ++executor_.in_callbacks_;
+    executor_.add_worker_if_stuck();
+  }
+  ~InCallbacks() {
+    if (on_worker_) --callback_depth;
+    if (!counted_) return;
+    std::lock_guard lock(executor_.mu_);
+    --executor_.in_callbacks_;
+  }
+  InCallbacks(const InCallbacks&) = delete;
+  InCallbacks& operator=(const InCallbacks&) = delete;
+
+ private:
+  Executor& executor_;
+  const bool on_worker_;
+  const bool counted_;
+};
+
 void Executor::finish(const std::shared_ptr<Op>& op, std::exception_ptr error) {
   op->error = error;
   if (error && op->on_error) op->on_error(error);
@@ -156,8 +217,12 @@ void Executor::finish(const std::shared_ptr<Op>& op, std::exception_ptr error) {
   for (const auto& member : op->members) finish(member, error);
   op->members.clear();
   // Outside the lock and with the next operation free to run: the future's callbacks may issue
-  // and wait for operations of this process group.
-  if (op->finish) op->finish(op->error);
+  // and wait for operations of this process group. On a worker, they count as its time inside
+  // callbacks, where another worker may be needed.
+  if (op->finish) {
+    InCallbacks inside(*this);
+    op->finish(op->error);
+  }
   op->finish = nullptr;
   bool more = false;
   {
@@ -170,42 +235,46 @@ void Executor::finish(const std::shared_ptr<Op>& op, std::exception_ptr error) {
   if (more) work_cv_.notify_one();
 }
 
-std::vector<std::shared_ptr<Op>> Executor::claim_finished() {
-  std::vector<std::shared_ptr<Op>> finished;
-  for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+std::shared_ptr<Op> Executor::claim_finished() {
+  for (auto it = in_flight_.begin(); it != in_flight_.end(); ++it) {
     bool over = true;
     try {
       over = (*it)->issued.test();
     } catch (...) {
       // complete() rethrows it
     }
-    if (!over) {
-      ++it;
-      continue;
-    }
-    (*it)->in_flight = false;
-    finished.push_back(std::move(*it));
-    it = in_flight_.erase(it);
+    if (!over) continue;
+    std::shared_ptr<Op> finished = std::move(*it);
+    finished->in_flight = false;
+    in_flight_.erase(it);
+    return finished;
   }
-  return finished;
+  return nullptr;
 }
 
-void Executor::work_loop() {
+void Executor::work_loop(bool first) {
+  worker_of = this;
+  auto busy = std::chrono::steady_clock::now();  // when this worker last did something
   std::unique_lock lock(mu_);
   for (;;) {
     if (!in_flight_.empty()) {
-      auto finished = claim_finished();
-      if (!finished.empty()) {
+      if (std::shared_ptr<Op> finished = claim_finished()) {
         lock.unlock();
-        for (auto& op : finished) complete(op);
+        complete(finished);
         lock.lock();
+        busy = std::chrono::steady_clock::now();
         continue;
       }
     }
     if (queue_.empty() || running_) {
-      if (stopping_ && queue_.empty() && !running_ && in_flight_.empty()) {
-        worker_done_ = true;
+      const bool over = stopping_ && queue_.empty() && !running_ && in_flight_.empty();
+      const bool spare = !first && workers_ - in_callbacks_ >= 2 &&
+                         std::chrono::steady_clock::now() - busy >= kRetireAfter;
+      if (over || spare) {
+        --workers_;
+        worker_of = nullptr;
         done_cv_.notify_all();
+        if (over) work_cv_.notify_all();  // the other workers end too
         return;
       }
       work_cv_.wait_for(lock, in_flight_.empty() ? kIdlePoll : kInFlightPoll);
@@ -223,6 +292,7 @@ void Executor::work_loop() {
     lock.unlock();
     execute(op);
     lock.lock();
+    busy = std::chrono::steady_clock::now();
   }
 }
 
@@ -232,12 +302,16 @@ void Executor::shutdown() {
     stopping_ = true;
   }
   work_cv_.notify_all();
-  // On the worker (the process group's last reference went in a future's callback) it finishes
-  // the queue after returning here.
-  if (worker_.get_id() == std::this_thread::get_id()) return;
   std::unique_lock lock(mu_);
-  done_cv_.wait(lock, [&] { return queue_.empty() && !running_ && worker_done_; });
-  // (the worker ends only once every issued operation is complete)
+  // On a worker (shutdown in a future's callback, or the process group's last reference gone
+  // there) the workers finish the queue after this returns; an operation running now (on
+  // another worker, or a waiting thread) ends first.
+  if (worker_of == this) {
+    done_cv_.wait(lock, [&] { return !running_; });
+    return;
+  }
+  done_cv_.wait(lock, [&] { return queue_.empty() && !running_ && workers_ == 0; });
+  // (the workers end only once every issued operation is complete)
 }
 
 }  // namespace loom_torch

@@ -2,6 +2,14 @@
 // issues Loom's calls in the same order): on a worker thread, or on the thread that waits for an
 // operation when that operation is next and nothing runs, so that a blocking call costs no
 // hand-off; a send or receive with nothing ahead of it is issued by the thread that submits it.
+//
+// A worker completes the futures of what it ran, and their callbacks run there. A callback may
+// wait for another operation of the group on its future (PowerSGD's hook does, one callback a
+// bucket), which no thread would run while the only worker waits inside that callback: so when
+// every worker is inside callbacks (blocked or not) and an operation is queued or in flight,
+// another worker starts, and it ends once it has been idle for a while with another worker free.
+// The operations still run one at a time in issue order; the callbacks of different operations
+// may then run side by side.
 #pragma once
 
 #include <atomic>
@@ -36,9 +44,10 @@ struct Op {
   // for, as with NCCL's groups), where it would wait for ever.
   bool batched = false;
   // Its caller waits for it at once (and runs it, when it is next): no other thread is woken
-  // for it. The worker still runs it within kIdlePoll if nobody does.
+  // for it (one may start, when it is submitted inside callbacks). A worker still runs it
+  // within kIdlePoll if nobody does.
   bool waited_at_once = false;
-  std::chrono::steady_clock::time_point submitted;  // for the worker's grace period
+  std::chrono::steady_clock::time_point submitted;  // for the workers' grace period
   std::atomic<bool> done{false};
   std::exception_ptr error;
   bool taken = false;      // out of the queue (under the executor's lock)
@@ -47,7 +56,8 @@ struct Op {
 
 class Executor : public std::enable_shared_from_this<Executor> {
  public:
-  // The worker holds a reference until it has run everything queued before shutdown().
+  // Each worker holds a reference until it leaves its loop (the first, once it has run
+  // everything queued before shutdown()).
   static std::shared_ptr<Executor> start();
   ~Executor();
   Executor(const Executor&) = delete;
@@ -57,31 +67,40 @@ class Executor : public std::enable_shared_from_this<Executor> {
   // Waits until op is done, running it here when it is next in line. Returns false if `timeout`
   // (when positive) passed first.
   bool wait(const std::shared_ptr<Op>& op, std::chrono::milliseconds timeout);
-  // Runs what is queued, then stops the worker (waiting for it, unless called on it). Later
+  // Runs what is queued, then stops the workers (waiting for them, unless called on one). Later
   // submits are refused.
   void shutdown();
 
  private:
   Executor() = default;
-  void work_loop();
+  // The first worker ends only at shutdown; the others also when they are not needed.
+  void work_loop(bool first);
+  // Under the lock.
+  void start_worker(bool first);
+  // Under the lock: starts another worker when every worker is inside callbacks while an
+  // operation is queued or in flight (where a thread can be had).
+  void add_worker_if_stuck() noexcept;
+  class InCallbacks;
   // Called with running_ set and the lock released.
   void execute(const std::shared_ptr<Op>& op);
   // An issued operation, claimed (out of in_flight_): waits for Loom's call, runs the body.
   void complete(const std::shared_ptr<Op>& op);
   // The end of every operation: records the error, completes the future, wakes the waiters.
   void finish(const std::shared_ptr<Op>& op, std::exception_ptr error);
-  // Under the lock: claims the issued operations Loom has finished, to complete them.
-  std::vector<std::shared_ptr<Op>> claim_finished();
+  // Under the lock: claims the first issued operation Loom has finished, to complete it (one at
+  // a time: its callbacks may wait for the next, which must stay claimable by another thread).
+  std::shared_ptr<Op> claim_finished();
 
   std::mutex mu_;
-  std::condition_variable work_cv_;  // the worker: an op queued, or shutdown
+  std::condition_variable work_cv_;  // the workers: an op queued, or shutdown
   std::condition_variable done_cv_;  // waiters: an op finished, or the engine fell idle
   std::deque<std::shared_ptr<Op>> queue_;
   std::vector<std::shared_ptr<Op>> in_flight_;  // issued, in issue order
   bool running_ = false;
   bool stopping_ = false;
-  bool worker_done_ = false;
-  std::thread worker_;
+  int workers_ = 0;           // in their loop
+  int in_callbacks_ = 0;      // of them, inside futures' callbacks
+  std::thread first_worker_;  // joined where the last reference goes; the others are detached
 };
 
 }  // namespace loom_torch
